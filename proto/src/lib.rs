@@ -1,0 +1,1 @@
+//! v1 gRPC contracts (placeholder, being written).

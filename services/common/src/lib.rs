@@ -1,0 +1,1 @@
+//! Shared server plumbing (placeholder, being written).
