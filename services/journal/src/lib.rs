@@ -1,1 +1,69 @@
-//! The journal (placeholder).
+//! The journal: every babysitter run's append-only, checksummed event log, and the derived state
+//! built from it.
+//!
+//! Layers, outermost last:
+//! - [`event`] and [`jsjson`]: babysitter's event envelope and the exact bytes Node writes, so
+//!   checksums recompute and runs stay byte-compatible with the reference implementation.
+//! - [`index`]: integrity checks (sequence, ULID order, hash chain) and the effect index fold.
+//! - [`store`]: the [`JournalStore`] trait and its backends — [`fs::FsStore`] (babysitter's run
+//!   directory layout, guarded by `flock` + babysitter's `run.lock`) and [`object::ObjectJournal`]
+//!   (any `object_store`: create-only batch objects keyed by sequence, hash-chained, with
+//!   snapshots and content-addressed blobs).
+//! - [`journal::Journal`]: the domain service (validation, sealing, caching, watch, snapshots)
+//!   that the gRPC adapter in [`grpc`] exposes. No tonic type appears outside [`grpc`].
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod fs;
+pub mod grpc;
+pub mod index;
+pub mod jsjson;
+pub mod journal;
+pub mod object;
+pub mod state_cache;
+pub mod store;
+#[cfg(any(test, feature = "testsuite"))]
+pub mod testsuite;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{JournalError, Location, Result};
+pub use event::{EventBody, EventType, StoredEvent};
+pub use journal::{Journal, JournalOptions, NewEvent};
+pub use store::JournalStore;
+
+/// The last committed event of a run: `seq` 0 (and an empty ULID) for an empty journal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub seq: u64,
+    pub ulid: String,
+}
+
+impl Head {
+    pub fn empty() -> Self {
+        Self::default()
+    }
+}
+
+/// Validates a run id or effect id used as a directory / key segment: non-empty, at most 128
+/// characters from `[A-Za-z0-9._-]`, not `.` or `..`.
+pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
+    let reason = if id.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if id.len() > 128 {
+        Some(format!("is {} characters long, the limit is 128", id.len()))
+    } else if id == "." || id == ".." {
+        Some(format!("`{id}` is not allowed"))
+    } else if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        Some(format!("`{id}` contains `{}`; allowed are letters, digits, `.`, `_` and `-`", c.escape_default()))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(JournalError::invalid(what, reason)),
+        None => Ok(()),
+    }
+}

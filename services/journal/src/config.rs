@@ -1,0 +1,167 @@
+//! Journal configuration and the store URL → backend mapping.
+//!
+//! `store.url` picks the backend: `file:///path` (babysitter's run-directory layout),
+//! `s3://bucket/prefix` (any S3-compatible store; endpoint, region and credentials from this
+//! config or the standard `AWS_*` variables), `object+file:///path` (the object layout on a local
+//! directory, through `object_store`'s LocalFileSystem) and `memory://` (in-memory, for
+//! development only). Object stores are probed at open: one that ignores create-only writes is
+//! refused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JournalError, Result};
+use crate::fs::FsStore;
+use crate::journal::JournalOptions;
+use crate::object::{ObjectJournal, probe_conditional_create};
+use crate::store::JournalStore;
+
+/// Where and how runs are stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct StoreConfig {
+    /// Store URL: `file:///abs/path`, `s3://bucket/prefix`, `object+file:///abs/path`, `memory://`.
+    /// Since v0.1.
+    pub url: String,
+    /// S3 endpoint, e.g. `http://127.0.0.1:8333` (default: `AWS_ENDPOINT_URL`, else AWS).
+    /// Since v0.1.
+    pub endpoint: Option<String>,
+    /// S3 region (default: `AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`). Since v0.1.
+    pub region: Option<String>,
+    /// Access key id (default: `AWS_ACCESS_KEY_ID`). Since v0.1.
+    pub access_key_id: Option<String>,
+    /// Secret access key (default: `AWS_SECRET_ACCESS_KEY`). Never logged. Since v0.1.
+    pub secret_access_key: Option<String>,
+    /// Allow plain-http endpoints (default: true when the endpoint starts with `http://`).
+    /// Since v0.1.
+    pub allow_http: Option<bool>,
+    /// Per-request timeout of object-store calls, in seconds. Since v0.1.
+    pub request_timeout_secs: u64,
+    /// Retries of a failed object-store request before giving up. Since v0.1.
+    pub max_retries: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: "file://./.a5c/runs".into(),
+            endpoint: None,
+            region: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: None,
+            request_timeout_secs: 30,
+            max_retries: 3,
+        }
+    }
+}
+
+/// Limits and tunables of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LimitsConfig {
+    /// Largest event accepted, in bytes of its JSON form. Since v0.1.
+    pub max_event_bytes: usize,
+    /// Most events in one append. Since v0.1.
+    pub max_batch_events: usize,
+    /// Event data larger than this goes to a content-addressed blob (object layout). Since v0.1.
+    pub blob_threshold_bytes: usize,
+    /// Automatic snapshot after this many events (0 = off). Since v0.1.
+    pub snapshot_every: u64,
+    /// How often watchers poll the store for other writers' events, in milliseconds. Since v0.1.
+    pub watch_poll_interval_ms: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let o = JournalOptions::default();
+        Self {
+            max_event_bytes: o.max_event_bytes,
+            max_batch_events: o.max_batch_events,
+            blob_threshold_bytes: 1024 * 1024,
+            snapshot_every: o.snapshot_every,
+            watch_poll_interval_ms: o.watch_poll_interval.as_millis() as u64,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn journal_options(&self) -> JournalOptions {
+        JournalOptions {
+            max_event_bytes: self.max_event_bytes,
+            max_batch_events: self.max_batch_events,
+            snapshot_every: self.snapshot_every,
+            watch_poll_interval: Duration::from_millis(self.watch_poll_interval_ms),
+        }
+    }
+}
+
+/// Opens the backend `cfg.url` names. `env` supplies the standard `AWS_*` variables.
+pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &HashMap<String, String>) -> Result<Arc<dyn JournalStore>> {
+    let url = cfg.url.trim();
+    if let Some(path) = url.strip_prefix("file://") {
+        return Ok(Arc::new(FsStore::new(path)));
+    }
+    if let Some(path) = url.strip_prefix("object+file://") {
+        std::fs::create_dir_all(path).map_err(|e| JournalError::io(path, e))?;
+        let local = object_store::local::LocalFileSystem::new_with_prefix(path)
+            .map_err(|e| JournalError::UnsafeStore { reason: format!("cannot open {path}: {e}") })?;
+        return object_journal(Arc::new(local), "", url, limits).await;
+    }
+    if url == "memory://" || url == "memory:" {
+        return object_journal(Arc::new(object_store::memory::InMemory::new()), "", url, limits).await;
+    }
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(JournalError::invalid("store.url", format!("`{url}` names no bucket")));
+        }
+        let pick = |v: &Option<String>, keys: &[&str]| -> Option<String> {
+            v.clone().or_else(|| keys.iter().find_map(|k| env.get(*k).filter(|s| !s.is_empty()).cloned()))
+        };
+        let endpoint = pick(&cfg.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]);
+        let region = pick(&cfg.region, &["AWS_REGION", "AWS_DEFAULT_REGION"]).unwrap_or_else(|| "us-east-1".into());
+        let mut b = AmazonS3Builder::new().with_bucket_name(bucket).with_region(region);
+        if let Some(key) = pick(&cfg.access_key_id, &["AWS_ACCESS_KEY_ID"]) {
+            b = b.with_access_key_id(key);
+        }
+        if let Some(secret) = pick(&cfg.secret_access_key, &["AWS_SECRET_ACCESS_KEY"]) {
+            b = b.with_secret_access_key(secret);
+        }
+        if let Some(token) = env.get("AWS_SESSION_TOKEN").filter(|s| !s.is_empty()) {
+            b = b.with_token(token);
+        }
+        if let Some(ep) = &endpoint {
+            b = b.with_endpoint(ep).with_allow_http(cfg.allow_http.unwrap_or(ep.starts_with("http://")));
+        }
+        let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
+        b = b
+            .with_client_options(ClientOptions::new().with_timeout(timeout).with_connect_timeout(Duration::from_secs(5)))
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig::default(),
+                max_retries: cfg.max_retries,
+                retry_timeout: timeout,
+            });
+        let s3 = b.build().map_err(|e| JournalError::UnsafeStore { reason: format!("cannot configure {url}: {e}") })?;
+        let described = match &endpoint {
+            Some(ep) => format!("{url} at {ep}"),
+            None => url.to_owned(),
+        };
+        return object_journal(Arc::new(s3), prefix, &described, limits).await;
+    }
+    Err(JournalError::invalid(
+        "store.url",
+        format!("`{url}`: expected file:///path, s3://bucket/prefix, object+file:///path or memory://"),
+    ))
+}
+
+/// Wraps an object store as a journal backend after proving it honours create-only writes.
+pub async fn object_journal(store: Arc<dyn ObjectStore>, prefix: &str, description: &str, limits: &LimitsConfig) -> Result<Arc<dyn JournalStore>> {
+    probe_conditional_create(store.as_ref(), prefix).await?;
+    Ok(Arc::new(ObjectJournal::new(store, prefix, description, limits.blob_threshold_bytes)))
+}

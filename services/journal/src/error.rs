@@ -1,0 +1,146 @@
+//! The journal's error type: one enum, semantic variants, each naming the run, the sequence
+//! number and the file or object key involved, so an operator can go straight to the bad bytes.
+
+use std::fmt;
+
+use crate::Head;
+
+/// Where in a journal something was found: run, sequence number (when known) and the file or
+/// object key that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub run_id: String,
+    pub seq: Option<u64>,
+    pub file: String,
+}
+
+impl Location {
+    pub fn file(run_id: &str, seq: u64, file: impl Into<String>) -> Self {
+        Self { run_id: run_id.to_owned(), seq: Some(seq), file: file.into() }
+    }
+
+    pub fn object(run_id: &str, key: impl Into<String>) -> Self {
+        Self { run_id: run_id.to_owned(), seq: None, file: key.into() }
+    }
+
+    pub fn with_seq(mut self, seq: u64) -> Self {
+        self.seq = Some(seq);
+        self
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.seq {
+            Some(seq) => write!(f, "run {} seq {} ({})", self.run_id, seq, self.file),
+            None => write!(f, "run {} ({})", self.run_id, self.file),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument { what: &'static str, reason: String },
+
+    #[error("event {index} of the batch for run {run_id} is {size} bytes, over the {limit}-byte limit")]
+    EventTooLarge { run_id: String, index: usize, size: usize, limit: usize },
+
+    #[error("event {index} of the batch for run {run_id} was refused: {reason}")]
+    InvalidEvent { run_id: String, index: usize, reason: String },
+
+    #[error("run {run_id} not found")]
+    RunNotFound { run_id: String },
+
+    #[error("run {run_id} already exists")]
+    RunAlreadyExists { run_id: String },
+
+    #[error("append conflict on run {run_id}: expected next seq {expected}, but the head is seq {}", head.seq)]
+    Conflict { run_id: String, expected: u64, head: Head },
+
+    #[error("corrupt journal at {at}: {reason}")]
+    Corrupt { at: Location, reason: String },
+
+    #[error("checksum mismatch at {at}: stored {stored}, computed {computed}")]
+    ChecksumMismatch { at: Location, stored: String, computed: String },
+
+    #[error("journal sequence gap at {at}: expected seq {expected}, got {got}")]
+    SequenceGap { at: Location, expected: u64, got: u64 },
+
+    #[error("duplicate journal sequence {seq} in run {run_id}: {}", files.join(", "))]
+    DuplicateSequence { run_id: String, seq: u64, files: Vec<String> },
+
+    #[error("journal ULID order regression at {at}: {got} is not after {prev}")]
+    UlidOrder { at: Location, prev: String, got: String },
+
+    #[error("broken hash chain at {at}: expected link {expected}, found {found}")]
+    HashChain { at: Location, expected: String, found: String },
+
+    #[error("invalid journal file name {file} in run {run_id}: {reason}")]
+    BadFileName { run_id: String, file: String, reason: String },
+
+    #[error("invalid event at {at}: {reason}")]
+    Replay { at: Location, reason: String },
+
+    #[error("blob {blob_ref} of run {run_id} not found")]
+    BlobNotFound { run_id: String, blob_ref: String },
+
+    #[error("the store is not safe for a journal: {reason}")]
+    UnsafeStore { reason: String },
+
+    #[error("run {run_id} is locked by pid {pid} ({owner})")]
+    Locked { run_id: String, pid: i64, owner: String },
+
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("object store error on {key}: {source}")]
+    ObjectStore {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("journal is shutting down")]
+    ShuttingDown,
+}
+
+impl JournalError {
+    pub fn corrupt(at: &Location, reason: impl Into<String>) -> Self {
+        Self::Corrupt { at: at.clone(), reason: reason.into() }
+    }
+
+    pub fn io(path: impl fmt::Display, source: std::io::Error) -> Self {
+        Self::Io { path: path.to_string(), source }
+    }
+
+    pub fn object(key: impl fmt::Display, source: object_store::Error) -> Self {
+        Self::ObjectStore { key: key.to_string(), source }
+    }
+
+    pub fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidArgument { what, reason: reason.into() }
+    }
+
+    /// True for errors that say the stored journal itself is damaged.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            Self::Corrupt { .. }
+                | Self::ChecksumMismatch { .. }
+                | Self::SequenceGap { .. }
+                | Self::DuplicateSequence { .. }
+                | Self::UlidOrder { .. }
+                | Self::HashChain { .. }
+                | Self::BadFileName { .. }
+                | Self::Replay { .. }
+        )
+    }
+}
+
+pub type Result<T, E = JournalError> = std::result::Result<T, E>;

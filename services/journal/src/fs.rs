@@ -1,0 +1,534 @@
+//! The filesystem backend in babysitter's exact run-directory layout.
+//!
+//! `<root>/<runId>/{run.json, inputs.json, .gitignore, journal/, tasks/, state/, blobs/, …}`,
+//! one journal file per event named `{seq:06}.{ULID}.json`, written the way Node writes it.
+//!
+//! Two writers must never both commit one sequence number (the reference's #191 / #77 bug:
+//! two `000007.*.json`). File names carry a fresh ULID, so exclusive create alone cannot catch
+//! it; every commit therefore runs under two locks:
+//! 1. `flock` on the `journal/` directory — exclusion among babysitter-rs processes and threads,
+//!    released by the kernel if the holder dies, so it can never go stale;
+//! 2. babysitter's own `run.lock` (`O_EXCL`, `{pid, owner, acquiredAt}`, stale-pid takeover) —
+//!    exclusion against the reference CLI working on the same run.
+//!
+//! Under both, the directory is listed to find the real head, the first new sequence number is
+//! checked against it, and each event is written to a temp file, fsynced and renamed into place.
+//! A crash mid-batch leaves a committed prefix of the batch (each file is whole); the directory
+//! is fsynced once per batch.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use serde_json::{Value, json};
+
+use crate::error::{JournalError, Location, Result};
+use crate::event::{StoredEvent, parse_file_name};
+use crate::index::ChainCheck;
+use crate::jsjson;
+use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
+use crate::{Head, validate_id};
+
+const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
+const LOCK_OWNER: &str = "babysitter-rs:journal";
+
+/// Babysitter run directories under one runs root.
+#[derive(Debug, Clone)]
+pub struct FsStore {
+    root: PathBuf,
+    /// How long a commit waits for the run's locks before failing with [`JournalError::Locked`].
+    lock_attempts: u32,
+}
+
+impl FsStore {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into(), lock_attempts: 6000 }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.root.join(run_id)
+    }
+
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(FsStore) -> Result<T> + Send + 'static) -> Result<T> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || f(this))
+            .await
+            .map_err(|e| JournalError::io("blocking task", std::io::Error::other(e.to_string())))?
+    }
+
+    fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {
+        validate_id("run id", run_id)?;
+        let dir = self.run_dir(run_id);
+        match fs::metadata(dir.join("run.json")) {
+            Ok(_) => Ok(dir),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::RunNotFound { run_id: run_id.to_owned() }),
+            Err(e) => Err(JournalError::io(dir.display(), e)),
+        }
+    }
+}
+
+/// One journal file name, parsed.
+#[derive(Debug, Clone)]
+struct Entry {
+    seq: u64,
+    ulid: String,
+    name: String,
+}
+
+/// Lists `journal/`, ordered by sequence number (not by name: the reference's lexicographic sort
+/// breaks past 999 999), refusing duplicate sequence numbers and gaps.
+fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
+    let read = match fs::read_dir(journal_dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(JournalError::io(journal_dir.display(), e)),
+    };
+    let mut by_seq: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+    for item in read {
+        let item = item.map_err(|e| JournalError::io(journal_dir.display(), e))?;
+        let Ok(name) = item.file_name().into_string() else { continue };
+        if !name.ends_with(".json") {
+            continue; // temp files `*.json.tmp-…` and foreign files
+        }
+        let (seq, ulid) = parse_file_name(run_id, &name)?;
+        by_seq.entry(seq).or_default().push(Entry { seq, ulid, name });
+    }
+    let mut out = Vec::with_capacity(by_seq.len());
+    for (i, (seq, mut entries)) in by_seq.into_iter().enumerate() {
+        if entries.len() > 1 {
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            return Err(JournalError::DuplicateSequence {
+                run_id: run_id.to_owned(),
+                seq,
+                files: entries.into_iter().map(|e| format!("journal/{}", e.name)).collect(),
+            });
+        }
+        let expected = i as u64 + 1;
+        let entry = entries.remove(0);
+        if seq != expected {
+            return Err(JournalError::SequenceGap {
+                at: Location::file(run_id, seq, format!("journal/{}", entry.name)),
+                expected,
+                got: seq,
+            });
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+fn head_of(entries: &[Entry]) -> Head {
+    entries.last().map(|e| Head { seq: e.seq, ulid: e.ulid.clone() }).unwrap_or_default()
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// babysitter's atomic write: temp file next to the target, fsync, rename over it.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(
+        "{}.tmp-{}-{n}",
+        path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    let io = |e| JournalError::io(path.display(), e);
+    let mut f = File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| JournalError::io(dir.display(), e))
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<()> {
+    write_atomic(path, jsjson::to_file_string(value).as_bytes())
+}
+
+fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| JournalError::Corrupt {
+            at: Location::object(run_id, path.display().to_string()),
+            reason: format!("invalid JSON: {e}"),
+        }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(JournalError::io(path.display(), e)),
+    }
+}
+
+/// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
+struct RunLock {
+    _dir: rustix::fd::OwnedFd,
+    lock_file: PathBuf,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.lock_file);
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(u64::from(attempt.min(5)) * 2 + 1)
+}
+
+fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
+    let journal_dir = run_dir.join("journal");
+    fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
+    let dir = rustix::fs::open(&journal_dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| JournalError::io(journal_dir.display(), e.into()))?;
+    let mut attempt = 0;
+    loop {
+        match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                attempt += 1;
+                if attempt >= attempts {
+                    return Err(JournalError::Locked {
+                        run_id: run_id.to_owned(),
+                        pid: -1,
+                        owner: "another babysitter-rs writer (flock)".into(),
+                    });
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            Err(e) => return Err(JournalError::io(journal_dir.display(), e.into())),
+        }
+    }
+    let lock_file = run_dir.join("run.lock");
+    let body = jsjson::to_file_string(&json!({
+        "pid": std::process::id(),
+        "owner": LOCK_OWNER,
+        "acquiredAt": crate::journal::now_iso(),
+    }));
+    let mut attempt = 0;
+    loop {
+        match OpenOptions::new().write(true).create_new(true).open(&lock_file) {
+            Ok(mut f) => {
+                f.write_all(body.as_bytes()).map_err(|e| JournalError::io(lock_file.display(), e))?;
+                return Ok(RunLock { _dir: dir, lock_file });
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                // Held by the reference CLI (our own writers are excluded by the flock above).
+                let holder = fs::read(&lock_file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+                let pid = holder.as_ref().and_then(|v| v.get("pid")).and_then(Value::as_i64).unwrap_or(0);
+                let owner = holder
+                    .as_ref()
+                    .and_then(|v| v.get("owner"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_owned();
+                if !pid_alive(pid) {
+                    tracing::warn!(run_id, pid, owner, "stale run.lock detected, taking over");
+                    let _ = fs::remove_file(&lock_file);
+                    continue;
+                }
+                attempt += 1;
+                if attempt >= attempts {
+                    return Err(JournalError::Locked { run_id: run_id.to_owned(), pid, owner });
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            Err(e) => return Err(JournalError::io(lock_file.display(), e)),
+        }
+    }
+}
+
+fn pid_alive(pid: i64) -> bool {
+    let Ok(raw) = i32::try_from(pid) else { return false };
+    let Some(pid) = rustix::process::Pid::from_raw(raw) else { return false };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+fn snapshot_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("state").join("snapshots")
+}
+
+#[async_trait]
+impl JournalStore for FsStore {
+    fn layout(&self) -> Layout {
+        Layout::Babysitter
+    }
+
+    fn describe(&self) -> String {
+        format!("file://{}", self.root.display())
+    }
+
+    async fn create_run(&self, run_id: &str, files: &RunFiles) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let run_id = run_id.to_owned();
+        let files = files.clone();
+        self.blocking(move |this| {
+            fs::create_dir_all(&this.root).map_err(|e| JournalError::io(this.root.display(), e))?;
+            // Build the whole directory aside, then move it into place without replacing
+            // anything: a crash never leaves a half-created run, and two creators cannot both win.
+            let staging = this.root.join(format!(".creating-{run_id}-{}", ulid::Ulid::generate()));
+            let result = (|| {
+                for sub in ["journal", "tasks", "state", "blobs", "orphaned", "process"] {
+                    fs::create_dir_all(staging.join(sub)).map_err(|e| JournalError::io(staging.display(), e))?;
+                }
+                write_json(&staging.join("run.json"), &files.run_json)?;
+                if let Some(inputs) = &files.inputs_json {
+                    write_json(&staging.join("inputs.json"), inputs)?;
+                }
+                write_atomic(&staging.join(".gitignore"), GITIGNORE.as_bytes())?;
+                let target = this.run_dir(&run_id);
+                match rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &staging,
+                    rustix::fs::CWD,
+                    &target,
+                    rustix::fs::RenameFlags::NOREPLACE,
+                ) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e == rustix::io::Errno::EXIST || e == rustix::io::Errno::NOTEMPTY => {
+                        Err(JournalError::RunAlreadyExists { run_id: run_id.clone() })
+                    }
+                    Err(e) => Err(JournalError::io(target.display(), e.into())),
+                }
+            })();
+            if result.is_err() {
+                let _ = fs::remove_dir_all(&staging);
+            }
+            result?;
+            fsync_dir(&this.root)?;
+            // babysitter keeps `<runsRoot>/../package.json` = {"type": "module"} so process files
+            // under `.a5c/` load as ES modules; never overwritten.
+            if let Some(parent) = this.root.parent() {
+                let pkg = parent.join("package.json");
+                if let Ok(mut f) = OpenOptions::new().write(true).create_new(true).open(&pkg) {
+                    let _ = f.write_all(jsjson::to_file_string(&json!({"type": "module"})).as_bytes());
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<RunFiles> {
+        let dir = self.existing_run_dir(run_id)?;
+        let run_id = run_id.to_owned();
+        self.blocking(move |_| {
+            let run_json = read_json(&dir.join("run.json"), &run_id)?
+                .ok_or_else(|| JournalError::RunNotFound { run_id: run_id.clone() })?;
+            let inputs_json = read_json(&dir.join("inputs.json"), &run_id)?;
+            Ok(RunFiles { run_json, inputs_json })
+        })
+        .await
+    }
+
+    async fn commit(&self, run_id: &str, events: &[StoredEvent]) -> Result<()> {
+        let Some(first) = events.first() else { return Ok(()) };
+        let dir = self.existing_run_dir(run_id)?;
+        let expected = first.seq;
+        let run_id = run_id.to_owned();
+        let files: Vec<(String, Vec<u8>)> = events.iter().map(|e| (e.file_name(), e.file_bytes())).collect();
+        self.blocking(move |this| {
+            let _lock = lock_run(&run_id, &dir, this.lock_attempts)?;
+            let journal_dir = dir.join("journal");
+            let head = head_of(&list_entries(&run_id, &journal_dir)?);
+            if head.seq + 1 != expected {
+                return Err(JournalError::Conflict { run_id, expected, head });
+            }
+            for (name, bytes) in &files {
+                let path = journal_dir.join(name);
+                write_atomic(&path, bytes)?;
+            }
+            fsync_dir(&journal_dir)
+        })
+        .await
+    }
+
+    async fn load(&self, run_id: &str, from: &ChainCheck, to: Option<u64>) -> Result<Vec<StoredEvent>> {
+        let dir = self.existing_run_dir(run_id)?;
+        let run_id = run_id.to_owned();
+        let mut chain = from.clone();
+        self.blocking(move |_| {
+            let journal_dir = dir.join("journal");
+            let entries = list_entries(&run_id, &journal_dir)?;
+            let start = chain.head.seq;
+            if start > 0 {
+                match entries.get(start as usize - 1) {
+                    Some(e) if e.ulid == chain.head.ulid => {}
+                    other => {
+                        return Err(JournalError::Corrupt {
+                            at: Location::file(&run_id, start, other.map(|e| e.name.clone()).unwrap_or_default()),
+                            reason: format!("snapshot head {} no longer matches the journal", chain.head.ulid),
+                        });
+                    }
+                }
+            }
+            let end = to.unwrap_or(u64::MAX);
+            let mut out = Vec::new();
+            for e in entries.iter().skip(start as usize).take_while(|e| e.seq <= end) {
+                let path = journal_dir.join(&e.name);
+                let bytes = fs::read(&path).map_err(|err| JournalError::io(path.display(), err))?;
+                let event = StoredEvent::from_file(&run_id, &e.name, &bytes)?;
+                chain.push(&event, &Location::file(&run_id, e.seq, format!("journal/{}", e.name)))?;
+                out.push(event);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn head(&self, run_id: &str, _hint: Option<&Head>) -> Result<Head> {
+        let dir = self.existing_run_dir(run_id)?;
+        let run_id = run_id.to_owned();
+        self.blocking(move |_| Ok(head_of(&list_entries(&run_id, &dir.join("journal"))?))).await
+    }
+
+    async fn list_runs(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        let prefix = prefix.to_owned();
+        let after = after.map(str::to_owned);
+        self.blocking(move |this| {
+            let read = match fs::read_dir(&this.root) {
+                Ok(r) => r,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(JournalError::io(this.root.display(), e)),
+            };
+            let mut ids = Vec::new();
+            for item in read {
+                let item = item.map_err(|e| JournalError::io(this.root.display(), e))?;
+                let Ok(name) = item.file_name().into_string() else { continue };
+                if !name.starts_with(&prefix) || name.starts_with('.') || after.as_deref().is_some_and(|a| name.as_str() <= a) {
+                    continue;
+                }
+                if validate_id("run id", &name).is_ok() && item.path().join("run.json").is_file() {
+                    ids.push(name);
+                }
+            }
+            ids.sort();
+            ids.truncate(limit);
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn put_blob(&self, run_id: &str, content: Bytes) -> Result<BlobRef> {
+        let dir = self.existing_run_dir(run_id)?;
+        self.blocking(move |_| {
+            let blob = BlobRef::of(&content);
+            let blobs = dir.join("blobs");
+            fs::create_dir_all(&blobs).map_err(|e| JournalError::io(blobs.display(), e))?;
+            let path = blobs.join(format!("sha256-{}", blob.hex()));
+            if !path.is_file() {
+                write_atomic(&path, &content)?;
+            }
+            Ok(blob)
+        })
+        .await
+    }
+
+    async fn get_blob(&self, run_id: &str, blob: &BlobRef) -> Result<Bytes> {
+        let dir = self.existing_run_dir(run_id)?;
+        let blob = blob.clone();
+        let run_id = run_id.to_owned();
+        self.blocking(move |_| {
+            let path = dir.join("blobs").join(format!("sha256-{}", blob.hex()));
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    return Err(JournalError::BlobNotFound { run_id, blob_ref: blob.to_string() });
+                }
+                Err(e) => return Err(JournalError::io(path.display(), e)),
+            };
+            blob.verify(&run_id, &bytes)?;
+            Ok(Bytes::from(bytes))
+        })
+        .await
+    }
+
+    async fn put_snapshot(&self, run_id: &str, snapshot: &Snapshot) -> Result<()> {
+        let dir = self.existing_run_dir(run_id)?;
+        let bytes = serde_json::to_vec(snapshot).map_err(|e| JournalError::invalid("snapshot", e.to_string()))?;
+        let seq = snapshot.seq();
+        self.blocking(move |_| {
+            let sdir = snapshot_dir(&dir);
+            fs::create_dir_all(&sdir).map_err(|e| JournalError::io(sdir.display(), e))?;
+            write_atomic(&sdir.join(format!("{seq:020}.json")), &bytes)
+        })
+        .await
+    }
+
+    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>> {
+        let dir = self.existing_run_dir(run_id)?;
+        let run_id = run_id.to_owned();
+        self.blocking(move |_| {
+            let sdir = snapshot_dir(&dir);
+            let read = match fs::read_dir(&sdir) {
+                Ok(r) => r,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(JournalError::io(sdir.display(), e)),
+            };
+            let mut best: Option<(u64, PathBuf)> = None;
+            for item in read {
+                let item = item.map_err(|e| JournalError::io(sdir.display(), e))?;
+                let Ok(name) = item.file_name().into_string() else { continue };
+                let Some(seq) = name.strip_suffix(".json").and_then(|s| s.parse::<u64>().ok()) else { continue };
+                if at_most.is_some_and(|m| seq > m) {
+                    continue;
+                }
+                if best.as_ref().is_none_or(|(b, _)| seq > *b) {
+                    best = Some((seq, item.path()));
+                }
+            }
+            let Some((seq, path)) = best else { return Ok(None) };
+            let bytes = fs::read(&path).map_err(|e| JournalError::io(path.display(), e))?;
+            parse_snapshot(&run_id, seq, &path.display().to_string(), &bytes).map(Some)
+        })
+        .await
+    }
+
+    async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>> {
+        let dir = self.existing_run_dir(run_id)?;
+        self.blocking(move |_| {
+            let path = dir.join("state").join("state.json");
+            match fs::read(&path) {
+                Ok(b) => Ok(Some(Bytes::from(b))),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(JournalError::io(path.display(), e)),
+            }
+        })
+        .await
+    }
+
+    async fn write_state_cache(&self, run_id: &str, content: Bytes) -> Result<()> {
+        let dir = self.existing_run_dir(run_id)?;
+        self.blocking(move |_| {
+            let sdir = dir.join("state");
+            fs::create_dir_all(&sdir).map_err(|e| JournalError::io(sdir.display(), e))?;
+            write_atomic(&sdir.join("state.json"), &content)
+        })
+        .await
+    }
+}
+
+/// Parses and sanity-checks a snapshot document (shared by both backends).
+pub(crate) fn parse_snapshot(run_id: &str, seq: u64, where_: &str, bytes: &[u8]) -> Result<Snapshot> {
+    let at = Location::object(run_id, where_.to_owned()).with_seq(seq);
+    let snap: Snapshot =
+        serde_json::from_slice(bytes).map_err(|e| JournalError::corrupt(&at, format!("invalid snapshot: {e}")))?;
+    if snap.format != SNAPSHOT_FORMAT || snap.run_id != run_id || snap.seq() != seq {
+        return Err(JournalError::corrupt(&at, "snapshot header does not match its run and sequence number"));
+    }
+    Ok(snap)
+}

@@ -1,0 +1,530 @@
+//! The journal domain service: what every caller (gRPC adapter, orchestrator in-process, CLI)
+//! uses, identical over every backend.
+//!
+//! It keeps one verified view per open run (integrity chain + effect index at the head, built
+//! from the latest snapshot plus the tail), seals new events (ULID strictly after the head even
+//! across machines with skewed clocks, babysitter checksum, hash-chain link), refuses events that
+//! would make the run unloadable *before* anything is written, and commits through the store's
+//! conditional write. Appends run in their own task so a caller that goes away cannot cancel a
+//! half-done write.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::{Mutex, broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::error::{JournalError, Location, Result};
+use crate::event::{EventBody, EventType, StoredEvent};
+use crate::index::{ChainCheck, EffectIndex};
+use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
+use crate::{Head, jsjson, state_cache, validate_id};
+
+/// Tunables of the journal service.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// Largest event accepted, in bytes of its stored JSON form.
+    pub max_event_bytes: usize,
+    /// Most events accepted in one append.
+    pub max_batch_events: usize,
+    /// Write a snapshot after this many events since the last one (0 = never automatically).
+    pub snapshot_every: u64,
+    /// How often a watcher checks the store for events written by other processes.
+    pub watch_poll_interval: Duration,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            max_event_bytes: 16 * 1024 * 1024,
+            max_batch_events: 10_000,
+            snapshot_every: 1000,
+            watch_poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// An event to append: the journal stamps sequence number, ULID and checksum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: EventType,
+    /// `None` = now.
+    pub recorded_at: Option<String>,
+    pub data: Value,
+    pub sdk_version: Option<String>,
+}
+
+impl NewEvent {
+    /// A 6.0.0-style event (stamped with `sdkVersion`).
+    pub fn new(kind: EventType, data: Value) -> Self {
+        Self { kind, recorded_at: None, data, sdk_version: Some(state_cache::SDK_VERSION.to_owned()) }
+    }
+}
+
+/// The derived state of a run as `GetState` returns it.
+#[derive(Debug, Clone)]
+pub struct RunState {
+    pub head: Head,
+    /// babysitter's `state/state.json` document.
+    pub state_json: Bytes,
+    /// Why it was rebuilt (`missing_cache`, …), `None` when the stored one was fresh.
+    pub rebuild_reason: Option<&'static str>,
+    /// The snapshot the view was opened from (0 = none).
+    pub snapshot_seq: u64,
+}
+
+/// ISO-8601 UTC with milliseconds, as babysitter's clock prints it.
+pub fn now_iso() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+#[derive(Debug)]
+struct RunView {
+    chain: ChainCheck,
+    index: EffectIndex,
+    since_snapshot: u64,
+    snapshot_seq: u64,
+}
+
+type ViewSlot = Arc<Mutex<Option<RunView>>>;
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<dyn JournalStore>,
+    options: JournalOptions,
+    views: StdMutex<HashMap<String, ViewSlot>>,
+    watchers: StdMutex<HashMap<String, broadcast::Sender<Arc<Vec<StoredEvent>>>>>,
+    ulids: StdMutex<ulid::Generator>,
+}
+
+/// The journal service. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+impl Journal {
+    pub fn new(store: Arc<dyn JournalStore>, options: JournalOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                options,
+                views: StdMutex::new(HashMap::new()),
+                watchers: StdMutex::new(HashMap::new()),
+                ulids: StdMutex::new(ulid::Generator::new()),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn JournalStore> {
+        &self.inner.store
+    }
+
+    pub fn options(&self) -> &JournalOptions {
+        &self.inner.options
+    }
+
+    /// Creates a run. `run.json` must be an object whose `runId` (when present) equals `run_id`.
+    pub async fn create_run(&self, run_id: &str, files: RunFiles) -> Result<Head> {
+        validate_id("run id", run_id)?;
+        let Value::Object(run) = &files.run_json else {
+            return Err(JournalError::invalid("run.json", "must be a JSON object"));
+        };
+        if let Some(id) = run.get("runId")
+            && id.as_str() != Some(run_id)
+        {
+            return Err(JournalError::invalid("run.json", format!("runId {id} does not match the run id `{run_id}`")));
+        }
+        let store = self.inner.store.clone();
+        let id = run_id.to_owned();
+        spawn_whole(async move { store.create_run(&id, &files).await }).await?;
+        Ok(Head::empty())
+    }
+
+    pub async fn get_run(&self, run_id: &str) -> Result<(RunFiles, Head)> {
+        validate_id("run id", run_id)?;
+        let files = self.inner.store.get_run(run_id).await?;
+        let head = self.head(run_id).await?;
+        Ok((files, head))
+    }
+
+    /// Appends `events` at `expected_next_seq`; returns them as committed.
+    pub async fn append(&self, run_id: &str, expected_next_seq: u64, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+        validate_id("run id", run_id)?;
+        if events.is_empty() {
+            return Err(JournalError::invalid("append", "no events"));
+        }
+        if events.len() > self.inner.options.max_batch_events {
+            return Err(JournalError::invalid(
+                "append",
+                format!("{} events in one batch, the limit is {}", events.len(), self.inner.options.max_batch_events),
+            ));
+        }
+        let this = self.clone();
+        let run_id = run_id.to_owned();
+        spawn_whole(async move { this.append_inner(&run_id, expected_next_seq, events).await }).await
+    }
+
+    async fn append_inner(&self, run_id: &str, expected: u64, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let mut view = self.current(run_id, &mut guard, false).await?;
+        if expected != view.chain.head.seq + 1 {
+            view = self.current(run_id, &mut guard, true).await?;
+        }
+        if expected != view.chain.head.seq + 1 {
+            return Err(JournalError::Conflict { run_id: run_id.to_owned(), expected, head: view.chain.head.clone() });
+        }
+        let sealed = match self.seal(run_id, view, events) {
+            Ok(s) => s,
+            Err(e) => {
+                *guard = None; // the index may hold part of the refused batch: reload next time
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.inner.store.commit(run_id, &sealed).await {
+            *guard = None; // conflict or unknown outcome: the next operation re-reads the store
+            return Err(e);
+        }
+        let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
+        for e in &sealed {
+            view.chain.push(e, &Location::object(run_id, "append"))?;
+        }
+        view.since_snapshot += sealed.len() as u64;
+        if self.inner.options.snapshot_every > 0 && view.since_snapshot >= self.inner.options.snapshot_every {
+            let snapshot = snapshot_of(run_id, view);
+            match self.inner.store.put_snapshot(run_id, &snapshot).await {
+                Ok(()) => {
+                    view.since_snapshot = 0;
+                    view.snapshot_seq = snapshot.seq();
+                }
+                Err(e) => tracing::warn!(run_id, error = %e, "snapshot failed; will retry after the next append"),
+            }
+        }
+        drop(guard);
+        self.notify(run_id, &sealed);
+        Ok(sealed)
+    }
+
+    /// Stamps, checks and folds a batch onto `view.index` (the chain is advanced on a copy).
+    fn seal(&self, run_id: &str, view: &mut RunView, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+        let linked = self.inner.store.layout() == Layout::Object;
+        let mut chain = view.chain.clone();
+        let mut out = Vec::with_capacity(events.len());
+        for (i, ev) in events.into_iter().enumerate() {
+            let refuse = |reason: String| JournalError::InvalidEvent { run_id: run_id.to_owned(), index: i, reason };
+            if ev.kind.as_str().is_empty() {
+                return Err(refuse("event type is empty".into()));
+            }
+            if !ev.data.is_object() {
+                return Err(refuse("`data` must be a JSON object".into()));
+            }
+            if let Some(at) = &ev.recorded_at
+                && chrono::DateTime::parse_from_rfc3339(at).is_err()
+            {
+                return Err(refuse(format!("recordedAt `{at}` is not an ISO-8601 timestamp")));
+            }
+            let seq = chain.head.seq + 1;
+            let ulid = self.next_ulid(&chain.head.ulid);
+            let body = EventBody {
+                kind: ev.kind,
+                recorded_at: ev.recorded_at.unwrap_or_else(now_iso),
+                data: ev.data,
+                sdk_version: ev.sdk_version,
+                extra: Default::default(),
+            };
+            let prev_hash = linked.then(|| chain.head_hash.clone());
+            let event = StoredEvent::seal(seq, ulid, body, prev_hash);
+            let size = event.file_bytes().len();
+            if size > self.inner.options.max_event_bytes {
+                return Err(JournalError::EventTooLarge {
+                    run_id: run_id.to_owned(),
+                    index: i,
+                    size,
+                    limit: self.inner.options.max_event_bytes,
+                });
+            }
+            let at = Location::file(run_id, seq, event.file_name());
+            view.index.apply(&event, &at).map_err(|e| refuse(e.to_string()))?;
+            chain.push(&event, &at)?;
+            out.push(event);
+        }
+        Ok(out)
+    }
+
+    /// A ULID from this process's monotonic generator, forced after `prev` (another writer's
+    /// clock may be ahead of ours).
+    fn next_ulid(&self, prev: &str) -> String {
+        let fresh = {
+            let mut g = self.inner.ulids.lock().unwrap_or_else(|p| p.into_inner());
+            match g.generate() {
+                Ok(u) => u,
+                Err(overflow) => overflow.commit_overflow_increment(),
+            }
+        };
+        let prev = ulid::Ulid::from_string(prev).ok();
+        match prev {
+            Some(p) if fresh <= p => p.increment().unwrap_or(fresh).to_string(),
+            _ => fresh.to_string(),
+        }
+    }
+
+    /// Events with `from <= seq <= to` (`to` = 0: up to the head), verified.
+    pub async fn read(&self, run_id: &str, from: u64, to: u64) -> Result<Vec<StoredEvent>> {
+        validate_id("run id", run_id)?;
+        let from = from.max(1);
+        let to = (to > 0).then_some(to);
+        if to.is_some_and(|t| t < from) {
+            return Ok(Vec::new());
+        }
+        let store = &self.inner.store;
+        let start = match store.latest_snapshot(run_id, Some(from - 1)).await {
+            Ok(Some(s)) => s.chain,
+            Ok(None) => self.genesis(run_id),
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "unusable snapshot, reading from the start");
+                self.genesis(run_id)
+            }
+        };
+        let events = match store.load(run_id, &start, to).await {
+            Ok(ev) => ev,
+            Err(e) if start.head.seq > 0 && e.is_corruption() => {
+                tracing::warn!(run_id, error = %e, "snapshot does not match the journal, reading from the start");
+                store.load(run_id, &self.genesis(run_id), to).await?
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(events.into_iter().filter(|e| e.seq >= from).collect())
+    }
+
+    /// The current head, as the store sees it now (includes other writers' appends).
+    pub async fn head(&self, run_id: &str) -> Result<Head> {
+        validate_id("run id", run_id)?;
+        let hint = {
+            let slot = self.slot(run_id);
+            let guard = slot.lock().await;
+            guard.as_ref().map(|v| v.chain.head.clone())
+        };
+        self.inner.store.head(run_id, hint.as_ref()).await
+    }
+
+    /// The effect index and head of a run, brought up to date.
+    pub async fn index(&self, run_id: &str) -> Result<(Head, EffectIndex)> {
+        validate_id("run id", run_id)?;
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let view = self.current(run_id, &mut guard, true).await?;
+        Ok((view.chain.head.clone(), view.index.clone()))
+    }
+
+    /// babysitter's state cache at the head: the stored one when fresh, else rebuilt and stored.
+    pub async fn state(&self, run_id: &str) -> Result<RunState> {
+        validate_id("run id", run_id)?;
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let view = self.current(run_id, &mut guard, true).await?;
+        let head = view.chain.head.clone();
+        let stored = self.inner.store.read_state_cache(run_id).await?;
+        let fresh = state_cache::freshness(stored.as_deref(), &head);
+        let (state_json, rebuild_reason) = match (fresh.rebuild_reason(), stored) {
+            (None, Some(bytes)) => (bytes, None),
+            (reason, _) => {
+                let reason = reason.unwrap_or("missing_cache");
+                let doc = state_cache::build(&view.index, &head, &now_iso(), Some(reason));
+                let bytes = Bytes::from(jsjson::to_file_string(&doc));
+                self.inner.store.write_state_cache(run_id, bytes.clone()).await?;
+                (bytes, Some(reason))
+            }
+        };
+        Ok(RunState { head, state_json, rebuild_reason, snapshot_seq: view.snapshot_seq })
+    }
+
+    /// Writes a snapshot at the current head; returns its seq.
+    pub async fn snapshot(&self, run_id: &str) -> Result<u64> {
+        validate_id("run id", run_id)?;
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let view = self.current(run_id, &mut guard, true).await?;
+        let snapshot = snapshot_of(run_id, view);
+        self.inner.store.put_snapshot(run_id, &snapshot).await?;
+        view.since_snapshot = 0;
+        view.snapshot_seq = snapshot.seq();
+        Ok(snapshot.seq())
+    }
+
+    pub async fn list_runs(&self, prefix: &str, page_token: Option<&str>, page_size: usize) -> Result<(Vec<String>, Option<String>)> {
+        let page_size = page_size.clamp(1, 1000);
+        let mut ids = self.inner.store.list_runs(prefix, page_token, page_size + 1).await?;
+        let next = if ids.len() > page_size {
+            ids.truncate(page_size);
+            ids.last().cloned()
+        } else {
+            None
+        };
+        Ok((ids, next))
+    }
+
+    pub async fn put_blob(&self, run_id: &str, content: Bytes) -> Result<BlobRef> {
+        validate_id("run id", run_id)?;
+        let store = self.inner.store.clone();
+        let run_id = run_id.to_owned();
+        spawn_whole(async move { store.put_blob(&run_id, content).await }).await
+    }
+
+    pub async fn get_blob(&self, run_id: &str, blob: &BlobRef) -> Result<Bytes> {
+        validate_id("run id", run_id)?;
+        self.inner.store.get_blob(run_id, blob).await
+    }
+
+    /// Events from `from_seq` on, then each new one as it is committed (by this process, or by
+    /// another one: the store is polled). Ends when the receiver is dropped or on an error
+    /// (sent as the last item).
+    pub fn watch(&self, run_id: &str, from_seq: u64) -> ReceiverStream<Result<Vec<StoredEvent>>> {
+        let (tx, rx) = mpsc::channel(16);
+        let this = self.clone();
+        let run_id = run_id.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = this.watch_loop(&run_id, from_seq.max(1), &tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+
+    async fn watch_loop(&self, run_id: &str, mut next: u64, tx: &mpsc::Sender<Result<Vec<StoredEvent>>>) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let mut live = self.subscribe(run_id);
+        let mut known_head = 0u64;
+        loop {
+            let head = self.head(run_id).await?;
+            if head.seq >= next && head.seq != known_head {
+                let events = self.read(run_id, next, head.seq).await?;
+                if let Some(last) = events.last() {
+                    next = last.seq + 1;
+                    if tx.send(Ok(events)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            known_head = head.seq;
+            let poll = tokio::time::sleep(self.inner.options.watch_poll_interval);
+            tokio::select! {
+                _ = tx.closed() => return Ok(()),
+                _ = poll => {}
+                msg = live.recv() => match msg {
+                    Ok(batch) => {
+                        let fits = batch.first().is_some_and(|e| e.seq <= next) && batch.last().is_some_and(|e| e.seq >= next);
+                        if fits {
+                            let events: Vec<_> = batch.iter().filter(|e| e.seq >= next).cloned().collect();
+                            if let Some(last) = events.last() {
+                                next = last.seq + 1;
+                                known_head = last.seq;
+                            }
+                            if tx.send(Ok(events)).await.is_err() {
+                                return Ok(());
+                            }
+                        } else {
+                            known_head = 0; // out of step: re-read from the store
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => known_head = 0,
+                    Err(broadcast::error::RecvError::Closed) => live = self.subscribe(run_id),
+                },
+            }
+        }
+    }
+
+    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<Arc<Vec<StoredEvent>>> {
+        let mut map = self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(run_id.to_owned()).or_insert_with(|| broadcast::channel(256).0).subscribe()
+    }
+
+    fn notify(&self, run_id: &str, events: &[StoredEvent]) {
+        let mut map = self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = map.get(run_id) {
+            if tx.receiver_count() == 0 {
+                map.remove(run_id);
+            } else {
+                let _ = tx.send(Arc::new(events.to_vec()));
+            }
+        }
+    }
+
+    fn genesis(&self, run_id: &str) -> ChainCheck {
+        ChainCheck::new(run_id, self.inner.store.layout() == Layout::Object)
+    }
+
+    fn slot(&self, run_id: &str) -> ViewSlot {
+        let mut views = self.inner.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.entry(run_id.to_owned()).or_default().clone()
+    }
+
+    /// The run's view, opened (latest snapshot + tail) if it is not in memory, and brought up
+    /// to the store's head when `refresh`. On any error the view is dropped, so a partly
+    /// applied tail is never used.
+    async fn current<'a>(&self, run_id: &str, guard: &'a mut Option<RunView>, refresh: bool) -> Result<&'a mut RunView> {
+        if guard.is_none() {
+            *guard = Some(self.open(run_id).await?);
+        } else if refresh {
+            let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
+            if let Err(e) = self.refresh(run_id, view).await {
+                *guard = None;
+                return Err(e);
+            }
+        }
+        guard.as_mut().ok_or(JournalError::ShuttingDown)
+    }
+
+    async fn open(&self, run_id: &str) -> Result<RunView> {
+        let store = &self.inner.store;
+        let snapshot = match store.latest_snapshot(run_id, None).await {
+            Ok(s) => s,
+            Err(e @ JournalError::RunNotFound { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "unusable snapshot, opening from the start");
+                None
+            }
+        };
+        if let Some(s) = snapshot
+            && s.chain.linked == (store.layout() == Layout::Object)
+        {
+            let mut view = RunView { chain: s.chain.clone(), index: s.index, since_snapshot: 0, snapshot_seq: s.chain.head.seq };
+            match self.refresh(run_id, &mut view).await {
+                Ok(()) => return Ok(view),
+                Err(e) if e.is_corruption() => {
+                    tracing::warn!(run_id, error = %e, "snapshot does not match the journal, opening from the start");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut view = RunView { chain: self.genesis(run_id), index: EffectIndex::default(), since_snapshot: 0, snapshot_seq: 0 };
+        self.refresh(run_id, &mut view).await?;
+        Ok(view)
+    }
+
+    /// Reads and folds whatever was committed after the view's head.
+    async fn refresh(&self, run_id: &str, view: &mut RunView) -> Result<()> {
+        let events = self.inner.store.load(run_id, &view.chain, None).await?;
+        for e in &events {
+            let at = Location::file(run_id, e.seq, e.file_name());
+            view.index.apply(e, &at)?;
+            view.chain.push(e, &at)?;
+        }
+        view.since_snapshot += events.len() as u64;
+        Ok(())
+    }
+}
+
+fn snapshot_of(run_id: &str, view: &RunView) -> Snapshot {
+    Snapshot { format: SNAPSHOT_FORMAT.into(), run_id: run_id.to_owned(), chain: view.chain.clone(), index: view.index.clone() }
+}
+
+/// Runs `fut` to completion in its own task, even if the caller stops waiting for it.
+async fn spawn_whole<T: Send + 'static>(fut: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    tokio::spawn(fut).await.map_err(|e| if e.is_cancelled() { JournalError::ShuttingDown } else {
+        JournalError::io("journal task", std::io::Error::other(e.to_string()))
+    })?
+}

@@ -1,0 +1,139 @@
+//! The storage contract every journal backend implements.
+//!
+//! A store only moves verified bytes: it writes sealed events create-only at the sequence number
+//! they carry (refusing with [`JournalError::Conflict`] when that number is taken), and reads
+//! events back with their checksums and chain links verified. Sealing, semantic validation,
+//! caching and watching live one level up in [`crate::journal::Journal`], identical for every
+//! backend; the conformance suite in [`crate::testsuite`] holds every backend to the same rules.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{JournalError, Result};
+use crate::event::{StoredEvent, sha256_hex};
+use crate::index::{ChainCheck, EffectIndex};
+use crate::Head;
+
+/// A run's metadata documents: `run.json` and the optional `inputs.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFiles {
+    pub run_json: Value,
+    pub inputs_json: Option<Value>,
+}
+
+/// A snapshot of the derived state at a sequence number: opening a run reads the latest
+/// snapshot and then only the events after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub format: String,
+    pub run_id: String,
+    pub chain: ChainCheck,
+    pub index: EffectIndex,
+}
+
+pub const SNAPSHOT_FORMAT: &str = "babysitter-rs/journal-snapshot/v1";
+
+impl Snapshot {
+    pub fn seq(&self) -> u64 {
+        self.chain.head.seq
+    }
+}
+
+/// A content-addressed blob reference, `sha256:<64 lowercase hex>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlobRef(String);
+
+impl BlobRef {
+    pub fn of(content: &[u8]) -> Self {
+        Self(sha256_hex(content))
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        let hex = s
+            .strip_prefix("sha256:")
+            .ok_or_else(|| JournalError::invalid("blob reference", format!("`{s}` does not start with `sha256:`")))?;
+        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(JournalError::invalid("blob reference", format!("`{s}` is not sha256:<64 lowercase hex>")));
+        }
+        Ok(Self(hex.to_owned()))
+    }
+
+    /// The 64 hex digits.
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+
+    pub fn verify(&self, run_id: &str, content: &[u8]) -> Result<()> {
+        let actual = sha256_hex(content);
+        if actual == self.0 {
+            Ok(())
+        } else {
+            Err(JournalError::Corrupt {
+                at: crate::Location::object(run_id, format!("blob {self}")),
+                reason: format!("content hashes to sha256:{actual}"),
+            })
+        }
+    }
+}
+
+impl fmt::Display for BlobRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", self.0)
+    }
+}
+
+/// Which integrity scheme a store's events carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// babysitter's run directory: one file per event, no chain links (the reference's format).
+    Babysitter,
+    /// create-only batch objects with hash-chain links.
+    Object,
+}
+
+#[async_trait]
+pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
+    fn layout(&self) -> Layout;
+
+    /// Short human description for logs (`file:///data/runs`, `s3://bucket/prefix`).
+    fn describe(&self) -> String;
+
+    /// Creates a run with its metadata; [`JournalError::RunAlreadyExists`] when it exists.
+    async fn create_run(&self, run_id: &str, files: &RunFiles) -> Result<()>;
+
+    async fn get_run(&self, run_id: &str) -> Result<RunFiles>;
+
+    /// Commits `events` (contiguous, sealed) at `events[0].seq`, all or nothing where the backend
+    /// can (one object PUT); [`JournalError::Conflict`] with the current head when that sequence
+    /// number is already taken.
+    async fn commit(&self, run_id: &str, events: &[StoredEvent]) -> Result<()>;
+
+    /// Every event after `from.head` (up to `to` when given, which must lie on a commit
+    /// boundary or be the head), checksums and chain verified starting from `from`.
+    async fn load(&self, run_id: &str, from: &ChainCheck, to: Option<u64>) -> Result<Vec<StoredEvent>>;
+
+    /// The current head. `hint` is a head known to be committed; backends may list from it.
+    async fn head(&self, run_id: &str, hint: Option<&Head>) -> Result<Head>;
+
+    /// Run ids starting with `prefix`, ascending, strictly after `after`, at most `limit`.
+    async fn list_runs(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
+
+    async fn put_blob(&self, run_id: &str, content: Bytes) -> Result<BlobRef>;
+
+    async fn get_blob(&self, run_id: &str, blob: &BlobRef) -> Result<Bytes>;
+
+    async fn put_snapshot(&self, run_id: &str, snapshot: &Snapshot) -> Result<()>;
+
+    /// The newest snapshot whose seq is at most `at_most` (any when `None`).
+    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>>;
+
+    /// babysitter's derived `state/state.json` bytes, if stored.
+    async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>>;
+
+    async fn write_state_cache(&self, run_id: &str, content: Bytes) -> Result<()>;
+}

@@ -1,0 +1,129 @@
+//! The conformance suite against the local backends: in-memory (logic only), the filesystem in
+//! babysitter's layout, and the object layout on a local directory. SeaweedFS runs the same
+//! suite in the `babysitter-tests` crate.
+
+use std::sync::Arc;
+
+use babysitter_journal::config::{LimitsConfig, object_journal};
+use babysitter_journal::fs::FsStore;
+use babysitter_journal::object::ObjectJournal;
+use babysitter_journal::store::JournalStore;
+use babysitter_journal::testsuite::{self, Factory};
+use object_store::ObjectStore;
+
+fn memory() -> Factory {
+    let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    Arc::new(move || Arc::new(ObjectJournal::new(mem.clone(), "", "memory://", 1024 * 1024)) as Arc<dyn JournalStore>)
+}
+
+fn babysitter_dir(dir: &tempfile::TempDir) -> Factory {
+    let root = dir.path().join(".a5c").join("runs");
+    Arc::new(move || Arc::new(FsStore::new(root.clone())) as Arc<dyn JournalStore>)
+}
+
+fn object_dir(dir: &tempfile::TempDir) -> Factory {
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("local object store"));
+    Arc::new(move || Arc::new(ObjectJournal::new(local.clone(), "journal", "object+file://", 1024 * 1024)) as Arc<dyn JournalStore>)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_in_memory() {
+    testsuite::run_all(memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_filesystem_babysitter_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    testsuite::run_all(babysitter_dir(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_filesystem_object_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    testsuite::run_all(object_dir(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_writers_1000_appends_filesystem() {
+    let dir = tempfile::tempdir().unwrap();
+    testsuite::concurrent_writers(babysitter_dir(&dir), 8, 1000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_writers_1000_appends_object_layout_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    testsuite::concurrent_writers(object_dir(&dir), 8, 1000).await;
+}
+
+#[tokio::test]
+async fn probe_accepts_stores_that_honour_create_only() {
+    let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    object_journal(mem, "p", "memory://", &LimitsConfig::default()).await.expect("in-memory honours PutMode::Create");
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    object_journal(local, "", "object+file://", &LimitsConfig::default()).await.expect("local fs honours PutMode::Create");
+}
+
+#[tokio::test]
+async fn probe_refuses_a_store_that_ignores_create_only() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let unsafe_store: Arc<dyn ObjectStore> = Arc::new(testsupport::IgnoreConditionalPuts(inner));
+    let err = object_journal(unsafe_store, "", "s3rver-like://", &LimitsConfig::default()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, babysitter_journal::JournalError::UnsafeStore { .. }), "{msg}");
+    assert!(msg.contains("ignores If-None-Match"), "{msg}");
+}
+
+mod testsupport {
+    //! A store wrapper that behaves like s3rver: it drops create-only / update preconditions
+    //! and overwrites.
+
+    use std::fmt;
+    use std::sync::Arc;
+
+    use futures::stream::BoxStream;
+    use object_store::path::Path;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
+        PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    };
+
+    #[derive(Debug)]
+    pub struct IgnoreConditionalPuts(pub Arc<dyn ObjectStore>);
+
+    impl fmt::Display for IgnoreConditionalPuts {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "IgnoreConditionalPuts({})", self.0)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for IgnoreConditionalPuts {
+        async fn put_opts(&self, location: &Path, payload: PutPayload, mut opts: PutOptions) -> Result<PutResult> {
+            opts.mode = PutMode::Overwrite;
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, Result<Path>>,
+        ) -> BoxStream<'static, Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+}
