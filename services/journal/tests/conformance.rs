@@ -127,3 +127,49 @@ mod testsupport {
         }
     }
 }
+
+/// Rewrites one batch object of the object layout on disk.
+fn tamper_batch(dir: &tempfile::TempDir, run: &str, first: u64, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
+    let p = dir.path().join("journal/runs").join(run).join("journal").join(format!("{first:020}.json"));
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    p
+}
+
+async fn three_batches(f: &Factory) -> String {
+    use babysitter_journal::{EventType, Journal, NewEvent};
+    let j = Journal::new(f(), Default::default());
+    let id = testsuite::run_id("tamper");
+    j.create_run(&id, babysitter_journal::store::RunFiles { run_json: serde_json::json!({"runId": id}), inputs_json: None }).await.unwrap();
+    for seq in 1..=3 {
+        j.append(&id, seq, vec![NewEvent::new(EventType::parse("STEP"), serde_json::json!({"n": seq}))]).await.unwrap();
+    }
+    id
+}
+
+#[tokio::test]
+async fn object_layout_detects_a_broken_hash_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = object_dir(&dir);
+    let id = three_batches(&f).await;
+    // Replace batch 2 with a validly checksummed event that does not link to batch 1.
+    tamper_batch(&dir, &id, 2, |v| v["events"][0]["prevHash"] = serde_json::json!("00".repeat(32)));
+    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
+    assert!(matches!(&err, babysitter_journal::JournalError::HashChain { at, .. } if at.seq == Some(2)), "{err:?}");
+    assert!(err.to_string().contains("00000000000000000002.json"), "{err}");
+}
+
+#[tokio::test]
+async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = object_dir(&dir);
+    let id = three_batches(&f).await;
+    tamper_batch(&dir, &id, 3, |v| v["events"][0]["event"]["data"]["n"] = serde_json::json!(4));
+    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
+    assert!(matches!(&err, babysitter_journal::JournalError::ChecksumMismatch { at, .. } if at.seq == Some(3)), "{err:?}");
+    let p = dir.path().join("journal/runs").join(&id).join("journal").join(format!("{:020}.json", 2));
+    std::fs::remove_file(p).unwrap();
+    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
+    assert!(matches!(&err, babysitter_journal::JournalError::SequenceGap { expected: 2, .. }), "{err:?}");
+}
