@@ -7,12 +7,14 @@
 //! development only). Object stores are probed at open: one that ignores create-only writes is
 //! refused.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use babysitter_common::EnvMap;
+use babysitter_common::server::ServerConfig;
+use babysitter_common::telemetry::TelemetryConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JournalError, Result};
@@ -20,6 +22,34 @@ use crate::fs::FsStore;
 use crate::journal::JournalOptions;
 use crate::object::{ObjectJournal, probe_conditional_create};
 use crate::store::JournalStore;
+
+/// The whole configuration of the `journal` binary (env prefix `BABYSITTER_JOURNAL`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct JournalServiceConfig {
+    /// Config format version. Since v0.1.
+    pub version: u32,
+    /// Listener, limits, auth. Since v0.1.
+    pub server: ServerConfig,
+    /// Log filter and format. Since v0.1.
+    pub telemetry: TelemetryConfig,
+    /// Where runs are stored. Since v0.1.
+    pub store: StoreConfig,
+    /// Journal limits. Since v0.1.
+    pub limits: LimitsConfig,
+}
+
+impl Default for JournalServiceConfig {
+    fn default() -> Self {
+        Self {
+            version: 1,
+            server: ServerConfig::with_listen_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 50051))),
+            telemetry: TelemetryConfig::default(),
+            store: StoreConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
 
 /// Where and how runs are stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,7 +132,7 @@ impl LimitsConfig {
 }
 
 /// Opens the backend `cfg.url` names. `env` supplies the standard `AWS_*` variables.
-pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &HashMap<String, String>) -> Result<Arc<dyn JournalStore>> {
+pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) -> Result<Arc<dyn JournalStore>> {
     let url = cfg.url.trim();
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(Arc::new(FsStore::new(path)));
@@ -122,7 +152,7 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &HashMap<
             return Err(JournalError::invalid("store.url", format!("`{url}` names no bucket")));
         }
         let pick = |v: &Option<String>, keys: &[&str]| -> Option<String> {
-            v.clone().or_else(|| keys.iter().find_map(|k| env.get(*k).filter(|s| !s.is_empty()).cloned()))
+            v.clone().or_else(|| keys.iter().find_map(|k| env.get_non_empty(k).map(str::to_owned)))
         };
         let endpoint = pick(&cfg.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]);
         let region = pick(&cfg.region, &["AWS_REGION", "AWS_DEFAULT_REGION"]).unwrap_or_else(|| "us-east-1".into());
@@ -133,7 +163,7 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &HashMap<
         if let Some(secret) = pick(&cfg.secret_access_key, &["AWS_SECRET_ACCESS_KEY"]) {
             b = b.with_secret_access_key(secret);
         }
-        if let Some(token) = env.get("AWS_SESSION_TOKEN").filter(|s| !s.is_empty()) {
+        if let Some(token) = env.get_non_empty("AWS_SESSION_TOKEN") {
             b = b.with_token(token);
         }
         if let Some(ep) = &endpoint {

@@ -1,0 +1,106 @@
+//! `journal`: serves `JournalService` over a filesystem or object-store backend.
+//! Parses flags, loads layered config, starts telemetry, opens the store, serves.
+
+use std::process::ExitCode;
+
+use babysitter_common::EnvMap;
+use babysitter_common::config::{ConfigLoader, dump_config};
+use babysitter_common::server::{ServerBuilder, shutdown_signal};
+use babysitter_common::telemetry::init_telemetry;
+use babysitter_journal::config::{JournalServiceConfig, open_store};
+use babysitter_journal::grpc::JournalGrpcServer;
+use babysitter_journal::Journal;
+use clap::Parser;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The babysitter-rs journal service.
+#[derive(Debug, Parser)]
+#[command(name = "journal", version)]
+struct Args {
+    /// TOML config file.
+    #[arg(long, env = "BABYSITTER_JOURNAL_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Store URL: file:///path, s3://bucket/prefix, object+file:///path or memory:// (overrides store.url).
+    #[arg(long)]
+    store: Option<String>,
+    /// Address to listen on, e.g. 127.0.0.1:50051 (overrides server.listen-addr).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Any config key, e.g. `--set limits.snapshot-every=500` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print the effective config as TOML and exit.
+    #[arg(long)]
+    dump_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let env = EnvMap::from_process();
+    let config: JournalServiceConfig = match ConfigLoader::new("BABYSITTER_JOURNAL")
+        .file(args.config.clone())
+        .env(env.clone())
+        .overrides(args.set.clone())
+        .json_override(json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}}))
+        .load()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("journal: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.dump_config {
+        return match dump_config(&config) {
+            Ok(text) => {
+                #[allow(clippy::print_stdout)]
+                {
+                    print!("{text}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("journal: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("journal: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config, env)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("journal: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> {
+    let telemetry = init_telemetry("journal", &config.telemetry, &env)?;
+    let store = open_store(&config.store, &config.limits, &env)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.store.url))?;
+    tracing::info!(store = %store.describe(), "journal store ready");
+    let journal = Journal::new(store, config.limits.journal_options());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_signal(shutdown.clone()));
+    let server = ServerBuilder::new("journal", &config.server)
+        .add_service(JournalGrpcServer::new(journal).into_service(), babysitter_proto::FILE_DESCRIPTOR_SET);
+    let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;
+    let addr = listener.local_addr()?;
+    // One machine-readable line so scripts and tests can find the port when listening on :0.
+    eprintln!("journal listening on {addr}");
+    tracing::info!(%addr, "journal serving");
+    server.serve_with_listener(listener, shutdown).await?;
+    telemetry.shutdown().await?;
+    Ok(())
+}
