@@ -154,7 +154,7 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) 
         let pick = |v: &Option<String>, keys: &[&str]| -> Option<String> {
             v.clone().or_else(|| keys.iter().find_map(|k| env.get_non_empty(k).map(str::to_owned)))
         };
-        let endpoint = pick(&cfg.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]);
+        let endpoint = pick(&cfg.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]);
         let region = pick(&cfg.region, &["AWS_REGION", "AWS_DEFAULT_REGION"]).unwrap_or_else(|| "us-east-1".into());
         let mut b = AmazonS3Builder::new().with_bucket_name(bucket).with_region(region);
         if let Some(key) = pick(&cfg.access_key_id, &["AWS_ACCESS_KEY_ID"]) {
@@ -166,9 +166,7 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) 
         if let Some(token) = env.get_non_empty("AWS_SESSION_TOKEN") {
             b = b.with_token(token);
         }
-        if let Some(ep) = &endpoint {
-            b = b.with_endpoint(ep).with_allow_http(cfg.allow_http.unwrap_or(ep.starts_with("http://")));
-        }
+        // Client options first: `with_client_options` replaces them whole, allow-http included.
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
         b = b
             .with_client_options(ClientOptions::new().with_timeout(timeout).with_connect_timeout(Duration::from_secs(5)))
@@ -177,6 +175,10 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) 
                 max_retries: cfg.max_retries,
                 retry_timeout: timeout,
             });
+        if let Some(ep) = &endpoint {
+            let env_allow = env.get_non_empty("AWS_ALLOW_HTTP").map(|v| v.eq_ignore_ascii_case("true"));
+            b = b.with_endpoint(ep).with_allow_http(cfg.allow_http.or(env_allow).unwrap_or(ep.starts_with("http://")));
+        }
         let s3 = b.build().map_err(|e| JournalError::UnsafeStore { reason: format!("cannot configure {url}: {e}") })?;
         let described = match &endpoint {
             Some(ep) => format!("{url} at {ep}"),

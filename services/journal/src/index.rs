@@ -166,6 +166,31 @@ impl EffectIndex {
         self.by_invocation.get(key).and_then(|id| self.effects.get(id))
     }
 
+    /// Checks that `events` would fold cleanly onto this index, without changing it: the batch
+    /// is applied to a scratch index holding only the records it touches (by effect id and by
+    /// invocation key), so the cost is the batch's, not the run's.
+    pub fn check_batch(&self, events: &[(&StoredEvent, Location)]) -> Result<(), JournalError> {
+        let mut scratch = EffectIndex::default();
+        for (event, _) in events {
+            let Some(d) = event.body.data.as_object() else { continue };
+            let by_id = d.get("effectId").and_then(Value::as_str).and_then(|id| self.effects.get(id));
+            let by_key = d
+                .get("invocationKey")
+                .and_then(Value::as_str)
+                .and_then(|k| self.by_invocation_key(k));
+            for r in by_id.into_iter().chain(by_key) {
+                if !scratch.effects.contains_key(&r.effect_id) {
+                    scratch.by_invocation.insert(r.invocation_key.clone(), r.effect_id.clone());
+                    scratch.effects.insert(r.effect_id.clone(), r.clone());
+                }
+            }
+        }
+        for (event, at) in events {
+            scratch.apply(event, at)?;
+        }
+        Ok(())
+    }
+
     /// Applies one event; on error the index is unchanged.
     pub fn apply(&mut self, event: &StoredEvent, at: &Location) -> Result<(), JournalError> {
         let fail = |reason: String| JournalError::Replay { at: at.clone(), reason };

@@ -178,20 +178,23 @@ impl Journal {
         if expected != view.chain.head.seq + 1 {
             return Err(JournalError::Conflict { run_id: run_id.to_owned(), expected, head: view.chain.head.clone() });
         }
-        let sealed = match self.seal(run_id, view, events) {
-            Ok(s) => s,
+        let sealed = self.seal(run_id, view, events)?;
+        match self.inner.store.commit(run_id, &sealed).await {
+            Ok(()) => {}
+            // Nothing was written: the view is still a true prefix; the next append refreshes it.
+            Err(e @ JournalError::Conflict { .. }) => return Err(e),
             Err(e) => {
-                *guard = None; // the index may hold part of the refused batch: reload next time
+                *guard = None; // unknown outcome: the next operation re-reads the store
                 return Err(e);
             }
-        };
-        if let Err(e) = self.inner.store.commit(run_id, &sealed).await {
-            *guard = None; // conflict or unknown outcome: the next operation re-reads the store
-            return Err(e);
         }
         let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
         for e in &sealed {
-            view.chain.push(e, &Location::object(run_id, "append"))?;
+            let at = Location::file(run_id, e.seq, e.file_name());
+            if let Err(err) = view.index.apply(e, &at).and_then(|()| view.chain.push(e, &at)) {
+                *guard = None;
+                return Err(err);
+            }
         }
         view.since_snapshot += sealed.len() as u64;
         if self.inner.options.snapshot_every > 0 && view.since_snapshot >= self.inner.options.snapshot_every {
@@ -209,8 +212,8 @@ impl Journal {
         Ok(sealed)
     }
 
-    /// Stamps, checks and folds a batch onto `view.index` (the chain is advanced on a copy).
-    fn seal(&self, run_id: &str, view: &mut RunView, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+    /// Stamps a batch and checks it against the view (which it does not change).
+    fn seal(&self, run_id: &str, view: &RunView, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
         let linked = self.inner.store.layout() == Layout::Object;
         let mut chain = view.chain.clone();
         let mut out = Vec::with_capacity(events.len());
@@ -247,10 +250,16 @@ impl Journal {
                     limit: self.inner.options.max_event_bytes,
                 });
             }
-            let at = Location::file(run_id, seq, event.file_name());
-            view.index.apply(&event, &at).map_err(|e| refuse(e.to_string()))?;
-            chain.push(&event, &at)?;
+            chain.push(&event, &Location::file(run_id, seq, event.file_name()))?;
             out.push(event);
+        }
+        let located: Vec<_> = out.iter().map(|e| (e, Location::file(run_id, e.seq, e.file_name()))).collect();
+        if let Err(e) = view.index.check_batch(&located) {
+            let index = match &e {
+                JournalError::Replay { at, .. } => at.seq.map_or(0, |s| (s - out[0].seq) as usize),
+                _ => 0,
+            };
+            return Err(JournalError::InvalidEvent { run_id: run_id.to_owned(), index, reason: e.to_string() });
         }
         Ok(out)
     }
