@@ -201,6 +201,39 @@ pub struct GetBlobResponse {
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PutTaskFileRequest {
+    #[prost(string, tag = "1")]
+    pub run_id: ::prost::alloc::string::String,
+    /// the effect id (a ULID); one path segment, no `/` or `..`.
+    #[prost(string, tag = "2")]
+    pub effect_id: ::prost::alloc::string::String,
+    /// the file name, e.g. task.json, result.json, stdout.log, stderr.log, output.json.
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(bytes = "bytes", tag = "4")]
+    pub content: ::prost::bytes::Bytes,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PutTaskFileResponse {}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetTaskFileRequest {
+    #[prost(string, tag = "1")]
+    pub run_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub effect_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub name: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetTaskFileResponse {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub content: ::prost::bytes::Bytes,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct GetStateRequest {
     #[prost(string, tag = "1")]
     pub run_id: ::prost::alloc::string::String,
@@ -560,6 +593,67 @@ pub mod journal_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Writes tasks/\<effect_id>/<name> of a run (task.json, result.json, stdout.log, ...); `.json`
+        /// files are stored in babysitter's exact JSON form.
+        pub async fn put_task_file(
+            &mut self,
+            request: impl tonic::IntoRequest<super::PutTaskFileRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::PutTaskFileResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/PutTaskFile",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "PutTaskFile",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Reads tasks/\<effect_id>/<name> of a run.
+        pub async fn get_task_file(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetTaskFileRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetTaskFileResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/GetTaskFile",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "GetTaskFile",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
         /// Returns the derived run state (babysitter's state cache) at the head, built from the latest
         /// snapshot plus the journal tail.
         pub async fn get_state(
@@ -701,6 +795,23 @@ pub mod journal_service_server {
             &self,
             request: tonic::Request<super::GetBlobRequest>,
         ) -> std::result::Result<tonic::Response<super::GetBlobResponse>, tonic::Status>;
+        /// Writes tasks/\<effect_id>/<name> of a run (task.json, result.json, stdout.log, ...); `.json`
+        /// files are stored in babysitter's exact JSON form.
+        async fn put_task_file(
+            &self,
+            request: tonic::Request<super::PutTaskFileRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::PutTaskFileResponse>,
+            tonic::Status,
+        >;
+        /// Reads tasks/\<effect_id>/<name> of a run.
+        async fn get_task_file(
+            &self,
+            request: tonic::Request<super::GetTaskFileRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetTaskFileResponse>,
+            tonic::Status,
+        >;
         /// Returns the derived run state (babysitter's state cache) at the head, built from the latest
         /// snapshot plus the journal tail.
         async fn get_state(
@@ -1187,6 +1298,96 @@ pub mod journal_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = GetBlobSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/PutTaskFile" => {
+                    #[allow(non_camel_case_types)]
+                    struct PutTaskFileSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::PutTaskFileRequest>
+                    for PutTaskFileSvc<T> {
+                        type Response = super::PutTaskFileResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::PutTaskFileRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::put_task_file(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = PutTaskFileSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/GetTaskFile" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetTaskFileSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::GetTaskFileRequest>
+                    for GetTaskFileSvc<T> {
+                        type Response = super::GetTaskFileResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetTaskFileRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::get_task_file(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetTaskFileSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

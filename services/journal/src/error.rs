@@ -86,6 +86,9 @@ pub enum JournalError {
     #[error("blob {blob_ref} of run {run_id} not found")]
     BlobNotFound { run_id: String, blob_ref: String },
 
+    #[error("task file tasks/{effect_id}/{name} of run {run_id} not found")]
+    TaskFileNotFound { run_id: String, effect_id: String, name: String },
+
     #[error("the store is not safe for a journal: {reason}")]
     UnsafeStore { reason: String },
 

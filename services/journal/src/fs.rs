@@ -498,6 +498,35 @@ impl JournalStore for FsStore {
         .await
     }
 
+    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+        let dir = self.existing_run_dir(run_id)?;
+        validate_id("effect id", effect_id)?;
+        validate_id("task file name", name)?;
+        let (effect_id, name) = (effect_id.to_owned(), name.to_owned());
+        self.blocking(move |_| {
+            let tdir = dir.join("tasks").join(&effect_id);
+            fs::create_dir_all(&tdir).map_err(|e| JournalError::io(tdir.display(), e))?;
+            write_atomic(&tdir.join(&name), &content)
+        })
+        .await
+    }
+
+    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
+        let dir = self.existing_run_dir(run_id)?;
+        validate_id("effect id", effect_id)?;
+        validate_id("task file name", name)?;
+        let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
+        self.blocking(move |_| {
+            let path = dir.join("tasks").join(&effect_id).join(&name);
+            match fs::read(&path) {
+                Ok(b) => Ok(Bytes::from(b)),
+                Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::TaskFileNotFound { run_id, effect_id, name }),
+                Err(e) => Err(JournalError::io(path.display(), e)),
+            }
+        })
+        .await
+    }
+
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>> {
         let dir = self.existing_run_dir(run_id)?;
         self.blocking(move |_| {

@@ -50,7 +50,9 @@ impl From<JournalError> for Status {
                 status(ErrorKind::InvalidArgument, msg, false, &[])
             }
             JournalError::EventTooLarge { .. } => status(ErrorKind::InvalidArgument, msg, false, &[]),
-            JournalError::RunNotFound { .. } | JournalError::BlobNotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
+            JournalError::RunNotFound { .. } | JournalError::BlobNotFound { .. } | JournalError::TaskFileNotFound { .. } => {
+                status(ErrorKind::NotFound, msg, false, &[])
+            }
             JournalError::RunAlreadyExists { .. } => status(ErrorKind::AlreadyExists, msg, false, &[]),
             JournalError::Conflict { head, .. } => status(
                 ErrorKind::Conflict,
@@ -210,6 +212,18 @@ impl JournalService for JournalGrpcServer {
         let blob = BlobRef::parse(&r.blob_ref)?;
         let content = self.journal.get_blob(&r.run_id, &blob).await?;
         Ok(Response::new(pb::GetBlobResponse { content: content.to_vec().into() }))
+    }
+
+    async fn put_task_file(&self, req: Request<pb::PutTaskFileRequest>) -> Result<Response<pb::PutTaskFileResponse>, Status> {
+        let r = req.into_inner();
+        self.journal.put_task_file(&r.run_id, &r.effect_id, &r.name, r.content).await?;
+        Ok(Response::new(pb::PutTaskFileResponse {}))
+    }
+
+    async fn get_task_file(&self, req: Request<pb::GetTaskFileRequest>) -> Result<Response<pb::GetTaskFileResponse>, Status> {
+        let r = req.into_inner();
+        let content = self.journal.get_task_file(&r.run_id, &r.effect_id, &r.name).await?;
+        Ok(Response::new(pb::GetTaskFileResponse { content }))
     }
 
     async fn get_state(&self, req: Request<pb::GetStateRequest>) -> Result<Response<pb::GetStateResponse>, Status> {

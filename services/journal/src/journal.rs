@@ -388,6 +388,30 @@ impl Journal {
         self.inner.store.get_blob(run_id, blob).await
     }
 
+    /// Stores `tasks/<effectId>/<name>`. `.json` files must be JSON and are written the way
+    /// babysitter writes them (2-space, key order kept, trailing newline); others byte for byte.
+    pub async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+        validate_id("run id", run_id)?;
+        validate_id("effect id", effect_id)?;
+        validate_id("task file name", name)?;
+        let content = if name.ends_with(".json") {
+            let value: Value = serde_json::from_slice(&content).map_err(|e| {
+                JournalError::invalid("task file", format!("tasks/{effect_id}/{name} is not valid JSON: {e}"))
+            })?;
+            Bytes::from(jsjson::to_file_string(&value))
+        } else {
+            content
+        };
+        let store = self.inner.store.clone();
+        let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
+        spawn_whole(async move { store.put_task_file(&run_id, &effect_id, &name, content).await }).await
+    }
+
+    pub async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
+        validate_id("run id", run_id)?;
+        self.inner.store.get_task_file(run_id, effect_id, name).await
+    }
+
     /// Events from `from_seq` on, then each new one as it is committed (by this process, or by
     /// another one: the store is polled). Ends when the receiver is dropped or on an error
     /// (sent as the last item).

@@ -48,22 +48,8 @@ impl Head {
     }
 }
 
-/// Validates a run id or effect id used as a directory / key segment: non-empty, at most 128
-/// characters from `[A-Za-z0-9._-]`, not `.` or `..`.
+/// Validates a run id, effect id or file name used as one directory / key segment, by the
+/// workspace-wide rule of [`babysitter_common::ids::validate_path_segment`].
 pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
-    let reason = if id.is_empty() {
-        Some("must not be empty".to_owned())
-    } else if id.len() > 128 {
-        Some(format!("is {} characters long, the limit is 128", id.len()))
-    } else if id == "." || id == ".." {
-        Some(format!("`{id}` is not allowed"))
-    } else if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
-        Some(format!("`{id}` contains `{}`; allowed are letters, digits, `.`, `_` and `-`", c.escape_default()))
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(JournalError::invalid(what, reason)),
-        None => Ok(()),
-    }
+    babysitter_common::ids::validate_path_segment(what, id).map_err(|e| JournalError::invalid(what, e.to_string()))
 }

@@ -439,6 +439,30 @@ impl JournalStore for ObjectJournal {
         parse_snapshot(run_id, seq, key.as_ref(), &bytes).map(Some)
     }
 
+    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+        validate_id("run id", run_id)?;
+        validate_id("effect id", effect_id)?;
+        validate_id("task file name", name)?;
+        let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
+        self.store.put(&key, PutPayload::from(content)).await.map(|_| ()).map_err(|e| JournalError::object(key, e))
+    }
+
+    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
+        validate_id("run id", run_id)?;
+        validate_id("effect id", effect_id)?;
+        validate_id("task file name", name)?;
+        let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
+        match self.get_bytes(&key).await {
+            Ok(b) => Ok(b),
+            Err(object_store::Error::NotFound { .. }) => Err(JournalError::TaskFileNotFound {
+                run_id: run_id.to_owned(),
+                effect_id: effect_id.to_owned(),
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(JournalError::object(key, e)),
+        }
+    }
+
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>> {
         validate_id("run id", run_id)?;
         let key = self.run_path(run_id, "state/state.json");

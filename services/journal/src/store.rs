@@ -132,6 +132,12 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     /// The newest snapshot whose seq is at most `at_most` (any when `None`).
     async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>>;
 
+    /// Writes `tasks/<effectId>/<name>` (task.json, result.json, stdout.log, …), replacing it.
+    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()>;
+
+    /// Reads `tasks/<effectId>/<name>`; [`JournalError::TaskFileNotFound`] when absent.
+    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes>;
+
     /// babysitter's derived `state/state.json` bytes, if stored.
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>>;
 

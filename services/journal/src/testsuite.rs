@@ -319,6 +319,26 @@ pub async fn watch_sees_every_event_in_order(f: Factory) {
     assert_eq!(seen, (1..=20).collect::<Vec<_>>());
 }
 
+pub async fn task_files(f: Factory) {
+    let j = journal(&f);
+    let id = run_id("tasks");
+    j.create_run(&id, run_files(&id)).await.unwrap();
+    let effect = "01JGFJJZZ8000000000000001B";
+    j.put_task_file(&id, effect, "task.json", Bytes::from_static(br#"{"kind":"shell","2":1,"args":[]}"#)).await.unwrap();
+    let stored = journal(&f).get_task_file(&id, effect, "task.json").await.unwrap();
+    assert_eq!(&stored[..], b"{\n  \"2\": 1,\n  \"kind\": \"shell\",\n  \"args\": []\n}\n", "babysitter's JSON form");
+    j.put_task_file(&id, effect, "stdout.log", Bytes::from_static(b"raw \x00 bytes")).await.unwrap();
+    assert_eq!(&j.get_task_file(&id, effect, "stdout.log").await.unwrap()[..], b"raw \x00 bytes");
+    let bad_json = j.put_task_file(&id, effect, "result.json", Bytes::from_static(b"{oops")).await;
+    assert!(matches!(&bad_json, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("result.json")), "{bad_json:?}");
+    for (e, n) in [("..", "task.json"), ("a/b", "task.json"), (effect, "../run.json"), (effect, ".."), (effect, "x/y")] {
+        let r = j.put_task_file(&id, e, n, Bytes::from_static(b"{}")).await;
+        assert!(matches!(r, Err(JournalError::InvalidArgument { .. })), "{e}/{n}: {r:?}");
+    }
+    let missing = j.get_task_file(&id, effect, "result.json").await;
+    assert!(matches!(missing, Err(JournalError::TaskFileNotFound { .. })), "{missing:?}");
+}
+
 /// Runs every backend-independent check.
 pub async fn run_all(f: Factory) {
     create_get_and_duplicate_create(f.clone()).await;
@@ -332,4 +352,5 @@ pub async fn run_all(f: Factory) {
     large_event_data_round_trips(f.clone()).await;
     list_runs_paged(f.clone()).await;
     watch_sees_every_event_in_order(f.clone()).await;
+    task_files(f.clone()).await;
 }

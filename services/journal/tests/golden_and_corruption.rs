@@ -68,6 +68,27 @@ async fn golden_checksums_recompute_and_files_reserialise_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn golden_task_files_round_trip_byte_for_byte() {
+    let (_dir, root) = golden_copy();
+    let j = journal(&root);
+    let tasks = root.join(GOLDEN_RUN).join("tasks");
+    let mut checked = 0;
+    for effect in std::fs::read_dir(&tasks).unwrap() {
+        let effect = effect.unwrap().file_name().into_string().unwrap();
+        for name in ["task.json", "result.json", "stdout.log"] {
+            let original = std::fs::read(tasks.join(&effect).join(name)).unwrap();
+            let got = j.get_task_file(GOLDEN_RUN, &effect, name).await.unwrap();
+            assert_eq!(&got[..], &original[..]);
+            // Rewriting what the reference wrote reproduces its bytes exactly.
+            j.put_task_file(GOLDEN_RUN, &effect, name, got).await.unwrap();
+            assert_eq!(std::fs::read(tasks.join(&effect).join(name)).unwrap(), original, "{effect}/{name}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12);
+}
+
+#[tokio::test]
 async fn golden_state_cache_rebuilds_to_the_reference_fields() {
     let (_dir, root) = golden_copy();
     let j = journal(&root);
