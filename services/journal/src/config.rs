@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use babysitter_common::EnvMap;
 use babysitter_common::server::ServerConfig;
 use babysitter_common::telemetry::TelemetryConfig;
+use object_store::aws::AmazonS3Builder;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JournalError, Result};
@@ -43,7 +43,10 @@ impl Default for JournalServiceConfig {
     fn default() -> Self {
         Self {
             version: 1,
-            server: ServerConfig::with_listen_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 50051))),
+            server: ServerConfig::with_listen_addr(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                50051,
+            ))),
             telemetry: TelemetryConfig::default(),
             store: StoreConfig::default(),
             limits: LimitsConfig::default(),
@@ -132,31 +135,56 @@ impl LimitsConfig {
 }
 
 /// Opens the backend `cfg.url` names. `env` supplies the standard `AWS_*` variables.
-pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) -> Result<Arc<dyn JournalStore>> {
+pub async fn open_store(
+    cfg: &StoreConfig,
+    limits: &LimitsConfig,
+    env: &EnvMap,
+) -> Result<Arc<dyn JournalStore>> {
     let url = cfg.url.trim();
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(Arc::new(FsStore::new(path)));
     }
     if let Some(path) = url.strip_prefix("object+file://") {
         std::fs::create_dir_all(path).map_err(|e| JournalError::io(path, e))?;
-        let local = object_store::local::LocalFileSystem::new_with_prefix(path)
-            .map_err(|e| JournalError::UnsafeStore { reason: format!("cannot open {path}: {e}") })?;
+        let local = object_store::local::LocalFileSystem::new_with_prefix(path).map_err(|e| {
+            JournalError::UnsafeStore {
+                reason: format!("cannot open {path}: {e}"),
+            }
+        })?;
         return object_journal(Arc::new(local), "", url, limits).await;
     }
     if url == "memory://" || url == "memory:" {
-        return object_journal(Arc::new(object_store::memory::InMemory::new()), "", url, limits).await;
+        return object_journal(
+            Arc::new(object_store::memory::InMemory::new()),
+            "",
+            url,
+            limits,
+        )
+        .await;
     }
     if let Some(rest) = url.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(JournalError::invalid("store.url", format!("`{url}` names no bucket")));
+            return Err(JournalError::invalid(
+                "store.url",
+                format!("`{url}` names no bucket"),
+            ));
         }
         let pick = |v: &Option<String>, keys: &[&str]| -> Option<String> {
-            v.clone().or_else(|| keys.iter().find_map(|k| env.get_non_empty(k).map(str::to_owned)))
+            v.clone().or_else(|| {
+                keys.iter()
+                    .find_map(|k| env.get_non_empty(k).map(str::to_owned))
+            })
         };
-        let endpoint = pick(&cfg.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]);
-        let region = pick(&cfg.region, &["AWS_REGION", "AWS_DEFAULT_REGION"]).unwrap_or_else(|| "us-east-1".into());
-        let mut b = AmazonS3Builder::new().with_bucket_name(bucket).with_region(region);
+        let endpoint = pick(
+            &cfg.endpoint,
+            &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"],
+        );
+        let region = pick(&cfg.region, &["AWS_REGION", "AWS_DEFAULT_REGION"])
+            .unwrap_or_else(|| "us-east-1".into());
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region(region);
         if let Some(key) = pick(&cfg.access_key_id, &["AWS_ACCESS_KEY_ID"]) {
             b = b.with_access_key_id(key);
         }
@@ -169,17 +197,29 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) 
         // Client options first: `with_client_options` replaces them whole, allow-http included.
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
         b = b
-            .with_client_options(ClientOptions::new().with_timeout(timeout).with_connect_timeout(Duration::from_secs(5)))
+            .with_client_options(
+                ClientOptions::new()
+                    .with_timeout(timeout)
+                    .with_connect_timeout(Duration::from_secs(5)),
+            )
             .with_retry(RetryConfig {
                 backoff: BackoffConfig::default(),
                 max_retries: cfg.max_retries,
                 retry_timeout: timeout,
             });
         if let Some(ep) = &endpoint {
-            let env_allow = env.get_non_empty("AWS_ALLOW_HTTP").map(|v| v.eq_ignore_ascii_case("true"));
-            b = b.with_endpoint(ep).with_allow_http(cfg.allow_http.or(env_allow).unwrap_or(ep.starts_with("http://")));
+            let env_allow = env
+                .get_non_empty("AWS_ALLOW_HTTP")
+                .map(|v| v.eq_ignore_ascii_case("true"));
+            b = b.with_endpoint(ep).with_allow_http(
+                cfg.allow_http
+                    .or(env_allow)
+                    .unwrap_or(ep.starts_with("http://")),
+            );
         }
-        let s3 = b.build().map_err(|e| JournalError::UnsafeStore { reason: format!("cannot configure {url}: {e}") })?;
+        let s3 = b.build().map_err(|e| JournalError::UnsafeStore {
+            reason: format!("cannot configure {url}: {e}"),
+        })?;
         let described = match &endpoint {
             Some(ep) => format!("{url} at {ep}"),
             None => url.to_owned(),
@@ -188,12 +228,24 @@ pub async fn open_store(cfg: &StoreConfig, limits: &LimitsConfig, env: &EnvMap) 
     }
     Err(JournalError::invalid(
         "store.url",
-        format!("`{url}`: expected file:///path, s3://bucket/prefix, object+file:///path or memory://"),
+        format!(
+            "`{url}`: expected file:///path, s3://bucket/prefix, object+file:///path or memory://"
+        ),
     ))
 }
 
 /// Wraps an object store as a journal backend after proving it honours create-only writes.
-pub async fn object_journal(store: Arc<dyn ObjectStore>, prefix: &str, description: &str, limits: &LimitsConfig) -> Result<Arc<dyn JournalStore>> {
+pub async fn object_journal(
+    store: Arc<dyn ObjectStore>,
+    prefix: &str,
+    description: &str,
+    limits: &LimitsConfig,
+) -> Result<Arc<dyn JournalStore>> {
     probe_conditional_create(store.as_ref(), prefix).await?;
-    Ok(Arc::new(ObjectJournal::new(store, prefix, description, limits.blob_threshold_bytes)))
+    Ok(Arc::new(ObjectJournal::new(
+        store,
+        prefix,
+        description,
+        limits.blob_threshold_bytes,
+    )))
 }

@@ -16,11 +16,19 @@ pub struct Location {
 
 impl Location {
     pub fn file(run_id: &str, seq: u64, file: impl Into<String>) -> Self {
-        Self { run_id: run_id.to_owned(), seq: Some(seq), file: file.into() }
+        Self {
+            run_id: run_id.to_owned(),
+            seq: Some(seq),
+            file: file.into(),
+        }
     }
 
     pub fn object(run_id: &str, key: impl Into<String>) -> Self {
-        Self { run_id: run_id.to_owned(), seq: None, file: key.into() }
+        Self {
+            run_id: run_id.to_owned(),
+            seq: None,
+            file: key.into(),
+        }
     }
 
     pub fn with_seq(mut self, seq: u64) -> Self {
@@ -44,11 +52,22 @@ pub enum JournalError {
     #[error("invalid {what}: {reason}")]
     InvalidArgument { what: &'static str, reason: String },
 
-    #[error("event {index} of the batch for run {run_id} is {size} bytes, over the {limit}-byte limit")]
-    EventTooLarge { run_id: String, index: usize, size: usize, limit: usize },
+    #[error(
+        "event {index} of the batch for run {run_id} is {size} bytes, over the {limit}-byte limit"
+    )]
+    EventTooLarge {
+        run_id: String,
+        index: usize,
+        size: usize,
+        limit: usize,
+    },
 
     #[error("event {index} of the batch for run {run_id} was refused: {reason}")]
-    InvalidEvent { run_id: String, index: usize, reason: String },
+    InvalidEvent {
+        run_id: String,
+        index: usize,
+        reason: String,
+    },
 
     #[error("run {run_id} not found")]
     RunNotFound { run_id: String },
@@ -57,28 +76,56 @@ pub enum JournalError {
     RunAlreadyExists { run_id: String },
 
     #[error("append conflict on run {run_id}: expected next seq {expected}, but the head is seq {}", head.seq)]
-    Conflict { run_id: String, expected: u64, head: Head },
+    Conflict {
+        run_id: String,
+        expected: u64,
+        head: Head,
+    },
 
     #[error("corrupt journal at {at}: {reason}")]
     Corrupt { at: Location, reason: String },
 
     #[error("checksum mismatch at {at}: stored {stored}, computed {computed}")]
-    ChecksumMismatch { at: Location, stored: String, computed: String },
+    ChecksumMismatch {
+        at: Location,
+        stored: String,
+        computed: String,
+    },
 
     #[error("journal sequence gap at {at}: expected seq {expected}, got {got}")]
-    SequenceGap { at: Location, expected: u64, got: u64 },
+    SequenceGap {
+        at: Location,
+        expected: u64,
+        got: u64,
+    },
 
     #[error("duplicate journal sequence {seq} in run {run_id}: {}", files.join(", "))]
-    DuplicateSequence { run_id: String, seq: u64, files: Vec<String> },
+    DuplicateSequence {
+        run_id: String,
+        seq: u64,
+        files: Vec<String>,
+    },
 
     #[error("journal ULID order regression at {at}: {got} is not after {prev}")]
-    UlidOrder { at: Location, prev: String, got: String },
+    UlidOrder {
+        at: Location,
+        prev: String,
+        got: String,
+    },
 
     #[error("broken hash chain at {at}: expected link {expected}, found {found}")]
-    HashChain { at: Location, expected: String, found: String },
+    HashChain {
+        at: Location,
+        expected: String,
+        found: String,
+    },
 
     #[error("invalid journal file name {file} in run {run_id}: {reason}")]
-    BadFileName { run_id: String, file: String, reason: String },
+    BadFileName {
+        run_id: String,
+        file: String,
+        reason: String,
+    },
 
     #[error("invalid event at {at}: {reason}")]
     Replay { at: Location, reason: String },
@@ -87,13 +134,21 @@ pub enum JournalError {
     BlobNotFound { run_id: String, blob_ref: String },
 
     #[error("task file tasks/{effect_id}/{name} of run {run_id} not found")]
-    TaskFileNotFound { run_id: String, effect_id: String, name: String },
+    TaskFileNotFound {
+        run_id: String,
+        effect_id: String,
+        name: String,
+    },
 
     #[error("the store is not safe for a journal: {reason}")]
     UnsafeStore { reason: String },
 
     #[error("run {run_id} is locked by pid {pid} ({owner})")]
-    Locked { run_id: String, pid: i64, owner: String },
+    Locked {
+        run_id: String,
+        pid: i64,
+        owner: String,
+    },
 
     #[error("i/o error on {path}: {source}")]
     Io {
@@ -115,19 +170,31 @@ pub enum JournalError {
 
 impl JournalError {
     pub fn corrupt(at: &Location, reason: impl Into<String>) -> Self {
-        Self::Corrupt { at: at.clone(), reason: reason.into() }
+        Self::Corrupt {
+            at: at.clone(),
+            reason: reason.into(),
+        }
     }
 
     pub fn io(path: impl fmt::Display, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_string(), source }
+        Self::Io {
+            path: path.to_string(),
+            source,
+        }
     }
 
     pub fn object(key: impl fmt::Display, source: object_store::Error) -> Self {
-        Self::ObjectStore { key: key.to_string(), source }
+        Self::ObjectStore {
+            key: key.to_string(),
+            source,
+        }
     }
 
     pub fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
-        Self::InvalidArgument { what, reason: reason.into() }
+        Self::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
     }
 
     /// True for errors that say the stored journal itself is damaged.

@@ -8,10 +8,10 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use crate::error::{JournalError, Location};
 use crate::jsjson;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// The event types babysitter writes or reads. Anything else is `Other` and passes through.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -79,7 +79,10 @@ impl EventType {
 
     /// Terminal lifecycle events (`run:status` precedence).
     pub fn is_terminal(&self) -> bool {
-        matches!(self, Self::RunCompleted | Self::RunFailed | Self::RunHalted | Self::ProcessRuntimeError)
+        matches!(
+            self,
+            Self::RunCompleted | Self::RunFailed | Self::RunHalted | Self::ProcessRuntimeError
+        )
     }
 }
 
@@ -139,12 +142,22 @@ impl EventBody {
         };
         let kind = match m.remove("type") {
             Some(Value::String(s)) if !s.is_empty() => EventType::parse(&s),
-            Some(_) => return Err(JournalError::corrupt(at, "field `type` is not a non-empty string")),
+            Some(_) => {
+                return Err(JournalError::corrupt(
+                    at,
+                    "field `type` is not a non-empty string",
+                ));
+            }
             None => return Err(JournalError::corrupt(at, "field `type` is missing")),
         };
         let recorded_at = match m.remove("recordedAt") {
             Some(Value::String(s)) => s,
-            Some(_) => return Err(JournalError::corrupt(at, "field `recordedAt` is not a string")),
+            Some(_) => {
+                return Err(JournalError::corrupt(
+                    at,
+                    "field `recordedAt` is not a string",
+                ));
+            }
             None => return Err(JournalError::corrupt(at, "field `recordedAt` is missing")),
         };
         let data = m
@@ -152,15 +165,34 @@ impl EventBody {
             .ok_or_else(|| JournalError::corrupt(at, "field `data` is missing"))?;
         let sdk_version = match m.remove("sdkVersion") {
             Some(Value::String(s)) => Some(s),
-            Some(_) => return Err(JournalError::corrupt(at, "field `sdkVersion` is not a string")),
+            Some(_) => {
+                return Err(JournalError::corrupt(
+                    at,
+                    "field `sdkVersion` is not a string",
+                ));
+            }
             None => None,
         };
         let checksum = match m.remove("checksum") {
             Some(Value::String(s)) => s,
-            Some(_) => return Err(JournalError::corrupt(at, "field `checksum` is not a string")),
+            Some(_) => {
+                return Err(JournalError::corrupt(
+                    at,
+                    "field `checksum` is not a string",
+                ));
+            }
             None => return Err(JournalError::corrupt(at, "field `checksum` is missing")),
         };
-        Ok((Self { kind, recorded_at, data, sdk_version, extra: m }, checksum))
+        Ok((
+            Self {
+                kind,
+                recorded_at,
+                data,
+                sdk_version,
+                extra: m,
+            },
+            checksum,
+        ))
     }
 }
 
@@ -180,7 +212,13 @@ impl StoredEvent {
     /// Seals a body at a position: computes its checksum.
     pub fn seal(seq: u64, ulid: String, body: EventBody, prev_hash: Option<String>) -> Self {
         let checksum = body.checksum();
-        Self { seq, ulid, body, checksum, prev_hash }
+        Self {
+            seq,
+            ulid,
+            body,
+            checksum,
+            prev_hash,
+        }
     }
 
     /// `000007.01JGFJK7S8000000000000001K.json`
@@ -220,7 +258,13 @@ impl StoredEvent {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| JournalError::corrupt(&at, format!("invalid JSON: {e}")))?;
         let (body, checksum) = EventBody::from_envelope(value, &at)?;
-        let event = Self { seq, ulid, body, checksum, prev_hash: None };
+        let event = Self {
+            seq,
+            ulid,
+            body,
+            checksum,
+            prev_hash: None,
+        };
         event.verify_checksum(&at)?;
         Ok(event)
     }
@@ -238,12 +282,18 @@ pub fn parse_file_name(run_id: &str, name: &str) -> Result<(u64, String), Journa
         file: name.to_owned(),
         reason: why.to_owned(),
     };
-    let stem = name.strip_suffix(".json").ok_or_else(|| bad("does not end in .json"))?;
-    let (seq, ulid) = stem.split_once('.').ok_or_else(|| bad("expected <seq>.<ULID>.json"))?;
+    let stem = name
+        .strip_suffix(".json")
+        .ok_or_else(|| bad("does not end in .json"))?;
+    let (seq, ulid) = stem
+        .split_once('.')
+        .ok_or_else(|| bad("expected <seq>.<ULID>.json"))?;
     if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("sequence prefix is not a decimal number"));
     }
-    let seq: u64 = seq.parse().map_err(|_| bad("sequence number out of range"))?;
+    let seq: u64 = seq
+        .parse()
+        .map_err(|_| bad("sequence number out of range"))?;
     if seq == 0 {
         return Err(bad("sequence numbers start at 1"));
     }
@@ -266,5 +316,6 @@ pub fn genesis_hash(run_id: &str) -> String {
 pub fn is_ulid(s: &str) -> bool {
     s.len() == 26
         && s.as_bytes()[0] <= b'7'
-        && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'H' | b'J' | b'K' | b'M' | b'N' | b'P'..=b'T' | b'V'..=b'Z'))
+        && s.bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'H' | b'J' | b'K' | b'M' | b'N' | b'P'..=b'T' | b'V'..=b'Z'))
 }

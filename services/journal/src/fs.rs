@@ -48,7 +48,10 @@ pub struct FsStore {
 
 impl FsStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), lock_attempts: 6000 }
+        Self {
+            root: root.into(),
+            lock_attempts: 6000,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -59,7 +62,10 @@ impl FsStore {
         self.root.join(run_id)
     }
 
-    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(FsStore) -> Result<T> + Send + 'static) -> Result<T> {
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(FsStore) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || f(this))
             .await
@@ -71,7 +77,9 @@ impl FsStore {
         let dir = self.run_dir(run_id);
         match fs::metadata(dir.join("run.json")) {
             Ok(_) => Ok(dir),
-            Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::RunNotFound { run_id: run_id.to_owned() }),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::RunNotFound {
+                run_id: run_id.to_owned(),
+            }),
             Err(e) => Err(JournalError::io(dir.display(), e)),
         }
     }
@@ -96,12 +104,17 @@ fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
     let mut by_seq: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
     for item in read {
         let item = item.map_err(|e| JournalError::io(journal_dir.display(), e))?;
-        let Ok(name) = item.file_name().into_string() else { continue };
+        let Ok(name) = item.file_name().into_string() else {
+            continue;
+        };
         if !name.ends_with(".json") {
             continue; // temp files `*.json.tmp-…` and foreign files
         }
         let (seq, ulid) = parse_file_name(run_id, &name)?;
-        by_seq.entry(seq).or_default().push(Entry { seq, ulid, name });
+        by_seq
+            .entry(seq)
+            .or_default()
+            .push(Entry { seq, ulid, name });
     }
     let mut out = Vec::with_capacity(by_seq.len());
     for (i, (seq, mut entries)) in by_seq.into_iter().enumerate() {
@@ -110,7 +123,10 @@ fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
             return Err(JournalError::DuplicateSequence {
                 run_id: run_id.to_owned(),
                 seq,
-                files: entries.into_iter().map(|e| format!("journal/{}", e.name)).collect(),
+                files: entries
+                    .into_iter()
+                    .map(|e| format!("journal/{}", e.name))
+                    .collect(),
             });
         }
         let expected = i as u64 + 1;
@@ -128,7 +144,13 @@ fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
 }
 
 fn head_of(entries: &[Entry]) -> Head {
-    entries.last().map(|e| Head { seq: e.seq, ulid: e.ulid.clone() }).unwrap_or_default()
+    entries
+        .last()
+        .map(|e| Head {
+            seq: e.seq,
+            ulid: e.ulid.clone(),
+        })
+        .unwrap_or_default()
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -153,7 +175,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| JournalError::io(dir.display(), e))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| JournalError::io(dir.display(), e))
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<()> {
@@ -162,10 +186,12 @@ fn write_json(path: &Path, value: &Value) -> Result<()> {
 
 fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| JournalError::Corrupt {
-            at: Location::object(run_id, path.display().to_string()),
-            reason: format!("invalid JSON: {e}"),
-        }),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| JournalError::Corrupt {
+                at: Location::object(run_id, path.display().to_string()),
+                reason: format!("invalid JSON: {e}"),
+            }),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(JournalError::io(path.display(), e)),
     }
@@ -183,15 +209,20 @@ impl Drop for RunLock {
     }
 }
 
+/// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(u64::from(attempt.min(5)) * 2 + 1)
+    Duration::from_micros(u64::from(attempt.min(20)) * 250)
 }
 
 fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
     let journal_dir = run_dir.join("journal");
     fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
-    let dir = rustix::fs::open(&journal_dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| JournalError::io(journal_dir.display(), e.into()))?;
+    let dir = rustix::fs::open(
+        &journal_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| JournalError::io(journal_dir.display(), e.into()))?;
     let mut attempt = 0;
     loop {
         match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
@@ -218,15 +249,29 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
     }));
     let mut attempt = 0;
     loop {
-        match OpenOptions::new().write(true).create_new(true).open(&lock_file) {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock_file)
+        {
             Ok(mut f) => {
-                f.write_all(body.as_bytes()).map_err(|e| JournalError::io(lock_file.display(), e))?;
-                return Ok(RunLock { _dir: dir, lock_file });
+                f.write_all(body.as_bytes())
+                    .map_err(|e| JournalError::io(lock_file.display(), e))?;
+                return Ok(RunLock {
+                    _dir: dir,
+                    lock_file,
+                });
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 // Held by the reference CLI (our own writers are excluded by the flock above).
-                let holder = fs::read(&lock_file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-                let pid = holder.as_ref().and_then(|v| v.get("pid")).and_then(Value::as_i64).unwrap_or(0);
+                let holder = fs::read(&lock_file)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+                let pid = holder
+                    .as_ref()
+                    .and_then(|v| v.get("pid"))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
                 let owner = holder
                     .as_ref()
                     .and_then(|v| v.get("owner"))
@@ -240,7 +285,11 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
                 }
                 attempt += 1;
                 if attempt >= attempts {
-                    return Err(JournalError::Locked { run_id: run_id.to_owned(), pid, owner });
+                    return Err(JournalError::Locked {
+                        run_id: run_id.to_owned(),
+                        pid,
+                        owner,
+                    });
                 }
                 std::thread::sleep(backoff(attempt));
             }
@@ -250,8 +299,12 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
 }
 
 fn pid_alive(pid: i64) -> bool {
-    let Ok(raw) = i32::try_from(pid) else { return false };
-    let Some(pid) = rustix::process::Pid::from_raw(raw) else { return false };
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let Some(pid) = rustix::process::Pid::from_raw(raw) else {
+        return false;
+    };
     match rustix::process::test_kill_process(pid) {
         Ok(()) => true,
         Err(e) => e == rustix::io::Errno::PERM,
@@ -280,10 +333,13 @@ impl JournalStore for FsStore {
             fs::create_dir_all(&this.root).map_err(|e| JournalError::io(this.root.display(), e))?;
             // Build the whole directory aside, then move it into place without replacing
             // anything: a crash never leaves a half-created run, and two creators cannot both win.
-            let staging = this.root.join(format!(".creating-{run_id}-{}", ulid::Ulid::generate()));
+            let staging = this
+                .root
+                .join(format!(".creating-{run_id}-{}", ulid::Ulid::generate()));
             let result = (|| {
                 for sub in ["journal", "tasks", "state", "blobs", "orphaned", "process"] {
-                    fs::create_dir_all(staging.join(sub)).map_err(|e| JournalError::io(staging.display(), e))?;
+                    fs::create_dir_all(staging.join(sub))
+                        .map_err(|e| JournalError::io(staging.display(), e))?;
                 }
                 write_json(&staging.join("run.json"), &files.run_json)?;
                 if let Some(inputs) = &files.inputs_json {
@@ -300,7 +356,9 @@ impl JournalStore for FsStore {
                 ) {
                     Ok(()) => Ok(()),
                     Err(e) if e == rustix::io::Errno::EXIST || e == rustix::io::Errno::NOTEMPTY => {
-                        Err(JournalError::RunAlreadyExists { run_id: run_id.clone() })
+                        Err(JournalError::RunAlreadyExists {
+                            run_id: run_id.clone(),
+                        })
                     }
                     Err(e) => Err(JournalError::io(target.display(), e.into())),
                 }
@@ -315,7 +373,8 @@ impl JournalStore for FsStore {
             if let Some(parent) = this.root.parent() {
                 let pkg = parent.join("package.json");
                 if let Ok(mut f) = OpenOptions::new().write(true).create_new(true).open(&pkg) {
-                    let _ = f.write_all(jsjson::to_file_string(&json!({"type": "module"})).as_bytes());
+                    let _ =
+                        f.write_all(jsjson::to_file_string(&json!({"type": "module"})).as_bytes());
                 }
             }
             Ok(())
@@ -327,26 +386,41 @@ impl JournalStore for FsStore {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
         self.blocking(move |_| {
-            let run_json = read_json(&dir.join("run.json"), &run_id)?
-                .ok_or_else(|| JournalError::RunNotFound { run_id: run_id.clone() })?;
+            let run_json = read_json(&dir.join("run.json"), &run_id)?.ok_or_else(|| {
+                JournalError::RunNotFound {
+                    run_id: run_id.clone(),
+                }
+            })?;
             let inputs_json = read_json(&dir.join("inputs.json"), &run_id)?;
-            Ok(RunFiles { run_json, inputs_json })
+            Ok(RunFiles {
+                run_json,
+                inputs_json,
+            })
         })
         .await
     }
 
     async fn commit(&self, run_id: &str, events: &[StoredEvent]) -> Result<()> {
-        let Some(first) = events.first() else { return Ok(()) };
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
         let dir = self.existing_run_dir(run_id)?;
         let expected = first.seq;
         let run_id = run_id.to_owned();
-        let files: Vec<(String, Vec<u8>)> = events.iter().map(|e| (e.file_name(), e.file_bytes())).collect();
+        let files: Vec<(String, Vec<u8>)> = events
+            .iter()
+            .map(|e| (e.file_name(), e.file_bytes()))
+            .collect();
         self.blocking(move |this| {
             let _lock = lock_run(&run_id, &dir, this.lock_attempts)?;
             let journal_dir = dir.join("journal");
             let head = head_of(&list_entries(&run_id, &journal_dir)?);
             if head.seq + 1 != expected {
-                return Err(JournalError::Conflict { run_id, expected, head });
+                return Err(JournalError::Conflict {
+                    run_id,
+                    expected,
+                    head,
+                });
             }
             for (name, bytes) in &files {
                 let path = journal_dir.join(name);
@@ -357,7 +431,12 @@ impl JournalStore for FsStore {
         .await
     }
 
-    async fn load(&self, run_id: &str, from: &ChainCheck, to: Option<u64>) -> Result<Vec<StoredEvent>> {
+    async fn load(
+        &self,
+        run_id: &str,
+        from: &ChainCheck,
+        to: Option<u64>,
+    ) -> Result<Vec<StoredEvent>> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
         let mut chain = from.clone();
@@ -370,19 +449,33 @@ impl JournalStore for FsStore {
                     Some(e) if e.ulid == chain.head.ulid => {}
                     other => {
                         return Err(JournalError::Corrupt {
-                            at: Location::file(&run_id, start, other.map(|e| e.name.clone()).unwrap_or_default()),
-                            reason: format!("snapshot head {} no longer matches the journal", chain.head.ulid),
+                            at: Location::file(
+                                &run_id,
+                                start,
+                                other.map(|e| e.name.clone()).unwrap_or_default(),
+                            ),
+                            reason: format!(
+                                "snapshot head {} no longer matches the journal",
+                                chain.head.ulid
+                            ),
                         });
                     }
                 }
             }
             let end = to.unwrap_or(u64::MAX);
             let mut out = Vec::new();
-            for e in entries.iter().skip(start as usize).take_while(|e| e.seq <= end) {
+            for e in entries
+                .iter()
+                .skip(start as usize)
+                .take_while(|e| e.seq <= end)
+            {
                 let path = journal_dir.join(&e.name);
                 let bytes = fs::read(&path).map_err(|err| JournalError::io(path.display(), err))?;
                 let event = StoredEvent::from_file(&run_id, &e.name, &bytes)?;
-                chain.push(&event, &Location::file(&run_id, e.seq, format!("journal/{}", e.name)))?;
+                chain.push(
+                    &event,
+                    &Location::file(&run_id, e.seq, format!("journal/{}", e.name)),
+                )?;
                 out.push(event);
             }
             Ok(out)
@@ -393,10 +486,16 @@ impl JournalStore for FsStore {
     async fn head(&self, run_id: &str, _hint: Option<&Head>) -> Result<Head> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
-        self.blocking(move |_| Ok(head_of(&list_entries(&run_id, &dir.join("journal"))?))).await
+        self.blocking(move |_| Ok(head_of(&list_entries(&run_id, &dir.join("journal"))?)))
+            .await
     }
 
-    async fn list_runs(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+    async fn list_runs(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
         let prefix = prefix.to_owned();
         let after = after.map(str::to_owned);
         self.blocking(move |this| {
@@ -408,8 +507,13 @@ impl JournalStore for FsStore {
             let mut ids = Vec::new();
             for item in read {
                 let item = item.map_err(|e| JournalError::io(this.root.display(), e))?;
-                let Ok(name) = item.file_name().into_string() else { continue };
-                if !name.starts_with(&prefix) || name.starts_with('.') || after.as_deref().is_some_and(|a| name.as_str() <= a) {
+                let Ok(name) = item.file_name().into_string() else {
+                    continue;
+                };
+                if !name.starts_with(&prefix)
+                    || name.starts_with('.')
+                    || after.as_deref().is_some_and(|a| name.as_str() <= a)
+                {
                     continue;
                 }
                 if validate_id("run id", &name).is_ok() && item.path().join("run.json").is_file() {
@@ -447,7 +551,10 @@ impl JournalStore for FsStore {
             let bytes = match fs::read(&path) {
                 Ok(b) => b,
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    return Err(JournalError::BlobNotFound { run_id, blob_ref: blob.to_string() });
+                    return Err(JournalError::BlobNotFound {
+                        run_id,
+                        blob_ref: blob.to_string(),
+                    });
                 }
                 Err(e) => return Err(JournalError::io(path.display(), e)),
             };
@@ -459,7 +566,8 @@ impl JournalStore for FsStore {
 
     async fn put_snapshot(&self, run_id: &str, snapshot: &Snapshot) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        let bytes = serde_json::to_vec(snapshot).map_err(|e| JournalError::invalid("snapshot", e.to_string()))?;
+        let bytes = serde_json::to_vec(snapshot)
+            .map_err(|e| JournalError::invalid("snapshot", e.to_string()))?;
         let seq = snapshot.seq();
         self.blocking(move |_| {
             let sdir = snapshot_dir(&dir);
@@ -469,7 +577,11 @@ impl JournalStore for FsStore {
         .await
     }
 
-    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>> {
+    async fn latest_snapshot(
+        &self,
+        run_id: &str,
+        at_most: Option<u64>,
+    ) -> Result<Option<Snapshot>> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
         self.blocking(move |_| {
@@ -482,8 +594,15 @@ impl JournalStore for FsStore {
             let mut best: Option<(u64, PathBuf)> = None;
             for item in read {
                 let item = item.map_err(|e| JournalError::io(sdir.display(), e))?;
-                let Ok(name) = item.file_name().into_string() else { continue };
-                let Some(seq) = name.strip_suffix(".json").and_then(|s| s.parse::<u64>().ok()) else { continue };
+                let Ok(name) = item.file_name().into_string() else {
+                    continue;
+                };
+                let Some(seq) = name
+                    .strip_suffix(".json")
+                    .and_then(|s| s.parse::<u64>().ok())
+                else {
+                    continue;
+                };
                 if at_most.is_some_and(|m| seq > m) {
                     continue;
                 }
@@ -491,14 +610,22 @@ impl JournalStore for FsStore {
                     best = Some((seq, item.path()));
                 }
             }
-            let Some((seq, path)) = best else { return Ok(None) };
+            let Some((seq, path)) = best else {
+                return Ok(None);
+            };
             let bytes = fs::read(&path).map_err(|e| JournalError::io(path.display(), e))?;
             parse_snapshot(&run_id, seq, &path.display().to_string(), &bytes).map(Some)
         })
         .await
     }
 
-    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+    async fn put_task_file(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        name: &str,
+        content: Bytes,
+    ) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
         validate_id("effect id", effect_id)?;
         validate_id("task file name", name)?;
@@ -520,7 +647,11 @@ impl JournalStore for FsStore {
             let path = dir.join("tasks").join(&effect_id).join(&name);
             match fs::read(&path) {
                 Ok(b) => Ok(Bytes::from(b)),
-                Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::TaskFileNotFound { run_id, effect_id, name }),
+                Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::TaskFileNotFound {
+                    run_id,
+                    effect_id,
+                    name,
+                }),
                 Err(e) => Err(JournalError::io(path.display(), e)),
             }
         })
@@ -552,12 +683,20 @@ impl JournalStore for FsStore {
 }
 
 /// Parses and sanity-checks a snapshot document (shared by both backends).
-pub(crate) fn parse_snapshot(run_id: &str, seq: u64, where_: &str, bytes: &[u8]) -> Result<Snapshot> {
+pub(crate) fn parse_snapshot(
+    run_id: &str,
+    seq: u64,
+    where_: &str,
+    bytes: &[u8],
+) -> Result<Snapshot> {
     let at = Location::object(run_id, where_.to_owned()).with_seq(seq);
-    let snap: Snapshot =
-        serde_json::from_slice(bytes).map_err(|e| JournalError::corrupt(&at, format!("invalid snapshot: {e}")))?;
+    let snap: Snapshot = serde_json::from_slice(bytes)
+        .map_err(|e| JournalError::corrupt(&at, format!("invalid snapshot: {e}")))?;
     if snap.format != SNAPSHOT_FORMAT || snap.run_id != run_id || snap.seq() != seq {
-        return Err(JournalError::corrupt(&at, "snapshot header does not match its run and sequence number"));
+        return Err(JournalError::corrupt(
+            &at,
+            "snapshot header does not match its run and sequence number",
+        ));
     }
     Ok(snap)
 }

@@ -6,16 +6,16 @@ use std::pin::Pin;
 use babysitter_common::error::{ErrorKind, status};
 use babysitter_proto::journal::v1 as pb;
 use babysitter_proto::journal::v1::journal_service_server::{JournalService, JournalServiceServer};
-use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::Head;
 use crate::error::JournalError;
 use crate::event::{EventType, StoredEvent};
 use crate::journal::{Journal, NewEvent};
 use crate::store::{BlobRef, RunFiles};
-use crate::Head;
 
 /// Most events per streamed `Read` / `Watch` message.
 const EVENTS_PER_MESSAGE: usize = 256;
@@ -28,11 +28,22 @@ pub const HEAD_ULID_KEY: &str = "babysitter-journal-head-ulid";
 #[derive(Debug, Clone)]
 pub struct JournalGrpcServer {
     journal: Journal,
+    shutdown: CancellationToken,
 }
 
 impl JournalGrpcServer {
     pub fn new(journal: Journal) -> Self {
-        Self { journal }
+        Self {
+            journal,
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Ends open `Watch` streams when `shutdown` is cancelled, so draining does not wait for
+    /// watchers that would never hang up by themselves.
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     pub fn into_service(self) -> JournalServiceServer<Self> {
@@ -49,16 +60,23 @@ impl From<JournalError> for Status {
             JournalError::InvalidArgument { .. } | JournalError::InvalidEvent { .. } => {
                 status(ErrorKind::InvalidArgument, msg, false, &[])
             }
-            JournalError::EventTooLarge { .. } => status(ErrorKind::InvalidArgument, msg, false, &[]),
-            JournalError::RunNotFound { .. } | JournalError::BlobNotFound { .. } | JournalError::TaskFileNotFound { .. } => {
-                status(ErrorKind::NotFound, msg, false, &[])
+            JournalError::EventTooLarge { .. } => {
+                status(ErrorKind::InvalidArgument, msg, false, &[])
             }
-            JournalError::RunAlreadyExists { .. } => status(ErrorKind::AlreadyExists, msg, false, &[]),
+            JournalError::RunNotFound { .. }
+            | JournalError::BlobNotFound { .. }
+            | JournalError::TaskFileNotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
+            JournalError::RunAlreadyExists { .. } => {
+                status(ErrorKind::AlreadyExists, msg, false, &[])
+            }
             JournalError::Conflict { head, .. } => status(
                 ErrorKind::Conflict,
                 msg,
                 true,
-                &[(HEAD_SEQ_KEY, head.seq.to_string()), (HEAD_ULID_KEY, head.ulid)],
+                &[
+                    (HEAD_SEQ_KEY, head.seq.to_string()),
+                    (HEAD_ULID_KEY, head.ulid),
+                ],
             ),
             JournalError::Locked { .. } => status(ErrorKind::Unavailable, msg, true, &[]),
             // Damage to stored data: the caller can do nothing about it; report it precisely.
@@ -69,11 +87,20 @@ impl From<JournalError> for Status {
             | JournalError::UlidOrder { .. }
             | JournalError::HashChain { .. }
             | JournalError::BadFileName { .. }
-            | JournalError::Replay { .. } => status(ErrorKind::Conflict, format!("data loss: {msg}"), false, &[("babysitter-journal-corrupt", "true".into())]),
-            JournalError::UnsafeStore { .. } | JournalError::ShuttingDown => status(ErrorKind::Unavailable, msg, true, &[]),
+            | JournalError::Replay { .. } => status(
+                ErrorKind::Conflict,
+                format!("data loss: {msg}"),
+                false,
+                &[("babysitter-journal-corrupt", "true".into())],
+            ),
+            JournalError::UnsafeStore { .. } | JournalError::ShuttingDown => {
+                status(ErrorKind::Unavailable, msg, true, &[])
+            }
             JournalError::Io { .. } => status(ErrorKind::Unavailable, msg, true, &[]),
             JournalError::ObjectStore { ref source, .. } => match source {
-                object_store::Error::NotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
+                object_store::Error::NotFound { .. } => {
+                    status(ErrorKind::NotFound, msg, false, &[])
+                }
                 _ => status(ErrorKind::Unavailable, msg, true, &[]),
             },
         }
@@ -81,7 +108,10 @@ impl From<JournalError> for Status {
 }
 
 fn to_head(h: &Head) -> pb::Head {
-    pb::Head { seq: h.seq, ulid: h.ulid.clone() }
+    pb::Head {
+        seq: h.seq,
+        ulid: h.ulid.clone(),
+    }
 }
 
 fn to_pb(e: &StoredEvent) -> pb::Event {
@@ -98,7 +128,8 @@ fn to_pb(e: &StoredEvent) -> pb::Event {
 }
 
 fn parse_json(what: &'static str, bytes: &[u8]) -> Result<Value, Status> {
-    serde_json::from_slice(bytes).map_err(|e| Status::from(JournalError::invalid(what, format!("not valid JSON: {e}"))))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Status::from(JournalError::invalid(what, format!("not valid JSON: {e}"))))
 }
 
 fn from_pb(i: usize, e: pb::NewEvent) -> Result<NewEvent, Status> {
@@ -108,8 +139,12 @@ fn from_pb(i: usize, e: pb::NewEvent) -> Result<NewEvent, Status> {
     let data = if e.data_json.is_empty() {
         Value::Object(Default::default())
     } else {
-        serde_json::from_slice(&e.data_json)
-            .map_err(|err| Status::from(JournalError::invalid("events", format!("events[{i}].data_json is not valid JSON: {err}"))))?
+        serde_json::from_slice(&e.data_json).map_err(|err| {
+            Status::from(JournalError::invalid(
+                "events",
+                format!("events[{i}].data_json is not valid JSON: {err}"),
+            ))
+        })?
     };
     Ok(NewEvent {
         kind: EventType::parse(&e.r#type),
@@ -124,45 +159,97 @@ type EventStream<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
 #[tonic::async_trait]
 impl JournalService for JournalGrpcServer {
     #[tracing::instrument(skip_all, fields(run_id = %req.get_ref().run_id))]
-    async fn create_run(&self, req: Request<pb::CreateRunRequest>) -> Result<Response<pb::CreateRunResponse>, Status> {
+    async fn create_run(
+        &self,
+        req: Request<pb::CreateRunRequest>,
+    ) -> Result<Response<pb::CreateRunResponse>, Status> {
         let r = req.into_inner();
         let run_json = parse_json("run_json", &r.run_json)?;
-        let inputs_json = r.inputs_json.as_deref().map(|b| parse_json("inputs_json", b)).transpose()?;
-        let head = self.journal.create_run(&r.run_id, RunFiles { run_json, inputs_json }).await?;
-        Ok(Response::new(pb::CreateRunResponse { head: Some(to_head(&head)) }))
+        let inputs_json = r
+            .inputs_json
+            .as_deref()
+            .map(|b| parse_json("inputs_json", b))
+            .transpose()?;
+        let head = self
+            .journal
+            .create_run(
+                &r.run_id,
+                RunFiles {
+                    run_json,
+                    inputs_json,
+                },
+            )
+            .await?;
+        Ok(Response::new(pb::CreateRunResponse {
+            head: Some(to_head(&head)),
+        }))
     }
 
     #[tracing::instrument(skip_all, fields(run_id = %req.get_ref().run_id))]
-    async fn get_run(&self, req: Request<pb::GetRunRequest>) -> Result<Response<pb::GetRunResponse>, Status> {
+    async fn get_run(
+        &self,
+        req: Request<pb::GetRunRequest>,
+    ) -> Result<Response<pb::GetRunResponse>, Status> {
         let (files, head) = self.journal.get_run(&req.get_ref().run_id).await?;
         Ok(Response::new(pb::GetRunResponse {
-            run_json: crate::jsjson::to_file_string(&files.run_json).into_bytes().into(),
-            inputs_json: files.inputs_json.map(|v| crate::jsjson::to_file_string(&v).into_bytes().into()),
+            run_json: crate::jsjson::to_file_string(&files.run_json)
+                .into_bytes()
+                .into(),
+            inputs_json: files
+                .inputs_json
+                .map(|v| crate::jsjson::to_file_string(&v).into_bytes().into()),
             head: Some(to_head(&head)),
         }))
     }
 
     #[tracing::instrument(skip_all, fields(run_id = %req.get_ref().run_id, expected = req.get_ref().expected_next_seq))]
-    async fn append(&self, req: Request<pb::AppendRequest>) -> Result<Response<pb::AppendResponse>, Status> {
+    async fn append(
+        &self,
+        req: Request<pb::AppendRequest>,
+    ) -> Result<Response<pb::AppendResponse>, Status> {
         let r = req.into_inner();
         if r.expected_next_seq == 0 {
             return Err(JournalError::invalid("expected_next_seq", "must be at least 1").into());
         }
-        let events = r.events.into_iter().enumerate().map(|(i, e)| from_pb(i, e)).collect::<Result<Vec<_>, _>>()?;
-        let committed = self.journal.append(&r.run_id, r.expected_next_seq, events).await?;
-        let head = committed.last().map(|e| Head { seq: e.seq, ulid: e.ulid.clone() }).unwrap_or_default();
-        Ok(Response::new(pb::AppendResponse { events: committed.iter().map(to_pb).collect(), head: Some(to_head(&head)) }))
+        let events = r
+            .events
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| from_pb(i, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let committed = self
+            .journal
+            .append(&r.run_id, r.expected_next_seq, events)
+            .await?;
+        let head = committed
+            .last()
+            .map(|e| Head {
+                seq: e.seq,
+                ulid: e.ulid.clone(),
+            })
+            .unwrap_or_default();
+        Ok(Response::new(pb::AppendResponse {
+            events: committed.iter().map(to_pb).collect(),
+            head: Some(to_head(&head)),
+        }))
     }
 
     type ReadStream = EventStream<pb::ReadResponse>;
 
     #[tracing::instrument(skip_all, fields(run_id = %req.get_ref().run_id))]
-    async fn read(&self, req: Request<pb::ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
+    async fn read(
+        &self,
+        req: Request<pb::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
         let r = req.into_inner();
         let events = self.journal.read(&r.run_id, r.from_seq, r.to_seq).await?;
         let messages: Vec<Result<pb::ReadResponse, Status>> = events
             .chunks(EVENTS_PER_MESSAGE)
-            .map(|c| Ok(pb::ReadResponse { events: c.iter().map(to_pb).collect() }))
+            .map(|c| {
+                Ok(pb::ReadResponse {
+                    events: c.iter().map(to_pb).collect(),
+                })
+            })
             .collect();
         Ok(Response::new(Box::pin(futures::stream::iter(messages))))
     }
@@ -170,7 +257,10 @@ impl JournalService for JournalGrpcServer {
     type WatchStream = EventStream<pb::WatchResponse>;
 
     #[tracing::instrument(skip_all, fields(run_id = %req.get_ref().run_id))]
-    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         let r = req.into_inner();
         crate::validate_id("run id", &r.run_id)?;
         self.journal.head(&r.run_id).await?; // fail fast on an unknown run
@@ -178,55 +268,100 @@ impl JournalService for JournalGrpcServer {
             let msgs: Vec<Result<pb::WatchResponse, Status>> = match batch {
                 Ok(events) => events
                     .chunks(EVENTS_PER_MESSAGE)
-                    .map(|c| Ok(pb::WatchResponse { events: c.iter().map(to_pb).collect() }))
+                    .map(|c| {
+                        Ok(pb::WatchResponse {
+                            events: c.iter().map(to_pb).collect(),
+                        })
+                    })
                     .collect(),
                 Err(e) => vec![Err(Status::from(e))],
             };
             futures::stream::iter(msgs)
         });
-        Ok(Response::new(Box::pin(stream)))
+        let shutdown = self.shutdown.clone().cancelled_owned();
+        Ok(Response::new(Box::pin(stream.take_until(shutdown))))
     }
 
-    async fn get_head(&self, req: Request<pb::GetHeadRequest>) -> Result<Response<pb::GetHeadResponse>, Status> {
+    async fn get_head(
+        &self,
+        req: Request<pb::GetHeadRequest>,
+    ) -> Result<Response<pb::GetHeadResponse>, Status> {
         let head = self.journal.head(&req.get_ref().run_id).await?;
-        Ok(Response::new(pb::GetHeadResponse { head: Some(to_head(&head)) }))
+        Ok(Response::new(pb::GetHeadResponse {
+            head: Some(to_head(&head)),
+        }))
     }
 
-    async fn list_runs(&self, req: Request<pb::ListRunsRequest>) -> Result<Response<pb::ListRunsResponse>, Status> {
+    async fn list_runs(
+        &self,
+        req: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
         let r = req.into_inner();
-        let size = if r.page_size == 0 { 100 } else { r.page_size as usize };
+        let size = if r.page_size == 0 {
+            100
+        } else {
+            r.page_size as usize
+        };
         let token = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
         let (run_ids, next) = self.journal.list_runs(&r.prefix, token, size).await?;
-        Ok(Response::new(pb::ListRunsResponse { run_ids, next_page_token: next.unwrap_or_default() }))
+        Ok(Response::new(pb::ListRunsResponse {
+            run_ids,
+            next_page_token: next.unwrap_or_default(),
+        }))
     }
 
-    async fn put_blob(&self, req: Request<pb::PutBlobRequest>) -> Result<Response<pb::PutBlobResponse>, Status> {
+    async fn put_blob(
+        &self,
+        req: Request<pb::PutBlobRequest>,
+    ) -> Result<Response<pb::PutBlobResponse>, Status> {
         let r = req.into_inner();
         let size = r.content.len() as u64;
-        let blob = self.journal.put_blob(&r.run_id, Bytes::from(r.content)).await?;
-        Ok(Response::new(pb::PutBlobResponse { blob_ref: blob.to_string(), size }))
+        let blob = self.journal.put_blob(&r.run_id, r.content).await?;
+        Ok(Response::new(pb::PutBlobResponse {
+            blob_ref: blob.to_string(),
+            size,
+        }))
     }
 
-    async fn get_blob(&self, req: Request<pb::GetBlobRequest>) -> Result<Response<pb::GetBlobResponse>, Status> {
+    async fn get_blob(
+        &self,
+        req: Request<pb::GetBlobRequest>,
+    ) -> Result<Response<pb::GetBlobResponse>, Status> {
         let r = req.into_inner();
         let blob = BlobRef::parse(&r.blob_ref)?;
         let content = self.journal.get_blob(&r.run_id, &blob).await?;
-        Ok(Response::new(pb::GetBlobResponse { content: content.to_vec().into() }))
+        Ok(Response::new(pb::GetBlobResponse {
+            content: content.to_vec().into(),
+        }))
     }
 
-    async fn put_task_file(&self, req: Request<pb::PutTaskFileRequest>) -> Result<Response<pb::PutTaskFileResponse>, Status> {
+    async fn put_task_file(
+        &self,
+        req: Request<pb::PutTaskFileRequest>,
+    ) -> Result<Response<pb::PutTaskFileResponse>, Status> {
         let r = req.into_inner();
-        self.journal.put_task_file(&r.run_id, &r.effect_id, &r.name, r.content).await?;
+        self.journal
+            .put_task_file(&r.run_id, &r.effect_id, &r.name, r.content)
+            .await?;
         Ok(Response::new(pb::PutTaskFileResponse {}))
     }
 
-    async fn get_task_file(&self, req: Request<pb::GetTaskFileRequest>) -> Result<Response<pb::GetTaskFileResponse>, Status> {
+    async fn get_task_file(
+        &self,
+        req: Request<pb::GetTaskFileRequest>,
+    ) -> Result<Response<pb::GetTaskFileResponse>, Status> {
         let r = req.into_inner();
-        let content = self.journal.get_task_file(&r.run_id, &r.effect_id, &r.name).await?;
+        let content = self
+            .journal
+            .get_task_file(&r.run_id, &r.effect_id, &r.name)
+            .await?;
         Ok(Response::new(pb::GetTaskFileResponse { content }))
     }
 
-    async fn get_state(&self, req: Request<pb::GetStateRequest>) -> Result<Response<pb::GetStateResponse>, Status> {
+    async fn get_state(
+        &self,
+        req: Request<pb::GetStateRequest>,
+    ) -> Result<Response<pb::GetStateResponse>, Status> {
         let s = self.journal.state(&req.get_ref().run_id).await?;
         Ok(Response::new(pb::GetStateResponse {
             state_json: s.state_json.to_vec().into(),
@@ -235,7 +370,10 @@ impl JournalService for JournalGrpcServer {
         }))
     }
 
-    async fn create_snapshot(&self, req: Request<pb::CreateSnapshotRequest>) -> Result<Response<pb::CreateSnapshotResponse>, Status> {
+    async fn create_snapshot(
+        &self,
+        req: Request<pb::CreateSnapshotRequest>,
+    ) -> Result<Response<pb::CreateSnapshotResponse>, Status> {
         let seq = self.journal.snapshot(&req.get_ref().run_id).await?;
         Ok(Response::new(pb::CreateSnapshotResponse { seq }))
     }

@@ -12,9 +12,9 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::Head;
 use crate::error::{JournalError, Location};
 use crate::event::{EventType, StoredEvent, genesis_hash};
-use crate::Head;
 
 /// Integrity state carried from one event to the next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,14 +29,22 @@ pub struct ChainCheck {
 
 impl ChainCheck {
     pub fn new(run_id: &str, linked: bool) -> Self {
-        Self { head: Head::empty(), head_hash: genesis_hash(run_id), linked }
+        Self {
+            head: Head::empty(),
+            head_hash: genesis_hash(run_id),
+            linked,
+        }
     }
 
     /// Checks that `event` directly follows the current head, then advances to it.
     pub fn push(&mut self, event: &StoredEvent, at: &Location) -> Result<(), JournalError> {
         let expected = self.head.seq + 1;
         if event.seq != expected {
-            return Err(JournalError::SequenceGap { at: at.clone(), expected, got: event.seq });
+            return Err(JournalError::SequenceGap {
+                at: at.clone(),
+                expected,
+                got: event.seq,
+            });
         }
         if self.head.seq > 0 && event.ulid.as_str() <= self.head.ulid.as_str() {
             return Err(JournalError::UlidOrder {
@@ -55,7 +63,10 @@ impl ChainCheck {
                 });
             }
         }
-        self.head = Head { seq: event.seq, ulid: event.ulid.clone() };
+        self.head = Head {
+            seq: event.seq,
+            ulid: event.ulid.clone(),
+        };
         self.head_hash = event.chain_hash();
         Ok(())
     }
@@ -159,11 +170,15 @@ pub struct EffectIndex {
 
 impl EffectIndex {
     pub fn pending(&self) -> impl Iterator<Item = &EffectRecord> {
-        self.effects.values().filter(|r| r.status == EffectStatus::Requested)
+        self.effects
+            .values()
+            .filter(|r| r.status == EffectStatus::Requested)
     }
 
     pub fn by_invocation_key(&self, key: &str) -> Option<&EffectRecord> {
-        self.by_invocation.get(key).and_then(|id| self.effects.get(id))
+        self.by_invocation
+            .get(key)
+            .and_then(|id| self.effects.get(id))
     }
 
     /// Checks that `events` would fold cleanly onto this index, without changing it: the batch
@@ -172,15 +187,22 @@ impl EffectIndex {
     pub fn check_batch(&self, events: &[(&StoredEvent, Location)]) -> Result<(), JournalError> {
         let mut scratch = EffectIndex::default();
         for (event, _) in events {
-            let Some(d) = event.body.data.as_object() else { continue };
-            let by_id = d.get("effectId").and_then(Value::as_str).and_then(|id| self.effects.get(id));
+            let Some(d) = event.body.data.as_object() else {
+                continue;
+            };
+            let by_id = d
+                .get("effectId")
+                .and_then(Value::as_str)
+                .and_then(|id| self.effects.get(id));
             let by_key = d
                 .get("invocationKey")
                 .and_then(Value::as_str)
                 .and_then(|k| self.by_invocation_key(k));
             for r in by_id.into_iter().chain(by_key) {
                 if !scratch.effects.contains_key(&r.effect_id) {
-                    scratch.by_invocation.insert(r.invocation_key.clone(), r.effect_id.clone());
+                    scratch
+                        .by_invocation
+                        .insert(r.invocation_key.clone(), r.effect_id.clone());
                     scratch.effects.insert(r.effect_id.clone(), r.clone());
                 }
             }
@@ -193,7 +215,10 @@ impl EffectIndex {
 
     /// Applies one event; on error the index is unchanged.
     pub fn apply(&mut self, event: &StoredEvent, at: &Location) -> Result<(), JournalError> {
-        let fail = |reason: String| JournalError::Replay { at: at.clone(), reason };
+        let fail = |reason: String| JournalError::Replay {
+            at: at.clone(),
+            reason,
+        };
         let kind = &event.body.kind;
         match kind {
             EventType::RunCreated
@@ -201,7 +226,10 @@ impl EffectIndex {
             | EventType::RunHalted
             | EventType::RunFailed
             | EventType::ProcessRuntimeError => {
-                self.last_lifecycle = Some(LifecycleMark { seq: event.seq, event_type: kind.as_str().to_owned() });
+                self.last_lifecycle = Some(LifecycleMark {
+                    seq: event.seq,
+                    event_type: kind.as_str().to_owned(),
+                });
                 Ok(())
             }
             EventType::RunIteration => {
@@ -225,7 +253,9 @@ impl EffectIndex {
                     return Err(fail(format!("duplicate effectId detected: {effect_id}")));
                 }
                 if self.by_invocation.contains_key(invocation_key) {
-                    return Err(fail(format!("duplicate invocation key detected: {invocation_key}")));
+                    return Err(fail(format!(
+                        "duplicate invocation key detected: {invocation_key}"
+                    )));
                 }
                 let record = EffectRecord {
                     effect_id: effect_id.to_owned(),
@@ -256,7 +286,8 @@ impl EffectIndex {
                     cost_usd: None,
                     cost_model: None,
                 };
-                self.by_invocation.insert(record.invocation_key.clone(), record.effect_id.clone());
+                self.by_invocation
+                    .insert(record.invocation_key.clone(), record.effect_id.clone());
                 self.effects.insert(record.effect_id.clone(), record);
                 Ok(())
             }
@@ -264,18 +295,25 @@ impl EffectIndex {
                 let d = object(&event.body.data, "EFFECT_RESOLVED").map_err(fail)?;
                 let effect_id = required(d, "effectId").map_err(fail)?;
                 let status = match d.get("status") {
-                    None | Some(Value::Null) => return Err(fail("malformed EFFECT_RESOLVED event missing status".into())),
+                    None | Some(Value::Null) => {
+                        return Err(fail(
+                            "malformed EFFECT_RESOLVED event missing status".into(),
+                        ));
+                    }
                     Some(Value::String(s)) if s == "ok" => EffectStatus::ResolvedOk,
                     Some(Value::String(s)) if s == "error" => EffectStatus::ResolvedError,
-                    Some(other) => return Err(fail(format!("unknown EFFECT_RESOLVED status {other}"))),
+                    Some(other) => {
+                        return Err(fail(format!("unknown EFFECT_RESOLVED status {other}")));
+                    }
                 };
                 let result_ref = opt_ref(d, "resultRef").map_err(fail)?;
                 let stdout_ref = opt_ref(d, "stdoutRef").map_err(fail)?;
                 let stderr_ref = opt_ref(d, "stderrRef").map_err(fail)?;
-                let record = self
-                    .effects
-                    .get_mut(effect_id)
-                    .ok_or_else(|| fail(format!("EFFECT_RESOLVED references unknown effectId {effect_id}")))?;
+                let record = self.effects.get_mut(effect_id).ok_or_else(|| {
+                    fail(format!(
+                        "EFFECT_RESOLVED references unknown effectId {effect_id}"
+                    ))
+                })?;
                 if record.status != EffectStatus::Requested {
                     return Err(fail(format!("effect {effect_id} already resolved")));
                 }
@@ -290,10 +328,11 @@ impl EffectIndex {
             EventType::EffectCancelled => {
                 let d = object(&event.body.data, "EFFECT_CANCELLED").map_err(fail)?;
                 let effect_id = required(d, "effectId").map_err(fail)?;
-                let record = self
-                    .effects
-                    .get_mut(effect_id)
-                    .ok_or_else(|| fail(format!("EFFECT_CANCELLED references unknown effectId {effect_id}")))?;
+                let record = self.effects.get_mut(effect_id).ok_or_else(|| {
+                    fail(format!(
+                        "EFFECT_CANCELLED references unknown effectId {effect_id}"
+                    ))
+                })?;
                 if record.status != EffectStatus::Requested {
                     return Err(fail(format!(
                         "effect {effect_id} is not requested (status={})",
@@ -306,7 +345,11 @@ impl EffectIndex {
             }
             EventType::EffectProgress => {
                 let d = object(&event.body.data, "EFFECT_PROGRESS").map_err(fail)?;
-                let Some(record) = d.get("effectId").and_then(Value::as_str).and_then(|id| self.effects.get_mut(id)) else {
+                let Some(record) = d
+                    .get("effectId")
+                    .and_then(Value::as_str)
+                    .and_then(|id| self.effects.get_mut(id))
+                else {
                     return Ok(());
                 };
                 if let Some(n) = d.get("progressPercent").and_then(Value::as_f64) {
@@ -319,14 +362,24 @@ impl EffectIndex {
             }
             EventType::CostTracked => {
                 let d = object(&event.body.data, "COST_TRACKED").map_err(fail)?;
-                let Some(record) = d.get("effectId").and_then(Value::as_str).and_then(|id| self.effects.get_mut(id)) else {
+                let Some(record) = d
+                    .get("effectId")
+                    .and_then(Value::as_str)
+                    .and_then(|id| self.effects.get_mut(id))
+                else {
                     return Ok(());
                 };
                 let num = |k: &str| d.get(k).and_then(Value::as_f64);
                 add(&mut record.input_tokens, num("inputTokens"));
                 add(&mut record.output_tokens, num("outputTokens"));
-                add(&mut record.cache_creation_input_tokens, num("cacheCreationInputTokens").or(num("cacheCreationTokens")));
-                add(&mut record.cache_read_input_tokens, num("cacheReadInputTokens").or(num("cacheReadTokens")));
+                add(
+                    &mut record.cache_creation_input_tokens,
+                    num("cacheCreationInputTokens").or(num("cacheCreationTokens")),
+                );
+                add(
+                    &mut record.cache_read_input_tokens,
+                    num("cacheReadInputTokens").or(num("cacheReadTokens")),
+                );
                 add(&mut record.cost_usd, num("costUsd"));
                 set_str(&mut record.cost_model, d, "model");
                 Ok(())
@@ -341,7 +394,8 @@ impl EffectIndex {
 }
 
 fn object<'a>(data: &'a Value, ty: &str) -> Result<&'a Map<String, Value>, String> {
-    data.as_object().ok_or_else(|| format!("malformed {ty} event payload"))
+    data.as_object()
+        .ok_or_else(|| format!("malformed {ty} event payload"))
 }
 
 fn required<'a>(d: &'a Map<String, Value>, field: &str) -> Result<&'a str, String> {

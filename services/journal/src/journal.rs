@@ -60,7 +60,12 @@ pub struct NewEvent {
 impl NewEvent {
     /// A 6.0.0-style event (stamped with `sdkVersion`).
     pub fn new(kind: EventType, data: Value) -> Self {
-        Self { kind, recorded_at: None, data, sdk_version: Some(state_cache::SDK_VERSION.to_owned()) }
+        Self {
+            kind,
+            recorded_at: None,
+            data,
+            sdk_version: Some(state_cache::SDK_VERSION.to_owned()),
+        }
     }
 }
 
@@ -78,7 +83,9 @@ pub struct RunState {
 
 /// ISO-8601 UTC with milliseconds, as babysitter's clock prints it.
 pub fn now_iso() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
 }
 
 #[derive(Debug)]
@@ -90,6 +97,9 @@ struct RunView {
 }
 
 type ViewSlot = Arc<Mutex<Option<RunView>>>;
+
+/// Open views kept in memory before idle ones are dropped.
+const MAX_OPEN_VIEWS: usize = 4096;
 
 #[derive(Debug)]
 struct Inner {
@@ -136,7 +146,10 @@ impl Journal {
         if let Some(id) = run.get("runId")
             && id.as_str() != Some(run_id)
         {
-            return Err(JournalError::invalid("run.json", format!("runId {id} does not match the run id `{run_id}`")));
+            return Err(JournalError::invalid(
+                "run.json",
+                format!("runId {id} does not match the run id `{run_id}`"),
+            ));
         }
         let store = self.inner.store.clone();
         let id = run_id.to_owned();
@@ -152,7 +165,12 @@ impl Journal {
     }
 
     /// Appends `events` at `expected_next_seq`; returns them as committed.
-    pub async fn append(&self, run_id: &str, expected_next_seq: u64, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+    pub async fn append(
+        &self,
+        run_id: &str,
+        expected_next_seq: u64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<StoredEvent>> {
         validate_id("run id", run_id)?;
         if events.is_empty() {
             return Err(JournalError::invalid("append", "no events"));
@@ -160,15 +178,25 @@ impl Journal {
         if events.len() > self.inner.options.max_batch_events {
             return Err(JournalError::invalid(
                 "append",
-                format!("{} events in one batch, the limit is {}", events.len(), self.inner.options.max_batch_events),
+                format!(
+                    "{} events in one batch, the limit is {}",
+                    events.len(),
+                    self.inner.options.max_batch_events
+                ),
             ));
         }
         let this = self.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move { this.append_inner(&run_id, expected_next_seq, events).await }).await
+        spawn_whole(async move { this.append_inner(&run_id, expected_next_seq, events).await })
+            .await
     }
 
-    async fn append_inner(&self, run_id: &str, expected: u64, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+    async fn append_inner(
+        &self,
+        run_id: &str,
+        expected: u64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<StoredEvent>> {
         let slot = self.slot(run_id);
         let mut guard = slot.lock().await;
         let mut view = self.current(run_id, &mut guard, false).await?;
@@ -176,7 +204,11 @@ impl Journal {
             view = self.current(run_id, &mut guard, true).await?;
         }
         if expected != view.chain.head.seq + 1 {
-            return Err(JournalError::Conflict { run_id: run_id.to_owned(), expected, head: view.chain.head.clone() });
+            return Err(JournalError::Conflict {
+                run_id: run_id.to_owned(),
+                expected,
+                head: view.chain.head.clone(),
+            });
         }
         let sealed = self.seal(run_id, view, events)?;
         match self.inner.store.commit(run_id, &sealed).await {
@@ -191,20 +223,28 @@ impl Journal {
         let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
         for e in &sealed {
             let at = Location::file(run_id, e.seq, e.file_name());
-            if let Err(err) = view.index.apply(e, &at).and_then(|()| view.chain.push(e, &at)) {
+            if let Err(err) = view
+                .index
+                .apply(e, &at)
+                .and_then(|()| view.chain.push(e, &at))
+            {
                 *guard = None;
                 return Err(err);
             }
         }
         view.since_snapshot += sealed.len() as u64;
-        if self.inner.options.snapshot_every > 0 && view.since_snapshot >= self.inner.options.snapshot_every {
+        if self.inner.options.snapshot_every > 0
+            && view.since_snapshot >= self.inner.options.snapshot_every
+        {
             let snapshot = snapshot_of(run_id, view);
             match self.inner.store.put_snapshot(run_id, &snapshot).await {
                 Ok(()) => {
                     view.since_snapshot = 0;
                     view.snapshot_seq = snapshot.seq();
                 }
-                Err(e) => tracing::warn!(run_id, error = %e, "snapshot failed; will retry after the next append"),
+                Err(e) => {
+                    tracing::warn!(run_id, error = %e, "snapshot failed; will retry after the next append")
+                }
             }
         }
         drop(guard);
@@ -213,12 +253,21 @@ impl Journal {
     }
 
     /// Stamps a batch and checks it against the view (which it does not change).
-    fn seal(&self, run_id: &str, view: &RunView, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+    fn seal(
+        &self,
+        run_id: &str,
+        view: &RunView,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<StoredEvent>> {
         let linked = self.inner.store.layout() == Layout::Object;
         let mut chain = view.chain.clone();
         let mut out = Vec::with_capacity(events.len());
         for (i, ev) in events.into_iter().enumerate() {
-            let refuse = |reason: String| JournalError::InvalidEvent { run_id: run_id.to_owned(), index: i, reason };
+            let refuse = |reason: String| JournalError::InvalidEvent {
+                run_id: run_id.to_owned(),
+                index: i,
+                reason,
+            };
             if ev.kind.as_str().is_empty() {
                 return Err(refuse("event type is empty".into()));
             }
@@ -228,7 +277,9 @@ impl Journal {
             if let Some(at) = &ev.recorded_at
                 && chrono::DateTime::parse_from_rfc3339(at).is_err()
             {
-                return Err(refuse(format!("recordedAt `{at}` is not an ISO-8601 timestamp")));
+                return Err(refuse(format!(
+                    "recordedAt `{at}` is not an ISO-8601 timestamp"
+                )));
             }
             let seq = chain.head.seq + 1;
             let ulid = self.next_ulid(&chain.head.ulid);
@@ -253,13 +304,20 @@ impl Journal {
             chain.push(&event, &Location::file(run_id, seq, event.file_name()))?;
             out.push(event);
         }
-        let located: Vec<_> = out.iter().map(|e| (e, Location::file(run_id, e.seq, e.file_name()))).collect();
+        let located: Vec<_> = out
+            .iter()
+            .map(|e| (e, Location::file(run_id, e.seq, e.file_name())))
+            .collect();
         if let Err(e) = view.index.check_batch(&located) {
             let index = match &e {
                 JournalError::Replay { at, .. } => at.seq.map_or(0, |s| (s - out[0].seq) as usize),
                 _ => 0,
             };
-            return Err(JournalError::InvalidEvent { run_id: run_id.to_owned(), index, reason: e.to_string() });
+            return Err(JournalError::InvalidEvent {
+                run_id: run_id.to_owned(),
+                index,
+                reason: e.to_string(),
+            });
         }
         Ok(out)
     }
@@ -344,11 +402,19 @@ impl Journal {
                 let reason = reason.unwrap_or("missing_cache");
                 let doc = state_cache::build(&view.index, &head, &now_iso(), Some(reason));
                 let bytes = Bytes::from(jsjson::to_file_string(&doc));
-                self.inner.store.write_state_cache(run_id, bytes.clone()).await?;
+                self.inner
+                    .store
+                    .write_state_cache(run_id, bytes.clone())
+                    .await?;
                 (bytes, Some(reason))
             }
         };
-        Ok(RunState { head, state_json, rebuild_reason, snapshot_seq: view.snapshot_seq })
+        Ok(RunState {
+            head,
+            state_json,
+            rebuild_reason,
+            snapshot_seq: view.snapshot_seq,
+        })
     }
 
     /// Writes a snapshot at the current head; returns its seq.
@@ -364,9 +430,18 @@ impl Journal {
         Ok(snapshot.seq())
     }
 
-    pub async fn list_runs(&self, prefix: &str, page_token: Option<&str>, page_size: usize) -> Result<(Vec<String>, Option<String>)> {
+    pub async fn list_runs(
+        &self,
+        prefix: &str,
+        page_token: Option<&str>,
+        page_size: usize,
+    ) -> Result<(Vec<String>, Option<String>)> {
         let page_size = page_size.clamp(1, 1000);
-        let mut ids = self.inner.store.list_runs(prefix, page_token, page_size + 1).await?;
+        let mut ids = self
+            .inner
+            .store
+            .list_runs(prefix, page_token, page_size + 1)
+            .await?;
         let next = if ids.len() > page_size {
             ids.truncate(page_size);
             ids.last().cloned()
@@ -390,13 +465,22 @@ impl Journal {
 
     /// Stores `tasks/<effectId>/<name>`. `.json` files must be JSON and are written the way
     /// babysitter writes them (2-space, key order kept, trailing newline); others byte for byte.
-    pub async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+    pub async fn put_task_file(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        name: &str,
+        content: Bytes,
+    ) -> Result<()> {
         validate_id("run id", run_id)?;
         validate_id("effect id", effect_id)?;
         validate_id("task file name", name)?;
         let content = if name.ends_with(".json") {
             let value: Value = serde_json::from_slice(&content).map_err(|e| {
-                JournalError::invalid("task file", format!("tasks/{effect_id}/{name} is not valid JSON: {e}"))
+                JournalError::invalid(
+                    "task file",
+                    format!("tasks/{effect_id}/{name} is not valid JSON: {e}"),
+                )
             })?;
             Bytes::from(jsjson::to_file_string(&value))
         } else {
@@ -404,12 +488,20 @@ impl Journal {
         };
         let store = self.inner.store.clone();
         let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
-        spawn_whole(async move { store.put_task_file(&run_id, &effect_id, &name, content).await }).await
+        spawn_whole(async move {
+            store
+                .put_task_file(&run_id, &effect_id, &name, content)
+                .await
+        })
+        .await
     }
 
     pub async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
         validate_id("run id", run_id)?;
-        self.inner.store.get_task_file(run_id, effect_id, name).await
+        self.inner
+            .store
+            .get_task_file(run_id, effect_id, name)
+            .await
     }
 
     /// Events from `from_seq` on, then each new one as it is committed (by this process, or by
@@ -427,16 +519,27 @@ impl Journal {
         ReceiverStream::new(rx)
     }
 
-    async fn watch_loop(&self, run_id: &str, mut next: u64, tx: &mpsc::Sender<Result<Vec<StoredEvent>>>) -> Result<()> {
+    async fn watch_loop(
+        &self,
+        run_id: &str,
+        mut next: u64,
+        tx: &mpsc::Sender<Result<Vec<StoredEvent>>>,
+    ) -> Result<()> {
         validate_id("run id", run_id)?;
         let mut live = self.subscribe(run_id);
         let mut known_head = 0u64;
+        // The last delivered event: a commit boundary, so object stores list only after it.
+        let mut delivered: Option<Head> = None;
         loop {
-            let head = self.head(run_id).await?;
+            let head = self.inner.store.head(run_id, delivered.as_ref()).await?;
             if head.seq >= next && head.seq != known_head {
                 let events = self.read(run_id, next, head.seq).await?;
                 if let Some(last) = events.last() {
                     next = last.seq + 1;
+                    delivered = Some(Head {
+                        seq: last.seq,
+                        ulid: last.ulid.clone(),
+                    });
                     if tx.send(Ok(events)).await.is_err() {
                         return Ok(());
                     }
@@ -455,6 +558,7 @@ impl Journal {
                             if let Some(last) = events.last() {
                                 next = last.seq + 1;
                                 known_head = last.seq;
+                                delivered = Some(Head { seq: last.seq, ulid: last.ulid.clone() });
                             }
                             if tx.send(Ok(events)).await.is_err() {
                                 return Ok(());
@@ -471,12 +575,22 @@ impl Journal {
     }
 
     fn subscribe(&self, run_id: &str) -> broadcast::Receiver<Arc<Vec<StoredEvent>>> {
-        let mut map = self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(run_id.to_owned()).or_insert_with(|| broadcast::channel(256).0).subscribe()
+        let mut map = self
+            .inner
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.entry(run_id.to_owned())
+            .or_insert_with(|| broadcast::channel(256).0)
+            .subscribe()
     }
 
     fn notify(&self, run_id: &str, events: &[StoredEvent]) {
-        let mut map = self.inner.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .inner
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = map.get(run_id) {
             if tx.receiver_count() == 0 {
                 map.remove(run_id);
@@ -492,13 +606,22 @@ impl Journal {
 
     fn slot(&self, run_id: &str) -> ViewSlot {
         let mut views = self.inner.views.lock().unwrap_or_else(|p| p.into_inner());
+        if views.len() >= MAX_OPEN_VIEWS && !views.contains_key(run_id) {
+            // Forget idle views (no operation holds them); they reopen from snapshot + tail.
+            views.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
         views.entry(run_id.to_owned()).or_default().clone()
     }
 
     /// The run's view, opened (latest snapshot + tail) if it is not in memory, and brought up
     /// to the store's head when `refresh`. On any error the view is dropped, so a partly
     /// applied tail is never used.
-    async fn current<'a>(&self, run_id: &str, guard: &'a mut Option<RunView>, refresh: bool) -> Result<&'a mut RunView> {
+    async fn current<'a>(
+        &self,
+        run_id: &str,
+        guard: &'a mut Option<RunView>,
+        refresh: bool,
+    ) -> Result<&'a mut RunView> {
         if guard.is_none() {
             *guard = Some(self.open(run_id).await?);
         } else if refresh {
@@ -524,7 +647,12 @@ impl Journal {
         if let Some(s) = snapshot
             && s.chain.linked == (store.layout() == Layout::Object)
         {
-            let mut view = RunView { chain: s.chain.clone(), index: s.index, since_snapshot: 0, snapshot_seq: s.chain.head.seq };
+            let mut view = RunView {
+                chain: s.chain.clone(),
+                index: s.index,
+                since_snapshot: 0,
+                snapshot_seq: s.chain.head.seq,
+            };
             match self.refresh(run_id, &mut view).await {
                 Ok(()) => return Ok(view),
                 Err(e) if e.is_corruption() => {
@@ -533,7 +661,12 @@ impl Journal {
                 Err(e) => return Err(e),
             }
         }
-        let mut view = RunView { chain: self.genesis(run_id), index: EffectIndex::default(), since_snapshot: 0, snapshot_seq: 0 };
+        let mut view = RunView {
+            chain: self.genesis(run_id),
+            index: EffectIndex::default(),
+            since_snapshot: 0,
+            snapshot_seq: 0,
+        };
         self.refresh(run_id, &mut view).await?;
         Ok(view)
     }
@@ -552,12 +685,23 @@ impl Journal {
 }
 
 fn snapshot_of(run_id: &str, view: &RunView) -> Snapshot {
-    Snapshot { format: SNAPSHOT_FORMAT.into(), run_id: run_id.to_owned(), chain: view.chain.clone(), index: view.index.clone() }
+    Snapshot {
+        format: SNAPSHOT_FORMAT.into(),
+        run_id: run_id.to_owned(),
+        chain: view.chain.clone(),
+        index: view.index.clone(),
+    }
 }
 
 /// Runs `fut` to completion in its own task, even if the caller stops waiting for it.
-async fn spawn_whole<T: Send + 'static>(fut: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
-    tokio::spawn(fut).await.map_err(|e| if e.is_cancelled() { JournalError::ShuttingDown } else {
-        JournalError::io("journal task", std::io::Error::other(e.to_string()))
+async fn spawn_whole<T: Send + 'static>(
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(fut).await.map_err(|e| {
+        if e.is_cancelled() {
+            JournalError::ShuttingDown
+        } else {
+            JournalError::io("journal task", std::io::Error::other(e.to_string()))
+        }
     })?
 }

@@ -110,7 +110,11 @@ fn array_index(key: &str) -> Option<u32> {
         return None;
     }
     let n: u64 = key.parse().ok()?;
-    if n < u64::from(u32::MAX) { u32::try_from(n).ok() } else { None }
+    if n < u64::from(u32::MAX) {
+        u32::try_from(n).ok()
+    } else {
+        None
+    }
 }
 
 const MAX_SAFE: u64 = 1 << 53;
@@ -209,9 +213,15 @@ mod tests {
 
     #[test]
     fn integer_like_keys_come_first_in_numeric_order() {
-        let v: Value = serde_json::from_str(r#"{"b":1,"10":2,"a":3,"2":4,"01":5,"-1":6,"4294967295":7,"4294967294":8}"#).unwrap();
+        let v: Value = serde_json::from_str(
+            r#"{"b":1,"10":2,"a":3,"2":4,"01":5,"-1":6,"4294967295":7,"4294967294":8}"#,
+        )
+        .unwrap();
         let s = to_string_pretty(&v).replace(['\n', ' '], "");
-        assert_eq!(s, r#"{"2":4,"10":2,"4294967294":8,"b":1,"a":3,"01":5,"-1":6,"4294967295":7}"#);
+        assert_eq!(
+            s,
+            r#"{"2":4,"10":2,"4294967294":8,"b":1,"a":3,"01":5,"-1":6,"4294967295":7}"#
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ pub mod event;
 pub mod fs;
 pub mod grpc;
 pub mod index;
-pub mod jsjson;
 pub mod journal;
+pub mod jsjson;
 pub mod object;
 pub mod state_cache;
 pub mod store;
@@ -51,5 +51,6 @@ impl Head {
 /// Validates a run id, effect id or file name used as one directory / key segment, by the
 /// workspace-wide rule of [`babysitter_common::ids::validate_path_segment`].
 pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
-    babysitter_common::ids::validate_path_segment(what, id).map_err(|e| JournalError::invalid(what, e.to_string()))
+    babysitter_common::ids::validate_path_segment(what, id)
+        .map_err(|e| JournalError::invalid(what, e.to_string()))
 }

@@ -7,9 +7,9 @@ use babysitter_common::EnvMap;
 use babysitter_common::config::{ConfigLoader, dump_config};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
+use babysitter_journal::Journal;
 use babysitter_journal::config::{JournalServiceConfig, open_store};
 use babysitter_journal::grpc::JournalGrpcServer;
-use babysitter_journal::Journal;
 use clap::Parser;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,9 @@ fn main() -> ExitCode {
         .file(args.config.clone())
         .env(env.clone())
         .overrides(args.set.clone())
-        .json_override(json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}}))
+        .json_override(
+            json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}}),
+        )
         .load()
     {
         Ok(c) => c,
@@ -66,7 +68,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("journal: cannot start the runtime: {e}");
@@ -91,8 +96,12 @@ async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> 
     let journal = Journal::new(store, config.limits.journal_options());
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
-    let server = ServerBuilder::new("journal", &config.server)
-        .add_service(JournalGrpcServer::new(journal).into_service(), babysitter_proto::FILE_DESCRIPTOR_SET);
+    let server = ServerBuilder::new("journal", &config.server).add_service(
+        JournalGrpcServer::new(journal)
+            .with_shutdown(shutdown.clone())
+            .into_service(),
+        babysitter_proto::FILE_DESCRIPTOR_SET,
+    );
     let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;

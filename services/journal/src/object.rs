@@ -81,9 +81,19 @@ pub struct ObjectJournal {
 
 impl ObjectJournal {
     /// `blob_threshold`: event data whose JSON is larger than this many bytes goes to a blob.
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, description: impl Into<String>, blob_threshold: usize) -> Self {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        description: impl Into<String>,
+        blob_threshold: usize,
+    ) -> Self {
         let prefix = Path::from(prefix.trim_matches('/'));
-        Self { store, prefix, description: description.into(), blob_threshold }
+        Self {
+            store,
+            prefix,
+            description: description.into(),
+            blob_threshold,
+        }
     }
 
     fn run_path(&self, run_id: &str, rest: &str) -> Path {
@@ -102,9 +112,19 @@ impl ObjectJournal {
         self.store.get(key).await?.bytes().await
     }
 
-    async fn put_create(&self, key: &Path, bytes: Bytes) -> std::result::Result<(), object_store::Error> {
-        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
-        self.store.put_opts(key, PutPayload::from(bytes), opts).await.map(|_| ())
+    async fn put_create(
+        &self,
+        key: &Path,
+        bytes: Bytes,
+    ) -> std::result::Result<(), object_store::Error> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        self.store
+            .put_opts(key, PutPayload::from(bytes), opts)
+            .await
+            .map(|_| ())
     }
 
     async fn ensure_run(&self, run_id: &str) -> Result<()> {
@@ -112,19 +132,30 @@ impl ObjectJournal {
         let key = self.run_path(run_id, "manifest.json");
         match self.store.head(&key).await {
             Ok(_) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => Err(JournalError::RunNotFound { run_id: run_id.to_owned() }),
+            Err(object_store::Error::NotFound { .. }) => Err(JournalError::RunNotFound {
+                run_id: run_id.to_owned(),
+            }),
             Err(e) => Err(JournalError::object(key, e)),
         }
     }
 
     /// Batch keys (first seq, key) strictly after `after_seq`'s key, ascending.
-    async fn list_batches(&self, run_id: &str, after_first: Option<u64>) -> Result<Vec<(u64, Path)>> {
+    async fn list_batches(
+        &self,
+        run_id: &str,
+        after_first: Option<u64>,
+    ) -> Result<Vec<(u64, Path)>> {
         let dir = self.run_path(run_id, "journal");
         let stream = match after_first {
-            Some(first) => self.store.list_with_offset(Some(&dir), &self.batch_path(run_id, first)),
+            Some(first) => self
+                .store
+                .list_with_offset(Some(&dir), &self.batch_path(run_id, first)),
             None => self.store.list(Some(&dir)),
         };
-        let metas: Vec<_> = stream.try_collect().await.map_err(|e| JournalError::object(&dir, e))?;
+        let metas: Vec<_> = stream
+            .try_collect()
+            .await
+            .map_err(|e| JournalError::object(&dir, e))?;
         let mut out = Vec::with_capacity(metas.len());
         for meta in metas {
             let name = meta.location.filename().unwrap_or_default().to_owned();
@@ -144,12 +175,22 @@ impl ObjectJournal {
 
     /// Reads and decodes one batch, resolving blob-held data.
     async fn read_batch(&self, run_id: &str, first: u64, key: &Path) -> Result<Vec<StoredEvent>> {
-        let bytes = self.get_bytes(key).await.map_err(|e| JournalError::object(key, e))?;
+        let bytes = self
+            .get_bytes(key)
+            .await
+            .map_err(|e| JournalError::object(key, e))?;
         let at = Location::object(run_id, key.to_string()).with_seq(first);
-        let batch: Batch =
-            serde_json::from_slice(&bytes).map_err(|e| JournalError::corrupt(&at, format!("invalid batch: {e}")))?;
-        if batch.format != BATCH_FORMAT || batch.run_id != run_id || batch.first != first || batch.events.is_empty() {
-            return Err(JournalError::corrupt(&at, "batch header does not match its run and key"));
+        let batch: Batch = serde_json::from_slice(&bytes)
+            .map_err(|e| JournalError::corrupt(&at, format!("invalid batch: {e}")))?;
+        if batch.format != BATCH_FORMAT
+            || batch.run_id != run_id
+            || batch.first != first
+            || batch.events.is_empty()
+        {
+            return Err(JournalError::corrupt(
+                &at,
+                "batch header does not match its run and key",
+            ));
         }
         let mut out = Vec::with_capacity(batch.events.len());
         for entry in batch.events {
@@ -158,12 +199,19 @@ impl ObjectJournal {
             if let Some(blob) = &entry.data_blob {
                 let blob = BlobRef::parse(blob)?;
                 let data_bytes = self.get_blob(run_id, &blob).await?;
-                let data: Value = serde_json::from_slice(&data_bytes)
-                    .map_err(|e| JournalError::corrupt(&at, format!("event data blob is not JSON: {e}")))?;
+                let data: Value = serde_json::from_slice(&data_bytes).map_err(|e| {
+                    JournalError::corrupt(&at, format!("event data blob is not JSON: {e}"))
+                })?;
                 envelope = insert_data(envelope, data, &at)?;
             }
             let (body, checksum) = EventBody::from_envelope(envelope, &at)?;
-            let event = StoredEvent { seq: entry.seq, ulid: entry.ulid, body, checksum, prev_hash: Some(entry.prev_hash) };
+            let event = StoredEvent {
+                seq: entry.seq,
+                ulid: entry.ulid,
+                body,
+                checksum,
+                prev_hash: Some(entry.prev_hash),
+            };
             event.verify_checksum(&at)?;
             out.push(event);
         }
@@ -192,25 +240,43 @@ fn insert_data(envelope: Value, data: Value, at: &Location) -> Result<Value> {
 }
 
 fn to_json_bytes<T: Serialize>(what: &'static str, value: &T) -> Result<Bytes> {
-    serde_json::to_vec(value).map(Bytes::from).map_err(|e| JournalError::invalid(what, e.to_string()))
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| JournalError::invalid(what, e.to_string()))
 }
 
 /// Refuses a store that ignores create-only preconditions: writes one probe object twice with
 /// `PutMode::Create`; the second write must fail with `AlreadyExists` and leave the first intact.
 pub async fn probe_conditional_create(store: &dyn ObjectStore, prefix: &str) -> Result<()> {
-    let key = Path::from(prefix.trim_matches('/')).join("_probe").join(format!("{}", ulid::Ulid::generate()));
-    let create = || PutOptions { mode: PutMode::Create, ..Default::default() };
+    let key = Path::from(prefix.trim_matches('/'))
+        .join("_probe")
+        .join(format!("{}", ulid::Ulid::generate()));
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
     store
         .put_opts(&key, PutPayload::from_static(b"first"), create())
         .await
-        .map_err(|e| JournalError::UnsafeStore { reason: format!("probe write to {key} failed: {e}") })?;
-    let second = store.put_opts(&key, PutPayload::from_static(b"second"), create()).await;
-    let content = store.get(&key).await.map_err(|e| JournalError::object(&key, e))?.bytes().await;
+        .map_err(|e| JournalError::UnsafeStore {
+            reason: format!("probe write to {key} failed: {e}"),
+        })?;
+    let second = store
+        .put_opts(&key, PutPayload::from_static(b"second"), create())
+        .await;
+    let content = store
+        .get(&key)
+        .await
+        .map_err(|e| JournalError::object(&key, e))?
+        .bytes()
+        .await;
     let _ = store.delete(&key).await;
     match second {
         Err(object_store::Error::AlreadyExists { .. }) => {}
         Err(e) => {
-            return Err(JournalError::UnsafeStore { reason: format!("create-only probe on {key} failed unexpectedly: {e}") });
+            return Err(JournalError::UnsafeStore {
+                reason: format!("create-only probe on {key} failed unexpectedly: {e}"),
+            });
         }
         Ok(_) => {
             return Err(JournalError::UnsafeStore {
@@ -222,7 +288,9 @@ pub async fn probe_conditional_create(store: &dyn ObjectStore, prefix: &str) -> 
     }
     match content {
         Ok(b) if b.as_ref() == b"first" => Ok(()),
-        Ok(_) => Err(JournalError::UnsafeStore { reason: "a create-only write overwrote an existing object".into() }),
+        Ok(_) => Err(JournalError::UnsafeStore {
+            reason: "a create-only write overwrote an existing object".into(),
+        }),
         Err(e) => Err(JournalError::object(key, e)),
     }
 }
@@ -245,9 +313,14 @@ impl JournalStore for ObjectJournal {
             inputs_json: files.inputs_json.clone(),
         };
         let key = self.run_path(run_id, "manifest.json");
-        match self.put_create(&key, to_json_bytes("run manifest", &manifest)?).await {
+        match self
+            .put_create(&key, to_json_bytes("run manifest", &manifest)?)
+            .await
+        {
             Ok(()) => Ok(()),
-            Err(object_store::Error::AlreadyExists { .. }) => Err(JournalError::RunAlreadyExists { run_id: run_id.to_owned() }),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(JournalError::RunAlreadyExists {
+                run_id: run_id.to_owned(),
+            }),
             Err(e) => Err(JournalError::object(key, e)),
         }
     }
@@ -257,24 +330,40 @@ impl JournalStore for ObjectJournal {
         let key = self.run_path(run_id, "manifest.json");
         let bytes = match self.get_bytes(&key).await {
             Ok(b) => b,
-            Err(object_store::Error::NotFound { .. }) => return Err(JournalError::RunNotFound { run_id: run_id.to_owned() }),
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(JournalError::RunNotFound {
+                    run_id: run_id.to_owned(),
+                });
+            }
             Err(e) => return Err(JournalError::object(key, e)),
         };
-        let m: Manifest = serde_json::from_slice(&bytes)
-            .map_err(|e| JournalError::corrupt(&Location::object(run_id, key.to_string()), format!("invalid manifest: {e}")))?;
-        Ok(RunFiles { run_json: m.run_json, inputs_json: m.inputs_json })
+        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+            JournalError::corrupt(
+                &Location::object(run_id, key.to_string()),
+                format!("invalid manifest: {e}"),
+            )
+        })?;
+        Ok(RunFiles {
+            run_json: m.run_json,
+            inputs_json: m.inputs_json,
+        })
     }
 
     async fn commit(&self, run_id: &str, events: &[StoredEvent]) -> Result<()> {
         // The caller (the Journal) has opened the run; a missing run cannot get here.
-        let Some(first) = events.first() else { return Ok(()) };
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
         validate_id("run id", run_id)?;
         let mut entries = Vec::with_capacity(events.len());
         for e in events {
-            let prev_hash = e.prev_hash.clone().ok_or_else(|| JournalError::invalid("event", "object layout events need a hash-chain link"))?;
+            let prev_hash = e.prev_hash.clone().ok_or_else(|| {
+                JournalError::invalid("event", "object layout events need a hash-chain link")
+            })?;
             let mut envelope = e.body.envelope(&e.checksum);
             let mut data_blob = None;
-            let data_bytes = serde_json::to_vec(&e.body.data).map_err(|err| JournalError::invalid("event data", err.to_string()))?;
+            let data_bytes = serde_json::to_vec(&e.body.data)
+                .map_err(|err| JournalError::invalid("event data", err.to_string()))?;
             if data_bytes.len() > self.blob_threshold
                 && let Value::Object(m) = &mut envelope
             {
@@ -282,21 +371,42 @@ impl JournalStore for ObjectJournal {
                 m.shift_remove("data");
                 data_blob = Some(blob.to_string());
             }
-            entries.push(BatchEntry { seq: e.seq, ulid: e.ulid.clone(), prev_hash, event: envelope, data_blob });
+            entries.push(BatchEntry {
+                seq: e.seq,
+                ulid: e.ulid.clone(),
+                prev_hash,
+                event: envelope,
+                data_blob,
+            });
         }
-        let batch = Batch { format: BATCH_FORMAT.into(), run_id: run_id.to_owned(), first: first.seq, events: entries };
+        let batch = Batch {
+            format: BATCH_FORMAT.into(),
+            run_id: run_id.to_owned(),
+            first: first.seq,
+            events: entries,
+        };
         let key = self.batch_path(run_id, first.seq);
         match self.put_create(&key, to_json_bytes("batch", &batch)?).await {
             Ok(()) => Ok(()),
-            Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => {
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => {
                 let head = self.head(run_id, None).await?;
-                Err(JournalError::Conflict { run_id: run_id.to_owned(), expected: first.seq, head })
+                Err(JournalError::Conflict {
+                    run_id: run_id.to_owned(),
+                    expected: first.seq,
+                    head,
+                })
             }
             Err(e) => Err(JournalError::object(key, e)),
         }
     }
 
-    async fn load(&self, run_id: &str, from: &ChainCheck, to: Option<u64>) -> Result<Vec<StoredEvent>> {
+    async fn load(
+        &self,
+        run_id: &str,
+        from: &ChainCheck,
+        to: Option<u64>,
+    ) -> Result<Vec<StoredEvent>> {
         self.ensure_run(run_id).await?;
         let start = from.head.seq;
         let end = to.unwrap_or(u64::MAX);
@@ -304,19 +414,23 @@ impl JournalStore for ObjectJournal {
         // a key created during the listing while showing a later one. The chain is followed by
         // key — the batch after a boundary `e` is keyed `e + 1` — with a direct GET for any key
         // the listing missed, so a gap is reported only when the store really has none.
-        let listed = self.list_batches(run_id, (start > 0).then_some(start)).await?;
-        let listed: Vec<_> = listed.into_iter().filter(|(first, _)| *first > start && *first <= end).collect();
+        let listed = self
+            .list_batches(run_id, (start > 0).then_some(start))
+            .await?;
+        let listed: Vec<_> = listed
+            .into_iter()
+            .filter(|(first, _)| *first > start && *first <= end)
+            .collect();
         let max_listed = listed.last().map(|(first, _)| *first);
-        let mut prefetched: std::collections::BTreeMap<u64, Result<Vec<StoredEvent>>> = futures::stream::iter(
-            listed.into_iter().map(|(first, key)| {
+        let mut prefetched: std::collections::BTreeMap<u64, Result<Vec<StoredEvent>>> =
+            futures::stream::iter(listed.into_iter().map(|(first, key)| {
                 let this = self.clone();
                 let run = run_id.to_owned();
                 async move { (first, this.read_batch(&run, first, &key).await) }
-            }),
-        )
-        .buffered(READ_CONCURRENCY)
-        .collect()
-        .await;
+            }))
+            .buffered(READ_CONCURRENCY)
+            .collect()
+            .await;
         let mut chain = from.clone();
         let mut out = Vec::new();
         let mut expected = start + 1;
@@ -324,10 +438,17 @@ impl JournalStore for ObjectJournal {
             let key = self.batch_path(run_id, expected);
             let batch = match prefetched.remove(&expected) {
                 Some(Ok(b)) => b,
-                Some(Err(JournalError::ObjectStore { source: object_store::Error::NotFound { .. }, .. })) | None => {
+                Some(Err(JournalError::ObjectStore {
+                    source: object_store::Error::NotFound { .. },
+                    ..
+                }))
+                | None => {
                     match self.read_batch(run_id, expected, &key).await {
                         Ok(b) => b,
-                        Err(JournalError::ObjectStore { source: object_store::Error::NotFound { .. }, .. }) => {
+                        Err(JournalError::ObjectStore {
+                            source: object_store::Error::NotFound { .. },
+                            ..
+                        }) => {
                             if max_listed.is_some_and(|m| m > expected) {
                                 return Err(JournalError::SequenceGap {
                                     at: Location::object(run_id, key.to_string()),
@@ -346,14 +467,18 @@ impl JournalStore for ObjectJournal {
                 if event.seq > end {
                     break;
                 }
-                chain.push(&event, &Location::object(run_id, key.to_string()).with_seq(event.seq))?;
+                chain.push(
+                    &event,
+                    &Location::object(run_id, key.to_string()).with_seq(event.seq),
+                )?;
                 out.push(event);
             }
             expected = chain.head.seq + 1;
             // Keys inside the batch just read belong to no chain: another writer's overlap.
             if let Some((&inside, _)) = prefetched.range(..expected).next() {
                 return Err(JournalError::corrupt(
-                    &Location::object(run_id, self.batch_path(run_id, inside).to_string()).with_seq(inside),
+                    &Location::object(run_id, self.batch_path(run_id, inside).to_string())
+                        .with_seq(inside),
                     "batch overlaps an earlier batch",
                 ));
             }
@@ -370,13 +495,27 @@ impl JournalStore for ObjectJournal {
             return Ok(hint.cloned().unwrap_or_default());
         };
         let events = self.read_batch(run_id, *first, key).await?;
-        let last = events.last().ok_or_else(|| JournalError::corrupt(&Location::object(run_id, key.to_string()), "empty batch"))?;
-        Ok(Head { seq: last.seq, ulid: last.ulid.clone() })
+        let last = events.last().ok_or_else(|| {
+            JournalError::corrupt(&Location::object(run_id, key.to_string()), "empty batch")
+        })?;
+        Ok(Head {
+            seq: last.seq,
+            ulid: last.ulid.clone(),
+        })
     }
 
-    async fn list_runs(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+    async fn list_runs(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
         let dir = self.prefix.clone().join("runs");
-        let listing = self.store.list_with_delimiter(Some(&dir)).await.map_err(|e| JournalError::object(&dir, e))?;
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|e| JournalError::object(&dir, e))?;
         let mut ids: Vec<String> = listing
             .common_prefixes
             .iter()
@@ -393,7 +532,9 @@ impl JournalStore for ObjectJournal {
         let blob = BlobRef::of(&content);
         let key = self.run_path(run_id, &format!("blobs/{}", blob.hex()));
         match self.put_create(&key, content).await {
-            Ok(()) | Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(blob),
+            Ok(())
+            | Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(blob),
             Err(e) => Err(JournalError::object(key, e)),
         }
     }
@@ -404,7 +545,10 @@ impl JournalStore for ObjectJournal {
         let bytes = match self.get_bytes(&key).await {
             Ok(b) => b,
             Err(object_store::Error::NotFound { .. }) => {
-                return Err(JournalError::BlobNotFound { run_id: run_id.to_owned(), blob_ref: blob.to_string() });
+                return Err(JournalError::BlobNotFound {
+                    run_id: run_id.to_owned(),
+                    blob_ref: blob.to_string(),
+                });
             }
             Err(e) => return Err(JournalError::object(key, e)),
         };
@@ -415,36 +559,70 @@ impl JournalStore for ObjectJournal {
     async fn put_snapshot(&self, run_id: &str, snapshot: &Snapshot) -> Result<()> {
         validate_id("run id", run_id)?;
         let key = self.run_path(run_id, &format!("snapshots/{:020}.json", snapshot.seq()));
-        match self.put_create(&key, to_json_bytes("snapshot", snapshot)?).await {
+        match self
+            .put_create(&key, to_json_bytes("snapshot", snapshot)?)
+            .await
+        {
             // A snapshot at a seq is a pure function of the journal: an existing one is the same.
-            Ok(()) | Err(object_store::Error::AlreadyExists { .. }) | Err(object_store::Error::Precondition { .. }) => Ok(()),
+            Ok(())
+            | Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(()),
             Err(e) => Err(JournalError::object(key, e)),
         }
     }
 
-    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>> {
+    async fn latest_snapshot(
+        &self,
+        run_id: &str,
+        at_most: Option<u64>,
+    ) -> Result<Option<Snapshot>> {
         self.ensure_run(run_id).await?;
         let dir = self.run_path(run_id, "snapshots");
-        let metas: Vec<_> = self.store.list(Some(&dir)).try_collect().await.map_err(|e| JournalError::object(&dir, e))?;
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| JournalError::object(&dir, e))?;
         let best = metas
             .iter()
             .filter_map(|m| {
-                let seq = m.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok()?;
+                let seq = m
+                    .location
+                    .filename()?
+                    .strip_suffix(".json")?
+                    .parse::<u64>()
+                    .ok()?;
                 Some((seq, &m.location))
             })
             .filter(|(seq, _)| at_most.is_none_or(|max| *seq <= max))
             .max_by_key(|(seq, _)| *seq);
-        let Some((seq, key)) = best else { return Ok(None) };
-        let bytes = self.get_bytes(key).await.map_err(|e| JournalError::object(key, e))?;
+        let Some((seq, key)) = best else {
+            return Ok(None);
+        };
+        let bytes = self
+            .get_bytes(key)
+            .await
+            .map_err(|e| JournalError::object(key, e))?;
         parse_snapshot(run_id, seq, key.as_ref(), &bytes).map(Some)
     }
 
-    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()> {
+    async fn put_task_file(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        name: &str,
+        content: Bytes,
+    ) -> Result<()> {
         validate_id("run id", run_id)?;
         validate_id("effect id", effect_id)?;
         validate_id("task file name", name)?;
         let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
-        self.store.put(&key, PutPayload::from(content)).await.map(|_| ()).map_err(|e| JournalError::object(key, e))
+        self.store
+            .put(&key, PutPayload::from(content))
+            .await
+            .map(|_| ())
+            .map_err(|e| JournalError::object(key, e))
     }
 
     async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
@@ -476,6 +654,10 @@ impl JournalStore for ObjectJournal {
     async fn write_state_cache(&self, run_id: &str, content: Bytes) -> Result<()> {
         validate_id("run id", run_id)?;
         let key = self.run_path(run_id, "state/state.json");
-        self.store.put(&key, PutPayload::from(content)).await.map(|_| ()).map_err(|e| JournalError::object(key, e))
+        self.store
+            .put(&key, PutPayload::from(content))
+            .await
+            .map(|_| ())
+            .map_err(|e| JournalError::object(key, e))
     }
 }

@@ -34,7 +34,12 @@ impl Freshness {
 }
 
 /// Builds the cache document for `index` at `head`.
-pub fn build(index: &EffectIndex, head: &Head, saved_at: &str, rebuild_reason: Option<&str>) -> Value {
+pub fn build(
+    index: &EffectIndex,
+    head: &Head,
+    saved_at: &str,
+    rebuild_reason: Option<&str>,
+) -> Value {
     let mut effects = Map::new();
     for r in index.effects.values() {
         let mut s = Map::new();
@@ -60,7 +65,11 @@ pub fn build(index: &EffectIndex, head: &Head, saved_at: &str, rebuild_reason: O
         let n = pending.get(&k).and_then(Value::as_u64).unwrap_or(0) + 1;
         pending.insert(k, json!(n));
     }
-    let journal_head = if head.seq == 0 { Value::Null } else { json!({"seq": head.seq, "ulid": head.ulid}) };
+    let journal_head = if head.seq == 0 {
+        Value::Null
+    } else {
+        json!({"seq": head.seq, "ulid": head.ulid})
+    };
     let mut doc = Map::new();
     doc.insert("schemaVersion".into(), json!(SCHEMA_VERSION));
     doc.insert("savedAt".into(), json!(saved_at));
@@ -69,20 +78,28 @@ pub fn build(index: &EffectIndex, head: &Head, saved_at: &str, rebuild_reason: O
     doc.insert("stateVersion".into(), json!(head.seq));
     doc.insert("effectsByInvocation".into(), Value::Object(effects));
     doc.insert("pendingEffectsByKind".into(), Value::Object(pending));
-    doc.insert("rebuildReason".into(), rebuild_reason.map_or(Value::Null, |r| json!(r)));
+    doc.insert(
+        "rebuildReason".into(),
+        rebuild_reason.map_or(Value::Null, |r| json!(r)),
+    );
     Value::Object(doc)
 }
 
 /// Decides whether stored cache bytes can be used for a journal at `head` (the reference's
 /// `journalHeadsEqual`: seq and ULID, and checksum only when both sides have one).
 pub fn freshness(stored: Option<&[u8]>, head: &Head) -> Freshness {
-    let Some(bytes) = stored else { return Freshness::Missing };
+    let Some(bytes) = stored else {
+        return Freshness::Missing;
+    };
     let Ok(Value::Object(doc)) = serde_json::from_slice::<Value>(bytes) else {
         return Freshness::Corrupt;
     };
     let stored_head = match doc.get("journalHead") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(h)) => match (h.get("seq").and_then(Value::as_u64), h.get("ulid").and_then(Value::as_str)) {
+        Some(Value::Object(h)) => match (
+            h.get("seq").and_then(Value::as_u64),
+            h.get("ulid").and_then(Value::as_str),
+        ) {
             (Some(seq), Some(ulid)) if !ulid.is_empty() => Some((seq, ulid.to_owned())),
             _ => None,
         },
@@ -92,5 +109,9 @@ pub fn freshness(stored: Option<&[u8]>, head: &Head) -> Freshness {
         None => head.seq == 0,
         Some((seq, ulid)) => seq == head.seq && ulid == head.ulid,
     };
-    if matches { Freshness::Fresh } else { Freshness::JournalMismatch }
+    if matches {
+        Freshness::Fresh
+    } else {
+        Freshness::JournalMismatch
+    }
 }

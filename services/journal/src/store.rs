@@ -13,10 +13,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::Head;
 use crate::error::{JournalError, Result};
 use crate::event::{StoredEvent, sha256_hex};
 use crate::index::{ChainCheck, EffectIndex};
-use crate::Head;
 
 /// A run's metadata documents: `run.json` and the optional `inputs.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,11 +54,17 @@ impl BlobRef {
     }
 
     pub fn parse(s: &str) -> Result<Self> {
-        let hex = s
-            .strip_prefix("sha256:")
-            .ok_or_else(|| JournalError::invalid("blob reference", format!("`{s}` does not start with `sha256:`")))?;
+        let hex = s.strip_prefix("sha256:").ok_or_else(|| {
+            JournalError::invalid(
+                "blob reference",
+                format!("`{s}` does not start with `sha256:`"),
+            )
+        })?;
         if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(JournalError::invalid("blob reference", format!("`{s}` is not sha256:<64 lowercase hex>")));
+            return Err(JournalError::invalid(
+                "blob reference",
+                format!("`{s}` is not sha256:<64 lowercase hex>"),
+            ));
         }
         Ok(Self(hex.to_owned()))
     }
@@ -115,13 +121,23 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
 
     /// Every event after `from.head` (up to `to` when given, which must lie on a commit
     /// boundary or be the head), checksums and chain verified starting from `from`.
-    async fn load(&self, run_id: &str, from: &ChainCheck, to: Option<u64>) -> Result<Vec<StoredEvent>>;
+    async fn load(
+        &self,
+        run_id: &str,
+        from: &ChainCheck,
+        to: Option<u64>,
+    ) -> Result<Vec<StoredEvent>>;
 
     /// The current head. `hint` is a head known to be committed; backends may list from it.
     async fn head(&self, run_id: &str, hint: Option<&Head>) -> Result<Head>;
 
     /// Run ids starting with `prefix`, ascending, strictly after `after`, at most `limit`.
-    async fn list_runs(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
+    async fn list_runs(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>>;
 
     async fn put_blob(&self, run_id: &str, content: Bytes) -> Result<BlobRef>;
 
@@ -130,10 +146,17 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     async fn put_snapshot(&self, run_id: &str, snapshot: &Snapshot) -> Result<()>;
 
     /// The newest snapshot whose seq is at most `at_most` (any when `None`).
-    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>) -> Result<Option<Snapshot>>;
+    async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>)
+    -> Result<Option<Snapshot>>;
 
     /// Writes `tasks/<effectId>/<name>` (task.json, result.json, stdout.log, …), replacing it.
-    async fn put_task_file(&self, run_id: &str, effect_id: &str, name: &str, content: Bytes) -> Result<()>;
+    async fn put_task_file(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        name: &str,
+        content: Bytes,
+    ) -> Result<()>;
 
     /// Reads `tasks/<effectId>/<name>`; [`JournalError::TaskFileNotFound`] when absent.
     async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes>;

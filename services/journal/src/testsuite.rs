@@ -21,7 +21,13 @@ use crate::store::{BlobRef, JournalStore, RunFiles};
 pub type Factory = Arc<dyn Fn() -> Arc<dyn JournalStore> + Send + Sync>;
 
 fn journal(f: &Factory) -> Journal {
-    Journal::new(f(), crate::JournalOptions { snapshot_every: 0, ..Default::default() })
+    Journal::new(
+        f(),
+        crate::JournalOptions {
+            snapshot_every: 0,
+            ..Default::default()
+        },
+    )
 }
 
 fn run_files(run_id: &str) -> RunFiles {
@@ -56,20 +62,32 @@ pub async fn create_get_and_duplicate_create(f: Factory) {
     assert_eq!(files, run_files(&id));
     assert_eq!(head.seq, 0);
     let again = j.create_run(&id, run_files(&id)).await;
-    assert!(matches!(again, Err(JournalError::RunAlreadyExists { .. })), "{again:?}");
+    assert!(
+        matches!(again, Err(JournalError::RunAlreadyExists { .. })),
+        "{again:?}"
+    );
     let missing = j.get_run("no-such-run").await;
-    assert!(matches!(missing, Err(JournalError::RunNotFound { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Err(JournalError::RunNotFound { .. })),
+        "{missing:?}"
+    );
 }
 
 pub async fn append_read_roundtrip(f: Factory) {
     let j = journal(&f);
     let id = run_id("roundtrip");
     j.create_run(&id, run_files(&id)).await.unwrap();
-    let first = j.append(&id, 1, vec![ev("RUN_CREATED", json!({"runId": id}))]).await.unwrap();
+    let first = j
+        .append(&id, 1, vec![ev("RUN_CREATED", json!({"runId": id}))])
+        .await
+        .unwrap();
     assert_eq!(first[0].seq, 1);
     let batch: Vec<_> = (0..100).map(|i| requested(&format!("e{i:03}"))).collect();
     let committed = j.append(&id, 2, batch).await.unwrap();
-    assert_eq!(committed.iter().map(|e| e.seq).collect::<Vec<_>>(), (2..=101).collect::<Vec<_>>());
+    assert_eq!(
+        committed.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (2..=101).collect::<Vec<_>>()
+    );
     // A fresh handle (another process) reads the same, verified.
     let other = journal(&f);
     let all = other.read(&id, 0, 0).await.unwrap();
@@ -83,7 +101,10 @@ pub async fn append_read_roundtrip(f: Factory) {
     }
     assert_eq!(all[1..], committed[..]);
     let range = other.read(&id, 50, 60).await.unwrap();
-    assert_eq!(range.iter().map(|e| e.seq).collect::<Vec<_>>(), (50..=60).collect::<Vec<_>>());
+    assert_eq!(
+        range.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (50..=60).collect::<Vec<_>>()
+    );
     assert_eq!(other.head(&id).await.unwrap().seq, 101);
 }
 
@@ -92,8 +113,16 @@ pub async fn conflict_reports_head_and_keeps_journal(f: Factory) {
     let b = journal(&f);
     let id = run_id("conflict");
     a.create_run(&id, run_files(&id)).await.unwrap();
-    a.append(&id, 1, vec![ev("RUN_CREATED", json!({}))]).await.unwrap();
-    b.append(&id, 2, vec![ev("A", json!({"w": "b"})), ev("B", json!({"w": "b"}))]).await.unwrap();
+    a.append(&id, 1, vec![ev("RUN_CREATED", json!({}))])
+        .await
+        .unwrap();
+    b.append(
+        &id,
+        2,
+        vec![ev("A", json!({"w": "b"})), ev("B", json!({"w": "b"}))],
+    )
+    .await
+    .unwrap();
     let lost = a.append(&id, 2, vec![ev("A", json!({"w": "a"}))]).await;
     match lost {
         Err(JournalError::Conflict { expected, head, .. }) => {
@@ -103,9 +132,15 @@ pub async fn conflict_reports_head_and_keeps_journal(f: Factory) {
         other => panic!("expected a conflict, got {other:?}"),
     }
     // Retry from the reported head succeeds.
-    a.append(&id, 4, vec![ev("A", json!({"w": "a"}))]).await.unwrap();
+    a.append(&id, 4, vec![ev("A", json!({"w": "a"}))])
+        .await
+        .unwrap();
     let all = b.read(&id, 1, 0).await.unwrap();
-    let writers: Vec<_> = all.iter().skip(1).map(|e| e.body.data["w"].as_str().unwrap().to_owned()).collect();
+    let writers: Vec<_> = all
+        .iter()
+        .skip(1)
+        .map(|e| e.body.data["w"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(writers, ["b", "b", "a"]);
 }
 
@@ -130,9 +165,21 @@ pub async fn refuses_bad_events_without_writing(f: Factory) {
     j.create_run(&id, run_files(&id)).await.unwrap();
     j.append(&id, 1, vec![requested("e1")]).await.unwrap();
     let cases: Vec<(NewEvent, &str)> = vec![
-        (ev("EFFECT_RESOLVED", json!({"effectId": "nope", "status": "ok"})), "unknown effectId"),
+        (
+            ev(
+                "EFFECT_RESOLVED",
+                json!({"effectId": "nope", "status": "ok"}),
+            ),
+            "unknown effectId",
+        ),
         (requested("e1"), "duplicate effectId"),
-        (ev("EFFECT_RESOLVED", json!({"effectId": "e1", "status": "maybe"})), "unknown EFFECT_RESOLVED status"),
+        (
+            ev(
+                "EFFECT_RESOLVED",
+                json!({"effectId": "e1", "status": "maybe"}),
+            ),
+            "unknown EFFECT_RESOLVED status",
+        ),
         (ev("X", json!([1, 2])), "must be a JSON object"),
     ];
     for (bad, why) in cases {
@@ -146,18 +193,43 @@ pub async fn refuses_bad_events_without_writing(f: Factory) {
             other => panic!("expected InvalidEvent for {why}, got {other:?}"),
         }
     }
-    let big = ev("BIG", json!({"blob": "x".repeat(j.options().max_event_bytes)}));
-    assert!(matches!(j.append(&id, 2, vec![big]).await, Err(JournalError::EventTooLarge { index: 0, .. })));
+    let big = ev(
+        "BIG",
+        json!({"blob": "x".repeat(j.options().max_event_bytes)}),
+    );
+    assert!(matches!(
+        j.append(&id, 2, vec![big]).await,
+        Err(JournalError::EventTooLarge { index: 0, .. })
+    ));
     for bad_id in ["..", "a/b", "../x", "", "a\\b"] {
         let r = j.append(bad_id, 1, vec![ev("X", json!({}))]).await;
-        assert!(matches!(r, Err(JournalError::InvalidArgument { .. })), "{bad_id:?}: {r:?}");
-        assert!(matches!(j.create_run(bad_id, run_files(bad_id)).await, Err(JournalError::InvalidArgument { .. })));
+        assert!(
+            matches!(r, Err(JournalError::InvalidArgument { .. })),
+            "{bad_id:?}: {r:?}"
+        );
+        assert!(matches!(
+            j.create_run(bad_id, run_files(bad_id)).await,
+            Err(JournalError::InvalidArgument { .. })
+        ));
     }
     let fresh = journal(&f);
     assert_eq!(fresh.head(&id).await.unwrap().seq, 1, "nothing was written");
-    fresh.append(&id, 2, vec![ev("EFFECT_RESOLVED", json!({"effectId": "e1", "status": "ok"}))]).await.unwrap();
+    fresh
+        .append(
+            &id,
+            2,
+            vec![ev(
+                "EFFECT_RESOLVED",
+                json!({"effectId": "e1", "status": "ok"}),
+            )],
+        )
+        .await
+        .unwrap();
     let (_, index) = fresh.index(&id).await.unwrap();
-    assert_eq!(index.effects["e1"].status, crate::index::EffectStatus::ResolvedOk);
+    assert_eq!(
+        index.effects["e1"].status,
+        crate::index::EffectStatus::ResolvedOk
+    );
 }
 
 /// `writers` independent handles race `total` single-event appends on one run; each retries
@@ -181,14 +253,20 @@ pub async fn concurrent_writers(f: Factory, writers: usize, total: usize) {
                     break;
                 }
                 let k = mine.len();
-                match j.append(&id, next, vec![ev("RACE", json!({"writer": w, "k": k}))]).await {
+                match j
+                    .append(&id, next, vec![ev("RACE", json!({"writer": w, "k": k}))])
+                    .await
+                {
                     Ok(c) => {
                         mine.push(c[0].seq);
                         next = c[0].seq + 1;
                         done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }
                     Err(JournalError::Conflict { head, expected, .. }) => {
-                        assert!(head.seq >= expected, "a conflict reports a head at or past the expected seq");
+                        assert!(
+                            head.seq >= expected,
+                            "a conflict reports a head at or past the expected seq"
+                        );
                         next = head.seq + 1;
                         conflicts += 1;
                     }
@@ -206,10 +284,21 @@ pub async fn concurrent_writers(f: Factory, writers: usize, total: usize) {
     let all = journal(&f).read(&id, 0, 0).await.unwrap();
     let n = all.len();
     assert!(n >= total, "{n} < {total}");
-    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=n as u64).collect::<Vec<_>>(), "1..N, no gap");
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=n as u64).collect::<Vec<_>>(),
+        "1..N, no gap"
+    );
     claimed.sort_unstable();
-    assert_eq!(claimed, (1..=n as u64).collect::<Vec<_>>(), "every committed seq was won by exactly one writer");
-    let distinct: HashSet<_> = all.iter().map(|e| (e.body.data["writer"].clone(), e.body.data["k"].clone())).collect();
+    assert_eq!(
+        claimed,
+        (1..=n as u64).collect::<Vec<_>>(),
+        "every committed seq was won by exactly one writer"
+    );
+    let distinct: HashSet<_> = all
+        .iter()
+        .map(|e| (e.body.data["writer"].clone(), e.body.data["k"].clone()))
+        .collect();
     assert_eq!(distinct.len(), n, "no event stored twice");
 }
 
@@ -217,9 +306,24 @@ pub async fn snapshot_then_tail(f: Factory) {
     let j = journal(&f);
     let id = run_id("snap");
     j.create_run(&id, run_files(&id)).await.unwrap();
-    j.append(&id, 1, (0..50).map(|i| requested(&format!("s{i}"))).collect()).await.unwrap();
+    j.append(
+        &id,
+        1,
+        (0..50).map(|i| requested(&format!("s{i}"))).collect(),
+    )
+    .await
+    .unwrap();
     assert_eq!(j.snapshot(&id).await.unwrap(), 50);
-    j.append(&id, 51, vec![ev("EFFECT_RESOLVED", json!({"effectId": "s3", "status": "ok", "resultRef": "tasks/s3/result.json"}))]).await.unwrap();
+    j.append(
+        &id,
+        51,
+        vec![ev(
+            "EFFECT_RESOLVED",
+            json!({"effectId": "s3", "status": "ok", "resultRef": "tasks/s3/result.json"}),
+        )],
+    )
+    .await
+    .unwrap();
     let reopened = journal(&f);
     let state = reopened.state(&id).await.unwrap();
     assert_eq!(state.snapshot_seq, 50, "opened from the snapshot");
@@ -228,7 +332,8 @@ pub async fn snapshot_then_tail(f: Factory) {
     // The same index computed from the whole journal, without the snapshot.
     let mut full = crate::index::EffectIndex::default();
     for e in reopened.read(&id, 1, 0).await.unwrap() {
-        full.apply(&e, &crate::Location::object(&id, "test")).unwrap();
+        full.apply(&e, &crate::Location::object(&id, "test"))
+            .unwrap();
     }
     assert_eq!(from_snapshot, full);
     assert_eq!(from_snapshot.pending().count(), 49);
@@ -240,20 +345,40 @@ pub async fn state_cache_rebuilds(f: Factory) {
     let j = journal(&f);
     let id = run_id("state");
     j.create_run(&id, run_files(&id)).await.unwrap();
-    j.append(&id, 1, vec![requested("a"), requested("b")]).await.unwrap();
+    j.append(&id, 1, vec![requested("a"), requested("b")])
+        .await
+        .unwrap();
     let s1 = j.state(&id).await.unwrap();
     assert_eq!(s1.rebuild_reason, Some("missing_cache"));
     let doc: Value = serde_json::from_slice(&s1.state_json).unwrap();
     assert_eq!(doc["stateVersion"], 2);
     assert_eq!(doc["pendingEffectsByKind"], json!({"shell": 2}));
-    assert_eq!(j.state(&id).await.unwrap().rebuild_reason, None, "fresh cache is reused");
-    j.append(&id, 3, vec![ev("EFFECT_RESOLVED", json!({"effectId": "a", "status": "ok"}))]).await.unwrap();
+    assert_eq!(
+        j.state(&id).await.unwrap().rebuild_reason,
+        None,
+        "fresh cache is reused"
+    );
+    j.append(
+        &id,
+        3,
+        vec![ev(
+            "EFFECT_RESOLVED",
+            json!({"effectId": "a", "status": "ok"}),
+        )],
+    )
+    .await
+    .unwrap();
     let s3 = j.state(&id).await.unwrap();
     assert_eq!(s3.rebuild_reason, Some("journal_mismatch"));
     let doc: Value = serde_json::from_slice(&s3.state_json).unwrap();
     assert_eq!(doc["pendingEffectsByKind"], json!({"shell": 1}));
-    f().write_state_cache(&id, Bytes::from_static(b"{not json")).await.unwrap();
-    assert_eq!(j.state(&id).await.unwrap().rebuild_reason, Some("corrupt_cache"));
+    f().write_state_cache(&id, Bytes::from_static(b"{not json"))
+        .await
+        .unwrap();
+    assert_eq!(
+        j.state(&id).await.unwrap().rebuild_reason,
+        Some("corrupt_cache")
+    );
 }
 
 pub async fn blobs_roundtrip(f: Factory) {
@@ -263,10 +388,17 @@ pub async fn blobs_roundtrip(f: Factory) {
     let content = Bytes::from(vec![7u8; 3000]);
     let r = j.put_blob(&id, content.clone()).await.unwrap();
     assert_eq!(r, BlobRef::of(&content));
-    assert_eq!(j.put_blob(&id, content.clone()).await.unwrap(), r, "idempotent");
+    assert_eq!(
+        j.put_blob(&id, content.clone()).await.unwrap(),
+        r,
+        "idempotent"
+    );
     assert_eq!(j.get_blob(&id, &r).await.unwrap(), content);
     let missing = BlobRef::of(b"never stored");
-    assert!(matches!(j.get_blob(&id, &missing).await, Err(JournalError::BlobNotFound { .. })));
+    assert!(matches!(
+        j.get_blob(&id, &missing).await,
+        Err(JournalError::BlobNotFound { .. })
+    ));
     assert!(BlobRef::parse("sha256:../../etc/passwd").is_err());
 }
 
@@ -275,7 +407,9 @@ pub async fn large_event_data_round_trips(f: Factory) {
     let id = run_id("large");
     j.create_run(&id, run_files(&id)).await.unwrap();
     let data = json!({"payload": "y".repeat(2 * 1024 * 1024)});
-    j.append(&id, 1, vec![ev("BIG_RESULT", data.clone())]).await.unwrap();
+    j.append(&id, 1, vec![ev("BIG_RESULT", data.clone())])
+        .await
+        .unwrap();
     let back = journal(&f).read(&id, 1, 1).await.unwrap();
     assert_eq!(back[0].body.data, data);
 }
@@ -299,13 +433,17 @@ pub async fn watch_sees_every_event_in_order(f: Factory) {
     let j = journal(&f);
     let id = run_id("watch");
     j.create_run(&id, run_files(&id)).await.unwrap();
-    j.append(&id, 1, vec![ev("A", json!({"i": 0}))]).await.unwrap();
+    j.append(&id, 1, vec![ev("A", json!({"i": 0}))])
+        .await
+        .unwrap();
     let mut stream = j.watch(&id, 1);
     // Another handle (another process) appends too: found by polling.
     let other = journal(&f);
     for i in 1..20u64 {
         let w = if i % 2 == 0 { &j } else { &other };
-        w.append(&id, i + 1, vec![ev("A", json!({"i": i}))]).await.unwrap();
+        w.append(&id, i + 1, vec![ev("A", json!({"i": i}))])
+            .await
+            .unwrap();
     }
     let mut seen = Vec::new();
     while seen.len() < 20 {
@@ -324,19 +462,60 @@ pub async fn task_files(f: Factory) {
     let id = run_id("tasks");
     j.create_run(&id, run_files(&id)).await.unwrap();
     let effect = "01JGFJJZZ8000000000000001B";
-    j.put_task_file(&id, effect, "task.json", Bytes::from_static(br#"{"kind":"shell","2":1,"args":[]}"#)).await.unwrap();
-    let stored = journal(&f).get_task_file(&id, effect, "task.json").await.unwrap();
-    assert_eq!(&stored[..], b"{\n  \"2\": 1,\n  \"kind\": \"shell\",\n  \"args\": []\n}\n", "babysitter's JSON form");
-    j.put_task_file(&id, effect, "stdout.log", Bytes::from_static(b"raw \x00 bytes")).await.unwrap();
-    assert_eq!(&j.get_task_file(&id, effect, "stdout.log").await.unwrap()[..], b"raw \x00 bytes");
-    let bad_json = j.put_task_file(&id, effect, "result.json", Bytes::from_static(b"{oops")).await;
-    assert!(matches!(&bad_json, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("result.json")), "{bad_json:?}");
-    for (e, n) in [("..", "task.json"), ("a/b", "task.json"), (effect, "../run.json"), (effect, ".."), (effect, "x/y")] {
+    j.put_task_file(
+        &id,
+        effect,
+        "task.json",
+        Bytes::from_static(br#"{"kind":"shell","2":1,"args":[]}"#),
+    )
+    .await
+    .unwrap();
+    let stored = journal(&f)
+        .get_task_file(&id, effect, "task.json")
+        .await
+        .unwrap();
+    assert_eq!(
+        &stored[..],
+        b"{\n  \"2\": 1,\n  \"kind\": \"shell\",\n  \"args\": []\n}\n",
+        "babysitter's JSON form"
+    );
+    j.put_task_file(
+        &id,
+        effect,
+        "stdout.log",
+        Bytes::from_static(b"raw \x00 bytes"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        &j.get_task_file(&id, effect, "stdout.log").await.unwrap()[..],
+        b"raw \x00 bytes"
+    );
+    let bad_json = j
+        .put_task_file(&id, effect, "result.json", Bytes::from_static(b"{oops"))
+        .await;
+    assert!(
+        matches!(&bad_json, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("result.json")),
+        "{bad_json:?}"
+    );
+    for (e, n) in [
+        ("..", "task.json"),
+        ("a/b", "task.json"),
+        (effect, "../run.json"),
+        (effect, ".."),
+        (effect, "x/y"),
+    ] {
         let r = j.put_task_file(&id, e, n, Bytes::from_static(b"{}")).await;
-        assert!(matches!(r, Err(JournalError::InvalidArgument { .. })), "{e}/{n}: {r:?}");
+        assert!(
+            matches!(r, Err(JournalError::InvalidArgument { .. })),
+            "{e}/{n}: {r:?}"
+        );
     }
     let missing = j.get_task_file(&id, effect, "result.json").await;
-    assert!(matches!(missing, Err(JournalError::TaskFileNotFound { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Err(JournalError::TaskFileNotFound { .. })),
+        "{missing:?}"
+    );
 }
 
 /// Runs every backend-independent check.

@@ -13,7 +13,14 @@ use object_store::ObjectStore;
 
 fn memory() -> Factory {
     let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    Arc::new(move || Arc::new(ObjectJournal::new(mem.clone(), "", "memory://", 1024 * 1024)) as Arc<dyn JournalStore>)
+    Arc::new(move || {
+        Arc::new(ObjectJournal::new(
+            mem.clone(),
+            "",
+            "memory://",
+            1024 * 1024,
+        )) as Arc<dyn JournalStore>
+    })
 }
 
 fn babysitter_dir(dir: &tempfile::TempDir) -> Factory {
@@ -22,9 +29,18 @@ fn babysitter_dir(dir: &tempfile::TempDir) -> Factory {
 }
 
 fn object_dir(dir: &tempfile::TempDir) -> Factory {
-    let local: Arc<dyn ObjectStore> =
-        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("local object store"));
-    Arc::new(move || Arc::new(ObjectJournal::new(local.clone(), "journal", "object+file://", 1024 * 1024)) as Arc<dyn JournalStore>)
+    let local: Arc<dyn ObjectStore> = Arc::new(
+        object_store::local::LocalFileSystem::new_with_prefix(dir.path())
+            .expect("local object store"),
+    );
+    Arc::new(move || {
+        Arc::new(ObjectJournal::new(
+            local.clone(),
+            "journal",
+            "object+file://",
+            1024 * 1024,
+        )) as Arc<dyn JournalStore>
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,19 +75,29 @@ async fn eight_writers_1000_appends_object_layout_on_disk() {
 #[tokio::test]
 async fn probe_accepts_stores_that_honour_create_only() {
     let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    object_journal(mem, "p", "memory://", &LimitsConfig::default()).await.expect("in-memory honours PutMode::Create");
+    object_journal(mem, "p", "memory://", &LimitsConfig::default())
+        .await
+        .expect("in-memory honours PutMode::Create");
     let dir = tempfile::tempdir().unwrap();
-    let local: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    object_journal(local, "", "object+file://", &LimitsConfig::default()).await.expect("local fs honours PutMode::Create");
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    object_journal(local, "", "object+file://", &LimitsConfig::default())
+        .await
+        .expect("local fs honours PutMode::Create");
 }
 
 #[tokio::test]
 async fn probe_refuses_a_store_that_ignores_create_only() {
     let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let unsafe_store: Arc<dyn ObjectStore> = Arc::new(testsupport::IgnoreConditionalPuts(inner));
-    let err = object_journal(unsafe_store, "", "s3rver-like://", &LimitsConfig::default()).await.unwrap_err();
+    let err = object_journal(unsafe_store, "", "s3rver-like://", &LimitsConfig::default())
+        .await
+        .unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, babysitter_journal::JournalError::UnsafeStore { .. }), "{msg}");
+    assert!(
+        matches!(err, babysitter_journal::JournalError::UnsafeStore { .. }),
+        "{msg}"
+    );
     assert!(msg.contains("ignores If-None-Match"), "{msg}");
 }
 
@@ -85,8 +111,8 @@ mod testsupport {
     use futures::stream::BoxStream;
     use object_store::path::Path;
     use object_store::{
-        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMode,
-        PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+        PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
     };
 
     #[derive(Debug)]
@@ -100,11 +126,20 @@ mod testsupport {
 
     #[async_trait::async_trait]
     impl ObjectStore for IgnoreConditionalPuts {
-        async fn put_opts(&self, location: &Path, payload: PutPayload, mut opts: PutOptions) -> Result<PutResult> {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            mut opts: PutOptions,
+        ) -> Result<PutResult> {
             opts.mode = PutMode::Overwrite;
             self.0.put_opts(location, payload, opts).await
         }
-        async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> Result<Box<dyn MultipartUpload>> {
             self.0.put_multipart_opts(location, opts).await
         }
         async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
@@ -129,8 +164,18 @@ mod testsupport {
 }
 
 /// Rewrites one batch object of the object layout on disk.
-fn tamper_batch(dir: &tempfile::TempDir, run: &str, first: u64, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
-    let p = dir.path().join("journal/runs").join(run).join("journal").join(format!("{first:020}.json"));
+fn tamper_batch(
+    dir: &tempfile::TempDir,
+    run: &str,
+    first: u64,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> std::path::PathBuf {
+    let p = dir
+        .path()
+        .join("journal/runs")
+        .join(run)
+        .join("journal")
+        .join(format!("{first:020}.json"));
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     edit(&mut v);
     std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
@@ -141,9 +186,26 @@ async fn three_batches(f: &Factory) -> String {
     use babysitter_journal::{EventType, Journal, NewEvent};
     let j = Journal::new(f(), Default::default());
     let id = testsuite::run_id("tamper");
-    j.create_run(&id, babysitter_journal::store::RunFiles { run_json: serde_json::json!({"runId": id}), inputs_json: None }).await.unwrap();
+    j.create_run(
+        &id,
+        babysitter_journal::store::RunFiles {
+            run_json: serde_json::json!({"runId": id}),
+            inputs_json: None,
+        },
+    )
+    .await
+    .unwrap();
     for seq in 1..=3 {
-        j.append(&id, seq, vec![NewEvent::new(EventType::parse("STEP"), serde_json::json!({"n": seq}))]).await.unwrap();
+        j.append(
+            &id,
+            seq,
+            vec![NewEvent::new(
+                EventType::parse("STEP"),
+                serde_json::json!({"n": seq}),
+            )],
+        )
+        .await
+        .unwrap();
     }
     id
 }
@@ -154,10 +216,21 @@ async fn object_layout_detects_a_broken_hash_chain() {
     let f = object_dir(&dir);
     let id = three_batches(&f).await;
     // Replace batch 2 with a validly checksummed event that does not link to batch 1.
-    tamper_batch(&dir, &id, 2, |v| v["events"][0]["prevHash"] = serde_json::json!("00".repeat(32)));
-    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
-    assert!(matches!(&err, babysitter_journal::JournalError::HashChain { at, .. } if at.seq == Some(2)), "{err:?}");
-    assert!(err.to_string().contains("00000000000000000002.json"), "{err}");
+    tamper_batch(&dir, &id, 2, |v| {
+        v["events"][0]["prevHash"] = serde_json::json!("00".repeat(32))
+    });
+    let err = babysitter_journal::Journal::new(f(), Default::default())
+        .read(&id, 1, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, babysitter_journal::JournalError::HashChain { at, .. } if at.seq == Some(2)),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("00000000000000000002.json"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -165,11 +238,33 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
     let dir = tempfile::tempdir().unwrap();
     let f = object_dir(&dir);
     let id = three_batches(&f).await;
-    tamper_batch(&dir, &id, 3, |v| v["events"][0]["event"]["data"]["n"] = serde_json::json!(4));
-    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
-    assert!(matches!(&err, babysitter_journal::JournalError::ChecksumMismatch { at, .. } if at.seq == Some(3)), "{err:?}");
-    let p = dir.path().join("journal/runs").join(&id).join("journal").join(format!("{:020}.json", 2));
+    tamper_batch(&dir, &id, 3, |v| {
+        v["events"][0]["event"]["data"]["n"] = serde_json::json!(4)
+    });
+    let err = babysitter_journal::Journal::new(f(), Default::default())
+        .read(&id, 1, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, babysitter_journal::JournalError::ChecksumMismatch { at, .. } if at.seq == Some(3)),
+        "{err:?}"
+    );
+    let p = dir
+        .path()
+        .join("journal/runs")
+        .join(&id)
+        .join("journal")
+        .join(format!("{:020}.json", 2));
     std::fs::remove_file(p).unwrap();
-    let err = babysitter_journal::Journal::new(f(), Default::default()).read(&id, 1, 0).await.unwrap_err();
-    assert!(matches!(&err, babysitter_journal::JournalError::SequenceGap { expected: 2, .. }), "{err:?}");
+    let err = babysitter_journal::Journal::new(f(), Default::default())
+        .read(&id, 1, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            babysitter_journal::JournalError::SequenceGap { expected: 2, .. }
+        ),
+        "{err:?}"
+    );
 }

@@ -48,7 +48,12 @@ fn journal_files(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<_> = std::fs::read_dir(root.join(GOLDEN_RUN).join("journal"))
         .unwrap()
         .map(|e| e.unwrap())
-        .map(|e| (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap()))
+        .map(|e| {
+            (
+                e.file_name().into_string().unwrap(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
         .collect();
     files.sort();
     files
@@ -57,13 +62,20 @@ fn journal_files(root: &Path) -> Vec<(String, Vec<u8>)> {
 #[tokio::test]
 async fn golden_checksums_recompute_and_files_reserialise_byte_for_byte() {
     let (_dir, root) = golden_copy();
-    let events = journal(&root).read(GOLDEN_RUN, 1, 0).await.expect("golden journal verifies");
+    let events = journal(&root)
+        .read(GOLDEN_RUN, 1, 0)
+        .await
+        .expect("golden journal verifies");
     let files = journal_files(&root);
     assert_eq!(events.len(), 10);
     for (event, (name, bytes)) in events.iter().zip(&files) {
         assert_eq!(&event.file_name(), name);
         assert_eq!(event.body.checksum(), event.checksum, "{name}");
-        assert_eq!(&event.file_bytes(), bytes, "{name} re-serialises to the reference's exact bytes");
+        assert_eq!(
+            &event.file_bytes(),
+            bytes,
+            "{name} re-serialises to the reference's exact bytes"
+        );
     }
 }
 
@@ -80,8 +92,14 @@ async fn golden_task_files_round_trip_byte_for_byte() {
             let got = j.get_task_file(GOLDEN_RUN, &effect, name).await.unwrap();
             assert_eq!(&got[..], &original[..]);
             // Rewriting what the reference wrote reproduces its bytes exactly.
-            j.put_task_file(GOLDEN_RUN, &effect, name, got).await.unwrap();
-            assert_eq!(std::fs::read(tasks.join(&effect).join(name)).unwrap(), original, "{effect}/{name}");
+            j.put_task_file(GOLDEN_RUN, &effect, name, got)
+                .await
+                .unwrap();
+            assert_eq!(
+                std::fs::read(tasks.join(&effect).join(name)).unwrap(),
+                original,
+                "{effect}/{name}"
+            );
             checked += 1;
         }
     }
@@ -99,11 +117,23 @@ async fn golden_state_cache_rebuilds_to_the_reference_fields() {
     let keys: Vec<_> = doc.as_object().unwrap().keys().cloned().collect();
     assert_eq!(
         keys,
-        ["schemaVersion", "savedAt", "sdkVersion", "journalHead", "stateVersion", "effectsByInvocation", "pendingEffectsByKind", "rebuildReason"]
+        [
+            "schemaVersion",
+            "savedAt",
+            "sdkVersion",
+            "journalHead",
+            "stateVersion",
+            "effectsByInvocation",
+            "pendingEffectsByKind",
+            "rebuildReason"
+        ]
     );
     assert_eq!(doc["schemaVersion"], "2026.01.state-cache");
     assert_eq!(doc["sdkVersion"], "6.0.0");
-    assert_eq!(doc["journalHead"], json!({"seq": 10, "ulid": "01JGFJKBP8000000000000001Q"}));
+    assert_eq!(
+        doc["journalHead"],
+        json!({"seq": 10, "ulid": "01JGFJKBP8000000000000001Q"})
+    );
     assert_eq!(doc["stateVersion"], 10);
     assert_eq!(doc["pendingEffectsByKind"], json!({}));
     let effects = doc["effectsByInvocation"].as_object().unwrap();
@@ -118,11 +148,31 @@ async fn golden_state_cache_rebuilds_to_the_reference_fields() {
                 "resolvedAt": "2025-01-01T00:00:07.000Z"})
     );
     let plan_keys: Vec<_> = plan.as_object().unwrap().keys().cloned().collect();
-    assert_eq!(plan_keys, ["effectId", "invocationKey", "status", "kind", "label", "taskId", "stepId", "requestedAt", "resolvedAt"]);
+    assert_eq!(
+        plan_keys,
+        [
+            "effectId",
+            "invocationKey",
+            "status",
+            "kind",
+            "label",
+            "taskId",
+            "stepId",
+            "requestedAt",
+            "resolvedAt"
+        ]
+    );
     assert!(effects.values().all(|e| e["status"] == "resolved_ok"));
     // Written where babysitter keeps it, and reused while fresh.
     assert!(root.join(GOLDEN_RUN).join("state/state.json").is_file());
-    assert_eq!(journal(&root).state(GOLDEN_RUN).await.unwrap().rebuild_reason, None);
+    assert_eq!(
+        journal(&root)
+            .state(GOLDEN_RUN)
+            .await
+            .unwrap()
+            .rebuild_reason,
+        None
+    );
 }
 
 #[tokio::test]
@@ -137,7 +187,10 @@ async fn appending_to_the_golden_run_continues_its_format() {
     assert!(name.starts_with("000011."));
     let text = std::fs::read_to_string(root.join(GOLDEN_RUN).join("journal").join(&name)).unwrap();
     assert!(text.starts_with("{\n  \"type\": \"RUN_HALTED\",\n  \"recordedAt\": \"2025-01-01T00:00:30.000Z\",\n  \"data\": {\n    \"reason\": \"test\"\n  },\n  \"sdkVersion\": \"6.0.0\",\n  \"checksum\": \""));
-    assert!(!root.join(GOLDEN_RUN).join("run.lock").try_exists().unwrap(), "run.lock released");
+    assert!(
+        !root.join(GOLDEN_RUN).join("run.lock").try_exists().unwrap(),
+        "run.lock released"
+    );
 }
 
 /// Damages the golden copy with `damage`, then checks that reading fails with an error that
@@ -148,18 +201,31 @@ async fn damaged(damage: impl FnOnce(&Path), check: impl Fn(&JournalError) -> bo
     damage(&jdir);
     let before = journal_files(&root);
     let j = journal(&root);
-    let err = j.read(GOLDEN_RUN, 1, 0).await.expect_err("damage is detected");
+    let err = j
+        .read(GOLDEN_RUN, 1, 0)
+        .await
+        .expect_err("damage is detected");
     assert!(check(&err), "unexpected error kind: {err:?}");
     let msg = err.to_string();
     assert!(msg.contains(names), "`{msg}` should name {names}");
     assert!(msg.contains(GOLDEN_RUN), "`{msg}` should name the run");
-    let append = j.append(GOLDEN_RUN, 11, vec![NewEvent::new(EventType::RunHalted, json!({}))]).await;
+    let append = j
+        .append(
+            GOLDEN_RUN,
+            11,
+            vec![NewEvent::new(EventType::RunHalted, json!({}))],
+        )
+        .await;
     assert!(append.is_err(), "no append on a damaged journal");
     assert_eq!(journal_files(&root), before, "nothing overwritten or added");
 }
 
 fn file_with_prefix(jdir: &Path, prefix: &str) -> PathBuf {
-    std::fs::read_dir(jdir).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix)).unwrap()
+    std::fs::read_dir(jdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
+        .unwrap()
 }
 
 #[tokio::test]
@@ -182,7 +248,16 @@ async fn flipped_byte_is_a_checksum_mismatch() {
 async fn missing_sequence_is_a_gap() {
     damaged(
         |j| std::fs::remove_file(file_with_prefix(j, "000006.")).unwrap(),
-        |e| matches!(e, JournalError::SequenceGap { expected: 6, got: 7, .. }),
+        |e| {
+            matches!(
+                e,
+                JournalError::SequenceGap {
+                    expected: 6,
+                    got: 7,
+                    ..
+                }
+            )
+        },
         "000007.01JGFJK7S8000000000000001K.json",
     )
     .await;
@@ -192,7 +267,11 @@ async fn missing_sequence_is_a_gap() {
 async fn duplicated_sequence_is_refused() {
     damaged(
         |j| {
-            std::fs::copy(file_with_prefix(j, "000007."), j.join("000007.01JGFJK7S8000000000000009Z.json")).unwrap();
+            std::fs::copy(
+                file_with_prefix(j, "000007."),
+                j.join("000007.01JGFJK7S8000000000000009Z.json"),
+            )
+            .unwrap();
         },
         |e| matches!(e, JournalError::DuplicateSequence { seq: 7, files, .. } if files.len() == 2),
         "000007.01JGFJK7S8000000000000009Z.json",
@@ -247,14 +326,35 @@ async fn a_reference_cli_holding_run_lock_blocks_appends_until_released() {
     let j = journal(&root);
     let task = tokio::spawn({
         let j = j.clone();
-        async move { j.append(GOLDEN_RUN, 11, vec![NewEvent::new(EventType::RunHalted, json!({}))]).await }
+        async move {
+            j.append(
+                GOLDEN_RUN,
+                11,
+                vec![NewEvent::new(EventType::RunHalted, json!({}))],
+            )
+            .await
+        }
     });
     tokio::task::yield_now().await;
-    assert_eq!(journal_files(&root).len(), 10, "waits while the lock is held");
+    assert_eq!(
+        journal_files(&root).len(),
+        10,
+        "waits while the lock is held"
+    );
     std::fs::remove_file(&lock).unwrap();
     let c = task.await.unwrap().expect("appends once released");
     assert_eq!(c[0].seq, 11);
     // A stale lock (dead pid) is taken over.
-    std::fs::write(&lock, serde_json::to_vec(&json!({"pid": 999_999_999, "owner": "dead"})).unwrap()).unwrap();
-    j.append(GOLDEN_RUN, 12, vec![NewEvent::new(EventType::RunHalted, json!({}))]).await.expect("stale lock taken over");
+    std::fs::write(
+        &lock,
+        serde_json::to_vec(&json!({"pid": 999_999_999, "owner": "dead"})).unwrap(),
+    )
+    .unwrap();
+    j.append(
+        GOLDEN_RUN,
+        12,
+        vec![NewEvent::new(EventType::RunHalted, json!({}))],
+    )
+    .await
+    .expect("stale lock taken over");
 }

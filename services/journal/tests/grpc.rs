@@ -16,44 +16,103 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::transport::Channel;
 
-async fn in_process(root: &std::path::Path) -> (JournalServiceClient<Channel>, CancellationToken, tokio::task::JoinHandle<()>) {
+async fn in_process(
+    root: &std::path::Path,
+) -> (
+    JournalServiceClient<Channel>,
+    CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
     let journal = Journal::new(Arc::new(FsStore::new(root)), JournalOptions::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let server = ServerBuilder::new("journal", &ServerConfig::default())
-        .add_service(JournalGrpcServer::new(journal).into_service(), babysitter_proto::FILE_DESCRIPTOR_SET);
+    let server = ServerBuilder::new("journal", &ServerConfig::default()).add_service(
+        JournalGrpcServer::new(journal)
+            .with_shutdown(shutdown.clone())
+            .into_service(),
+        babysitter_proto::FILE_DESCRIPTOR_SET,
+    );
     let token = shutdown.clone();
-    let handle = tokio::spawn(async move { server.serve_with_listener(listener, token).await.unwrap() });
-    let client = JournalServiceClient::connect(format!("http://{addr}")).await.unwrap();
+    let handle =
+        tokio::spawn(async move { server.serve_with_listener(listener, token).await.unwrap() });
+    let client = JournalServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
     (client, shutdown, handle)
 }
 
 fn new_event(ty: &str, data: serde_json::Value) -> pb::NewEvent {
-    pb::NewEvent { r#type: ty.into(), recorded_at: String::new(), data_json: serde_json::to_vec(&data).unwrap().into(), sdk_version: Some("6.0.0".into()) }
+    pb::NewEvent {
+        r#type: ty.into(),
+        recorded_at: String::new(),
+        data_json: serde_json::to_vec(&data).unwrap().into(),
+        sdk_version: Some("6.0.0".into()),
+    }
 }
 
 async fn exercise(client: &mut JournalServiceClient<Channel>) {
-    let run_json = serde_json::to_vec(&serde_json::json!({"runId": "r1", "processId": "p"})).unwrap();
+    let run_json =
+        serde_json::to_vec(&serde_json::json!({"runId": "r1", "processId": "p"})).unwrap();
     client
-        .create_run(pb::CreateRunRequest { run_id: "r1".into(), run_json: run_json.clone().into(), inputs_json: None })
+        .create_run(pb::CreateRunRequest {
+            run_id: "r1".into(),
+            run_json: run_json.clone().into(),
+            inputs_json: None,
+        })
         .await
         .unwrap();
-    let dup = client.create_run(pb::CreateRunRequest { run_id: "r1".into(), run_json: run_json.into(), inputs_json: None }).await.unwrap_err();
+    let dup = client
+        .create_run(pb::CreateRunRequest {
+            run_id: "r1".into(),
+            run_json: run_json.into(),
+            inputs_json: None,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists);
 
-    let mut watch = client.watch(pb::WatchRequest { run_id: "r1".into(), from_seq: 1 }).await.unwrap().into_inner();
+    let mut watch = client
+        .watch(pb::WatchRequest {
+            run_id: "r1".into(),
+            from_seq: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
 
-    let events: Vec<_> = (0..300).map(|i| new_event("STEP", serde_json::json!({"i": i}))).collect();
-    let r = client.append(pb::AppendRequest { run_id: "r1".into(), expected_next_seq: 1, events }).await.unwrap().into_inner();
+    let events: Vec<_> = (0..300)
+        .map(|i| new_event("STEP", serde_json::json!({"i": i})))
+        .collect();
+    let r = client
+        .append(pb::AppendRequest {
+            run_id: "r1".into(),
+            expected_next_seq: 1,
+            events,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.head.unwrap().seq, 300);
 
     let conflict = client
-        .append(pb::AppendRequest { run_id: "r1".into(), expected_next_seq: 7, events: vec![new_event("X", serde_json::json!({}))] })
+        .append(pb::AppendRequest {
+            run_id: "r1".into(),
+            expected_next_seq: 7,
+            events: vec![new_event("X", serde_json::json!({}))],
+        })
         .await
         .unwrap_err();
     assert_eq!(conflict.code(), Code::FailedPrecondition);
-    assert_eq!(conflict.metadata().get(HEAD_SEQ_KEY).unwrap().to_str().unwrap(), "300");
+    assert_eq!(
+        conflict
+            .metadata()
+            .get(HEAD_SEQ_KEY)
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "300"
+    );
     assert!(babysitter_common::error::retryable(&conflict));
 
     let bad = client
@@ -70,15 +129,32 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
         .append(pb::AppendRequest {
             run_id: "r1".into(),
             expected_next_seq: 301,
-            events: vec![pb::NewEvent { r#type: "X".into(), recorded_at: String::new(), data_json: b"{nope".to_vec().into(), sdk_version: None }],
+            events: vec![pb::NewEvent {
+                r#type: "X".into(),
+                recorded_at: String::new(),
+                data_json: b"{nope".to_vec().into(),
+                sdk_version: None,
+            }],
         })
         .await
         .unwrap_err();
     assert_eq!(bad_json.code(), Code::InvalidArgument);
-    assert!(bad_json.message().contains("events[0].data_json"), "{}", bad_json.message());
+    assert!(
+        bad_json.message().contains("events[0].data_json"),
+        "{}",
+        bad_json.message()
+    );
 
     // Read streams in chunks; every event arrives once, in order, checksummed.
-    let mut read = client.read(pb::ReadRequest { run_id: "r1".into(), from_seq: 0, to_seq: 0 }).await.unwrap().into_inner();
+    let mut read = client
+        .read(pb::ReadRequest {
+            run_id: "r1".into(),
+            from_seq: 0,
+            to_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut seqs = Vec::new();
     let mut messages = 0;
     while let Some(msg) = read.next().await {
@@ -95,17 +171,55 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
     }
     assert_eq!(watched, (1..=300).collect::<Vec<_>>());
 
-    let head = client.get_head(pb::GetHeadRequest { run_id: "r1".into() }).await.unwrap().into_inner();
+    let head = client
+        .get_head(pb::GetHeadRequest {
+            run_id: "r1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(head.head.unwrap().seq, 300);
-    let state = client.get_state(pb::GetStateRequest { run_id: "r1".into() }).await.unwrap().into_inner();
+    let state = client
+        .get_state(pb::GetStateRequest {
+            run_id: "r1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let doc: serde_json::Value = serde_json::from_slice(&state.state_json).unwrap();
     assert_eq!(doc["stateVersion"], 300);
-    let missing = client.get_head(pb::GetHeadRequest { run_id: "nope".into() }).await.unwrap_err();
+    let missing = client
+        .get_head(pb::GetHeadRequest {
+            run_id: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
-    let runs = client.list_runs(pb::ListRunsRequest { prefix: String::new(), page_size: 0, page_token: String::new() }).await.unwrap();
+    let runs = client
+        .list_runs(pb::ListRunsRequest {
+            prefix: String::new(),
+            page_size: 0,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap();
     assert_eq!(runs.into_inner().run_ids, vec!["r1".to_owned()]);
-    let blob = client.put_blob(pb::PutBlobRequest { run_id: "r1".into(), content: b"hello".to_vec().into() }).await.unwrap().into_inner();
-    let got = client.get_blob(pb::GetBlobRequest { run_id: "r1".into(), blob_ref: blob.blob_ref }).await.unwrap().into_inner();
+    let blob = client
+        .put_blob(pb::PutBlobRequest {
+            run_id: "r1".into(),
+            content: b"hello".to_vec().into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got = client
+        .get_blob(pb::GetBlobRequest {
+            run_id: "r1".into(),
+            blob_ref: blob.blob_ref,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(&got.content[..], b"hello");
 }
 
@@ -114,7 +228,24 @@ async fn journal_service_over_tonic_in_process() {
     let dir = tempfile::tempdir().unwrap();
     let (mut client, shutdown, handle) = in_process(dir.path()).await;
     exercise(&mut client).await;
+    // An open watch ends when the server shuts down, and the server finishes draining.
+    let mut watch = client
+        .watch(pb::WatchRequest {
+            run_id: "r1".into(),
+            from_seq: 301,
+        })
+        .await
+        .unwrap()
+        .into_inner();
     shutdown.cancel();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while watch.next().await.is_some() {}
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the watch stream ends on shutdown instead of holding up the drain"
+    );
     handle.await.unwrap();
 }
 
@@ -163,14 +294,31 @@ async fn journal_binary_serves_health_and_the_journal() {
     let url = format!("file://{}", dir.path().join("runs").display());
     let (_proc, out) = spawn_journal(&["--store", &url, "--listen", "127.0.0.1:0"]);
     let out = out.unwrap();
-    let addr = out.strip_prefix("ADDR:").unwrap_or_else(|| panic!("journal did not start: {out}"));
-    let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let addr = out
+        .strip_prefix("ADDR:")
+        .unwrap_or_else(|| panic!("journal did not start: {out}"));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-    let h = health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
-    assert_eq!(h.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    let h = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        h.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
     exercise(&mut JournalServiceClient::new(channel)).await;
     // Written in babysitter's layout.
-    let files = std::fs::read_dir(dir.path().join("runs/r1/journal")).unwrap().count();
+    let files = std::fs::read_dir(dir.path().join("runs/r1/journal"))
+        .unwrap()
+        .count();
     assert_eq!(files, 300);
 }
 
@@ -191,9 +339,15 @@ fn journal_binary_exits_with_a_clear_message_when_the_store_is_unreachable() {
         "127.0.0.1:0",
     ]);
     let out = out.unwrap();
-    assert!(!out.starts_with("ADDR:"), "must not serve on an unreachable store");
+    assert!(
+        !out.starts_with("ADDR:"),
+        "must not serve on an unreachable store"
+    );
     assert!(out.contains("cannot use store s3://journal/x"), "{out}");
-    assert!(!out.contains("s3cr3t-value"), "secrets never reach errors: {out}");
+    assert!(
+        !out.contains("s3cr3t-value"),
+        "secrets never reach errors: {out}"
+    );
     let status = proc.0.wait().unwrap();
     assert!(!status.success());
 }
