@@ -33,7 +33,7 @@ use crate::event::{StoredEvent, parse_file_name};
 use crate::index::ChainCheck;
 use crate::jsjson;
 use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
-use crate::{Head, validate_id};
+use crate::{Head, validate_id, validate_task_file};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 const LOCK_OWNER: &str = "babysitter-rs:journal";
@@ -626,9 +626,8 @@ impl JournalStore for FsStore {
         name: &str,
         content: Bytes,
     ) -> Result<()> {
+        validate_task_file(run_id, effect_id, name)?;
         let dir = self.existing_run_dir(run_id)?;
-        validate_id("effect id", effect_id)?;
-        validate_id("task file name", name)?;
         let (effect_id, name) = (effect_id.to_owned(), name.to_owned());
         self.blocking(move |_| {
             let tdir = dir.join("tasks").join(&effect_id);
@@ -639,9 +638,8 @@ impl JournalStore for FsStore {
     }
 
     async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
+        validate_task_file(run_id, effect_id, name)?;
         let dir = self.existing_run_dir(run_id)?;
-        validate_id("effect id", effect_id)?;
-        validate_id("task file name", name)?;
         let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
         self.blocking(move |_| {
             let path = dir.join("tasks").join(&effect_id).join(&name);

@@ -21,7 +21,7 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{EventBody, EventType, StoredEvent};
 use crate::index::{ChainCheck, EffectIndex};
 use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
-use crate::{Head, jsjson, state_cache, validate_id};
+use crate::{Head, jsjson, state_cache, validate_id, validate_task_file};
 
 /// Tunables of the journal service.
 #[derive(Debug, Clone)]
@@ -472,9 +472,7 @@ impl Journal {
         name: &str,
         content: Bytes,
     ) -> Result<()> {
-        validate_id("run id", run_id)?;
-        validate_id("effect id", effect_id)?;
-        validate_id("task file name", name)?;
+        validate_task_file(run_id, effect_id, name)?;
         let content = if name.ends_with(".json") {
             let value: Value = serde_json::from_slice(&content).map_err(|e| {
                 JournalError::invalid(

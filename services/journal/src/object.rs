@@ -33,7 +33,7 @@ use crate::event::{EventBody, StoredEvent};
 use crate::fs::parse_snapshot;
 use crate::index::ChainCheck;
 use crate::store::{BlobRef, JournalStore, Layout, RunFiles, Snapshot};
-use crate::{Head, validate_id};
+use crate::{Head, validate_id, validate_task_file};
 
 const BATCH_FORMAT: &str = "babysitter-rs/journal-batch/v1";
 const MANIFEST_FORMAT: &str = "babysitter-rs/run-manifest/v1";
@@ -614,9 +614,7 @@ impl JournalStore for ObjectJournal {
         name: &str,
         content: Bytes,
     ) -> Result<()> {
-        validate_id("run id", run_id)?;
-        validate_id("effect id", effect_id)?;
-        validate_id("task file name", name)?;
+        validate_task_file(run_id, effect_id, name)?;
         let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
         self.store
             .put(&key, PutPayload::from(content))
@@ -626,9 +624,7 @@ impl JournalStore for ObjectJournal {
     }
 
     async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
-        validate_id("run id", run_id)?;
-        validate_id("effect id", effect_id)?;
-        validate_id("task file name", name)?;
+        validate_task_file(run_id, effect_id, name)?;
         let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
         match self.get_bytes(&key).await {
             Ok(b) => Ok(b),
