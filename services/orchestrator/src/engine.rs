@@ -5,5 +5,3 @@
 //! - [`host`]: the embedded QuickJS host — runtime limits, the ES module loader confined to the
 //!   process folder, the built-in `@a5c-ai/babysitter-sdk` module and Node built-in shims.
 
-pub mod host;
-pub mod identity;
