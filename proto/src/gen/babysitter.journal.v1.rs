@@ -201,34 +201,29 @@ pub struct GetBlobResponse {
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct PutTaskFileRequest {
+pub struct PutRunFileRequest {
     #[prost(string, tag = "1")]
     pub run_id: ::prost::alloc::string::String,
-    /// the effect id (a ULID); one path segment, no `/` or `..`.
+    /// run-relative: tasks/<effectId>/<name> or state/<name>; no other form, no `..`.
     #[prost(string, tag = "2")]
-    pub effect_id: ::prost::alloc::string::String,
-    /// the file name, e.g. task.json, result.json, stdout.log, stderr.log, output.json.
-    #[prost(string, tag = "3")]
-    pub name: ::prost::alloc::string::String,
-    #[prost(bytes = "bytes", tag = "4")]
+    pub path: ::prost::alloc::string::String,
+    #[prost(bytes = "bytes", tag = "3")]
     pub content: ::prost::bytes::Bytes,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct PutTaskFileResponse {}
+pub struct PutRunFileResponse {}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct GetTaskFileRequest {
+pub struct GetRunFileRequest {
     #[prost(string, tag = "1")]
     pub run_id: ::prost::alloc::string::String,
     #[prost(string, tag = "2")]
-    pub effect_id: ::prost::alloc::string::String,
-    #[prost(string, tag = "3")]
-    pub name: ::prost::alloc::string::String,
+    pub path: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct GetTaskFileResponse {
+pub struct GetRunFileResponse {
     #[prost(bytes = "bytes", tag = "1")]
     pub content: ::prost::bytes::Bytes,
 }
@@ -593,13 +588,13 @@ pub mod journal_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
-        /// Writes tasks/\<effect_id>/<name> of a run (task.json, result.json, stdout.log, ...); `.json`
-        /// files are stored in babysitter's exact JSON form.
-        pub async fn put_task_file(
+        /// Writes a run file, tasks/\<effect_id>/<name> (task.json, result.json, stdout.log, ...) or
+        /// state/<name> (output.json); `.json` files are stored in babysitter's exact JSON form.
+        pub async fn put_run_file(
             &mut self,
-            request: impl tonic::IntoRequest<super::PutTaskFileRequest>,
+            request: impl tonic::IntoRequest<super::PutRunFileRequest>,
         ) -> std::result::Result<
-            tonic::Response<super::PutTaskFileResponse>,
+            tonic::Response<super::PutRunFileResponse>,
             tonic::Status,
         > {
             self.inner
@@ -612,24 +607,21 @@ pub mod journal_service_client {
                 })?;
             let codec = tonic_prost::ProstCodec::default();
             let path = http::uri::PathAndQuery::from_static(
-                "/babysitter.journal.v1.JournalService/PutTaskFile",
+                "/babysitter.journal.v1.JournalService/PutRunFile",
             );
             let mut req = request.into_request();
             req.extensions_mut()
                 .insert(
-                    GrpcMethod::new(
-                        "babysitter.journal.v1.JournalService",
-                        "PutTaskFile",
-                    ),
+                    GrpcMethod::new("babysitter.journal.v1.JournalService", "PutRunFile"),
                 );
             self.inner.unary(req, path, codec).await
         }
-        /// Reads tasks/\<effect_id>/<name> of a run.
-        pub async fn get_task_file(
+        /// Reads a run file.
+        pub async fn get_run_file(
             &mut self,
-            request: impl tonic::IntoRequest<super::GetTaskFileRequest>,
+            request: impl tonic::IntoRequest<super::GetRunFileRequest>,
         ) -> std::result::Result<
-            tonic::Response<super::GetTaskFileResponse>,
+            tonic::Response<super::GetRunFileResponse>,
             tonic::Status,
         > {
             self.inner
@@ -642,15 +634,12 @@ pub mod journal_service_client {
                 })?;
             let codec = tonic_prost::ProstCodec::default();
             let path = http::uri::PathAndQuery::from_static(
-                "/babysitter.journal.v1.JournalService/GetTaskFile",
+                "/babysitter.journal.v1.JournalService/GetRunFile",
             );
             let mut req = request.into_request();
             req.extensions_mut()
                 .insert(
-                    GrpcMethod::new(
-                        "babysitter.journal.v1.JournalService",
-                        "GetTaskFile",
-                    ),
+                    GrpcMethod::new("babysitter.journal.v1.JournalService", "GetRunFile"),
                 );
             self.inner.unary(req, path, codec).await
         }
@@ -795,21 +784,21 @@ pub mod journal_service_server {
             &self,
             request: tonic::Request<super::GetBlobRequest>,
         ) -> std::result::Result<tonic::Response<super::GetBlobResponse>, tonic::Status>;
-        /// Writes tasks/\<effect_id>/<name> of a run (task.json, result.json, stdout.log, ...); `.json`
-        /// files are stored in babysitter's exact JSON form.
-        async fn put_task_file(
+        /// Writes a run file, tasks/\<effect_id>/<name> (task.json, result.json, stdout.log, ...) or
+        /// state/<name> (output.json); `.json` files are stored in babysitter's exact JSON form.
+        async fn put_run_file(
             &self,
-            request: tonic::Request<super::PutTaskFileRequest>,
+            request: tonic::Request<super::PutRunFileRequest>,
         ) -> std::result::Result<
-            tonic::Response<super::PutTaskFileResponse>,
+            tonic::Response<super::PutRunFileResponse>,
             tonic::Status,
         >;
-        /// Reads tasks/\<effect_id>/<name> of a run.
-        async fn get_task_file(
+        /// Reads a run file.
+        async fn get_run_file(
             &self,
-            request: tonic::Request<super::GetTaskFileRequest>,
+            request: tonic::Request<super::GetRunFileRequest>,
         ) -> std::result::Result<
-            tonic::Response<super::GetTaskFileResponse>,
+            tonic::Response<super::GetRunFileResponse>,
             tonic::Status,
         >;
         /// Returns the derived run state (babysitter's state cache) at the head, built from the latest
@@ -1313,25 +1302,25 @@ pub mod journal_service_server {
                     };
                     Box::pin(fut)
                 }
-                "/babysitter.journal.v1.JournalService/PutTaskFile" => {
+                "/babysitter.journal.v1.JournalService/PutRunFile" => {
                     #[allow(non_camel_case_types)]
-                    struct PutTaskFileSvc<T: JournalService>(pub Arc<T>);
+                    struct PutRunFileSvc<T: JournalService>(pub Arc<T>);
                     impl<
                         T: JournalService,
-                    > tonic::server::UnaryService<super::PutTaskFileRequest>
-                    for PutTaskFileSvc<T> {
-                        type Response = super::PutTaskFileResponse;
+                    > tonic::server::UnaryService<super::PutRunFileRequest>
+                    for PutRunFileSvc<T> {
+                        type Response = super::PutRunFileResponse;
                         type Future = BoxFuture<
                             tonic::Response<Self::Response>,
                             tonic::Status,
                         >;
                         fn call(
                             &mut self,
-                            request: tonic::Request<super::PutTaskFileRequest>,
+                            request: tonic::Request<super::PutRunFileRequest>,
                         ) -> Self::Future {
                             let inner = Arc::clone(&self.0);
                             let fut = async move {
-                                <T as JournalService>::put_task_file(&inner, request).await
+                                <T as JournalService>::put_run_file(&inner, request).await
                             };
                             Box::pin(fut)
                         }
@@ -1342,7 +1331,7 @@ pub mod journal_service_server {
                     let max_encoding_message_size = self.max_encoding_message_size;
                     let inner = self.inner.clone();
                     let fut = async move {
-                        let method = PutTaskFileSvc(inner);
+                        let method = PutRunFileSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
@@ -1358,25 +1347,25 @@ pub mod journal_service_server {
                     };
                     Box::pin(fut)
                 }
-                "/babysitter.journal.v1.JournalService/GetTaskFile" => {
+                "/babysitter.journal.v1.JournalService/GetRunFile" => {
                     #[allow(non_camel_case_types)]
-                    struct GetTaskFileSvc<T: JournalService>(pub Arc<T>);
+                    struct GetRunFileSvc<T: JournalService>(pub Arc<T>);
                     impl<
                         T: JournalService,
-                    > tonic::server::UnaryService<super::GetTaskFileRequest>
-                    for GetTaskFileSvc<T> {
-                        type Response = super::GetTaskFileResponse;
+                    > tonic::server::UnaryService<super::GetRunFileRequest>
+                    for GetRunFileSvc<T> {
+                        type Response = super::GetRunFileResponse;
                         type Future = BoxFuture<
                             tonic::Response<Self::Response>,
                             tonic::Status,
                         >;
                         fn call(
                             &mut self,
-                            request: tonic::Request<super::GetTaskFileRequest>,
+                            request: tonic::Request<super::GetRunFileRequest>,
                         ) -> Self::Future {
                             let inner = Arc::clone(&self.0);
                             let fut = async move {
-                                <T as JournalService>::get_task_file(&inner, request).await
+                                <T as JournalService>::get_run_file(&inner, request).await
                             };
                             Box::pin(fut)
                         }
@@ -1387,7 +1376,7 @@ pub mod journal_service_server {
                     let max_encoding_message_size = self.max_encoding_message_size;
                     let inner = self.inner.clone();
                     let fut = async move {
-                        let method = GetTaskFileSvc(inner);
+                        let method = GetRunFileSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

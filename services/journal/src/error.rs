@@ -133,12 +133,8 @@ pub enum JournalError {
     #[error("blob {blob_ref} of run {run_id} not found")]
     BlobNotFound { run_id: String, blob_ref: String },
 
-    #[error("task file tasks/{effect_id}/{name} of run {run_id} not found")]
-    TaskFileNotFound {
-        run_id: String,
-        effect_id: String,
-        name: String,
-    },
+    #[error("{path} of run {run_id} not found")]
+    RunFileNotFound { run_id: String, path: String },
 
     #[error("the store is not safe for a journal: {reason}")]
     UnsafeStore { reason: String },

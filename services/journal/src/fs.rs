@@ -32,8 +32,8 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{StoredEvent, parse_file_name};
 use crate::index::ChainCheck;
 use crate::jsjson;
-use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
-use crate::{Head, validate_id, validate_task_file};
+use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
+use crate::{Head, validate_id};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 const LOCK_OWNER: &str = "babysitter-rs:journal";
@@ -619,37 +619,29 @@ impl JournalStore for FsStore {
         .await
     }
 
-    async fn put_task_file(
-        &self,
-        run_id: &str,
-        effect_id: &str,
-        name: &str,
-        content: Bytes,
-    ) -> Result<()> {
-        validate_task_file(run_id, effect_id, name)?;
+    async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        let (effect_id, name) = (effect_id.to_owned(), name.to_owned());
+        let rel = file.path();
         self.blocking(move |_| {
-            let tdir = dir.join("tasks").join(&effect_id);
-            fs::create_dir_all(&tdir).map_err(|e| JournalError::io(tdir.display(), e))?;
-            write_atomic(&tdir.join(&name), &content)
+            let path = dir.join(&rel);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| JournalError::io(parent.display(), e))?;
+            }
+            write_atomic(&path, &content)
         })
         .await
     }
 
-    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
-        validate_task_file(run_id, effect_id, name)?;
+    async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
         let dir = self.existing_run_dir(run_id)?;
-        let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
+        let (run_id, rel) = (run_id.to_owned(), file.path());
         self.blocking(move |_| {
-            let path = dir.join("tasks").join(&effect_id).join(&name);
+            let path = dir.join(&rel);
             match fs::read(&path) {
                 Ok(b) => Ok(Bytes::from(b)),
-                Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::TaskFileNotFound {
-                    run_id,
-                    effect_id,
-                    name,
-                }),
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    Err(JournalError::RunFileNotFound { run_id, path: rel })
+                }
                 Err(e) => Err(JournalError::io(path.display(), e)),
             }
         })

@@ -15,7 +15,7 @@ use crate::Head;
 use crate::error::JournalError;
 use crate::event::{EventType, StoredEvent};
 use crate::journal::{Journal, NewEvent};
-use crate::store::{BlobRef, RunFiles};
+use crate::store::{BlobRef, RunFile, RunFiles};
 
 /// Most events per streamed `Read` / `Watch` message.
 const EVENTS_PER_MESSAGE: usize = 256;
@@ -65,7 +65,7 @@ impl From<JournalError> for Status {
             }
             JournalError::RunNotFound { .. }
             | JournalError::BlobNotFound { .. }
-            | JournalError::TaskFileNotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
+            | JournalError::RunFileNotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
             JournalError::RunAlreadyExists { .. } => {
                 status(ErrorKind::AlreadyExists, msg, false, &[])
             }
@@ -335,27 +335,26 @@ impl JournalService for JournalGrpcServer {
         }))
     }
 
-    async fn put_task_file(
+    async fn put_run_file(
         &self,
-        req: Request<pb::PutTaskFileRequest>,
-    ) -> Result<Response<pb::PutTaskFileResponse>, Status> {
+        req: Request<pb::PutRunFileRequest>,
+    ) -> Result<Response<pb::PutRunFileResponse>, Status> {
         let r = req.into_inner();
+        let file = RunFile::parse(&r.path)?;
         self.journal
-            .put_task_file(&r.run_id, &r.effect_id, &r.name, r.content)
+            .put_run_file(&r.run_id, &file, r.content)
             .await?;
-        Ok(Response::new(pb::PutTaskFileResponse {}))
+        Ok(Response::new(pb::PutRunFileResponse {}))
     }
 
-    async fn get_task_file(
+    async fn get_run_file(
         &self,
-        req: Request<pb::GetTaskFileRequest>,
-    ) -> Result<Response<pb::GetTaskFileResponse>, Status> {
+        req: Request<pb::GetRunFileRequest>,
+    ) -> Result<Response<pb::GetRunFileResponse>, Status> {
         let r = req.into_inner();
-        let content = self
-            .journal
-            .get_task_file(&r.run_id, &r.effect_id, &r.name)
-            .await?;
-        Ok(Response::new(pb::GetTaskFileResponse { content }))
+        let file = RunFile::parse(&r.path)?;
+        let content = self.journal.get_run_file(&r.run_id, &file).await?;
+        Ok(Response::new(pb::GetRunFileResponse { content }))
     }
 
     async fn get_state(

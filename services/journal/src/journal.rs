@@ -20,8 +20,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::error::{JournalError, Location, Result};
 use crate::event::{EventBody, EventType, StoredEvent};
 use crate::index::{ChainCheck, EffectIndex};
-use crate::store::{BlobRef, JournalStore, Layout, RunFiles, SNAPSHOT_FORMAT, Snapshot};
-use crate::{Head, jsjson, state_cache, validate_id, validate_task_file};
+use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
+use crate::{Head, jsjson, state_cache, validate_id};
 
 /// Tunables of the journal service.
 #[derive(Debug, Clone)]
@@ -463,43 +463,27 @@ impl Journal {
         self.inner.store.get_blob(run_id, blob).await
     }
 
-    /// Stores `tasks/<effectId>/<name>`. `.json` files must be JSON and are written the way
-    /// babysitter writes them (2-space, key order kept, trailing newline); others byte for byte.
-    pub async fn put_task_file(
-        &self,
-        run_id: &str,
-        effect_id: &str,
-        name: &str,
-        content: Bytes,
-    ) -> Result<()> {
-        validate_task_file(run_id, effect_id, name)?;
-        let content = if name.ends_with(".json") {
+    /// Stores a run file (`tasks/<effectId>/<name>`, `state/<name>`). `.json` files must be JSON
+    /// and are written the way babysitter writes them (2-space, key order kept, trailing
+    /// newline); others byte for byte.
+    pub async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let content = if file.name().ends_with(".json") {
             let value: Value = serde_json::from_slice(&content).map_err(|e| {
-                JournalError::invalid(
-                    "task file",
-                    format!("tasks/{effect_id}/{name} is not valid JSON: {e}"),
-                )
+                JournalError::invalid("run file", format!("{file} is not valid JSON: {e}"))
             })?;
             Bytes::from(jsjson::to_file_string(&value))
         } else {
             content
         };
         let store = self.inner.store.clone();
-        let (run_id, effect_id, name) = (run_id.to_owned(), effect_id.to_owned(), name.to_owned());
-        spawn_whole(async move {
-            store
-                .put_task_file(&run_id, &effect_id, &name, content)
-                .await
-        })
-        .await
+        let (run_id, file) = (run_id.to_owned(), file.clone());
+        spawn_whole(async move { store.put_run_file(&run_id, &file, content).await }).await
     }
 
-    pub async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
+    pub async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
         validate_id("run id", run_id)?;
-        self.inner
-            .store
-            .get_task_file(run_id, effect_id, name)
-            .await
+        self.inner.store.get_run_file(run_id, file).await
     }
 
     /// Events from `from_seq` on, then each new one as it is committed (by this process, or by

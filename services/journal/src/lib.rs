@@ -54,10 +54,3 @@ pub fn validate_id(what: &'static str, id: &str) -> Result<()> {
     babysitter_common::ids::validate_path_segment(what, id)
         .map_err(|e| JournalError::invalid(what, e.to_string()))
 }
-
-/// Validates the three segments of `tasks/<effectId>/<name>` in a run.
-pub fn validate_task_file(run_id: &str, effect_id: &str, name: &str) -> Result<()> {
-    validate_id("run id", run_id)?;
-    validate_id("effect id", effect_id)?;
-    validate_id("task file name", name)
-}

@@ -32,8 +32,8 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{EventBody, StoredEvent};
 use crate::fs::parse_snapshot;
 use crate::index::ChainCheck;
-use crate::store::{BlobRef, JournalStore, Layout, RunFiles, Snapshot};
-use crate::{Head, validate_id, validate_task_file};
+use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot};
+use crate::{Head, validate_id};
 
 const BATCH_FORMAT: &str = "babysitter-rs/journal-batch/v1";
 const MANIFEST_FORMAT: &str = "babysitter-rs/run-manifest/v1";
@@ -607,15 +607,9 @@ impl JournalStore for ObjectJournal {
         parse_snapshot(run_id, seq, key.as_ref(), &bytes).map(Some)
     }
 
-    async fn put_task_file(
-        &self,
-        run_id: &str,
-        effect_id: &str,
-        name: &str,
-        content: Bytes,
-    ) -> Result<()> {
-        validate_task_file(run_id, effect_id, name)?;
-        let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
+    async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let key = self.run_path(run_id, &file.path());
         self.store
             .put(&key, PutPayload::from(content))
             .await
@@ -623,15 +617,14 @@ impl JournalStore for ObjectJournal {
             .map_err(|e| JournalError::object(key, e))
     }
 
-    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes> {
-        validate_task_file(run_id, effect_id, name)?;
-        let key = self.run_path(run_id, &format!("tasks/{effect_id}/{name}"));
+    async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
+        validate_id("run id", run_id)?;
+        let key = self.run_path(run_id, &file.path());
         match self.get_bytes(&key).await {
             Ok(b) => Ok(b),
-            Err(object_store::Error::NotFound { .. }) => Err(JournalError::TaskFileNotFound {
+            Err(object_store::Error::NotFound { .. }) => Err(JournalError::RunFileNotFound {
                 run_id: run_id.to_owned(),
-                effect_id: effect_id.to_owned(),
-                name: name.to_owned(),
+                path: file.path(),
             }),
             Err(e) => Err(JournalError::object(key, e)),
         }

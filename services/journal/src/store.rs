@@ -93,6 +93,72 @@ impl fmt::Display for BlobRef {
     }
 }
 
+/// A file of a run other than the journal: `tasks/<effectId>/<name>` (task.json, result.json,
+/// stdout.log, …) or `state/<name>` (output.json, …). Parsed from a run-relative path, every
+/// segment validated, so no path can leave the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunFile {
+    Task { effect_id: String, name: String },
+    State { name: String },
+}
+
+impl RunFile {
+    pub fn task(effect_id: &str, name: &str) -> Result<Self> {
+        crate::validate_id("effect id", effect_id)?;
+        crate::validate_id("file name", name)?;
+        Ok(Self::Task {
+            effect_id: effect_id.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn state(name: &str) -> Result<Self> {
+        crate::validate_id("file name", name)?;
+        if name == "state.json" || name == "snapshots" {
+            return Err(JournalError::invalid(
+                "run file",
+                format!("state/{name} is maintained by the journal"),
+            ));
+        }
+        Ok(Self::State {
+            name: name.to_owned(),
+        })
+    }
+
+    /// `tasks/<effectId>/<name>` or `state/<name>`.
+    pub fn parse(path: &str) -> Result<Self> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            ["tasks", effect, name] => Self::task(effect, name),
+            ["state", name] => Self::state(name),
+            _ => Err(JournalError::invalid(
+                "run file path",
+                format!("`{path}` is not tasks/<effectId>/<name> or state/<name>"),
+            )),
+        }
+    }
+
+    /// The run-relative path.
+    pub fn path(&self) -> String {
+        match self {
+            Self::Task { effect_id, name } => format!("tasks/{effect_id}/{name}"),
+            Self::State { name } => format!("state/{name}"),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Task { name, .. } | Self::State { name } => name,
+        }
+    }
+}
+
+impl fmt::Display for RunFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.path())
+    }
+}
+
 /// Which integrity scheme a store's events carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
@@ -149,17 +215,11 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     async fn latest_snapshot(&self, run_id: &str, at_most: Option<u64>)
     -> Result<Option<Snapshot>>;
 
-    /// Writes `tasks/<effectId>/<name>` (task.json, result.json, stdout.log, …), replacing it.
-    async fn put_task_file(
-        &self,
-        run_id: &str,
-        effect_id: &str,
-        name: &str,
-        content: Bytes,
-    ) -> Result<()>;
+    /// Writes a run file (`tasks/<effectId>/<name>` or `state/<name>`), replacing it.
+    async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()>;
 
-    /// Reads `tasks/<effectId>/<name>`; [`JournalError::TaskFileNotFound`] when absent.
-    async fn get_task_file(&self, run_id: &str, effect_id: &str, name: &str) -> Result<Bytes>;
+    /// Reads a run file; [`JournalError::RunFileNotFound`] when absent.
+    async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes>;
 
     /// babysitter's derived `state/state.json` bytes, if stored.
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>>;

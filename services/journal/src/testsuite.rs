@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::error::JournalError;
 use crate::event::EventType;
 use crate::journal::{Journal, NewEvent};
-use crate::store::{BlobRef, JournalStore, RunFiles};
+use crate::store::{BlobRef, JournalStore, RunFile, RunFiles};
 
 /// Makes a fresh store handle over the shared backend under test.
 pub type Factory = Arc<dyn Fn() -> Arc<dyn JournalStore> + Send + Sync>;
@@ -30,7 +30,7 @@ fn journal(f: &Factory) -> Journal {
     )
 }
 
-fn run_files(run_id: &str) -> RunFiles {
+fn run_files_of(run_id: &str) -> RunFiles {
     RunFiles {
         run_json: json!({"runId": run_id, "request": "suite", "processId": "suite/p", "layoutVersion": "2026.01-storage-preview"}),
         inputs_json: Some(json!({"n": 1})),
@@ -57,11 +57,11 @@ pub fn run_id(name: &str) -> String {
 pub async fn create_get_and_duplicate_create(f: Factory) {
     let j = journal(&f);
     let id = run_id("create");
-    j.create_run(&id, run_files(&id)).await.expect("create");
+    j.create_run(&id, run_files_of(&id)).await.expect("create");
     let (files, head) = j.get_run(&id).await.expect("get");
-    assert_eq!(files, run_files(&id));
+    assert_eq!(files, run_files_of(&id));
     assert_eq!(head.seq, 0);
-    let again = j.create_run(&id, run_files(&id)).await;
+    let again = j.create_run(&id, run_files_of(&id)).await;
     assert!(
         matches!(again, Err(JournalError::RunAlreadyExists { .. })),
         "{again:?}"
@@ -76,7 +76,7 @@ pub async fn create_get_and_duplicate_create(f: Factory) {
 pub async fn append_read_roundtrip(f: Factory) {
     let j = journal(&f);
     let id = run_id("roundtrip");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     let first = j
         .append(&id, 1, vec![ev("RUN_CREATED", json!({"runId": id}))])
         .await
@@ -112,7 +112,7 @@ pub async fn conflict_reports_head_and_keeps_journal(f: Factory) {
     let a = journal(&f);
     let b = journal(&f);
     let id = run_id("conflict");
-    a.create_run(&id, run_files(&id)).await.unwrap();
+    a.create_run(&id, run_files_of(&id)).await.unwrap();
     a.append(&id, 1, vec![ev("RUN_CREATED", json!({}))])
         .await
         .unwrap();
@@ -147,7 +147,7 @@ pub async fn conflict_reports_head_and_keeps_journal(f: Factory) {
 pub async fn unknown_types_and_fields_pass_through(f: Factory) {
     let j = journal(&f);
     let id = run_id("unknown");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     // (-0 is not used: like Node, the babysitter layout stores it as 0.)
     let data = json!({"z": 1, "a": {"10": 1, "2": [1.5, 0.25, 1e21]}, "é": "😀\u{2028}"});
     let mut e = ev("SOMETHING_NEW", data.clone());
@@ -162,7 +162,7 @@ pub async fn unknown_types_and_fields_pass_through(f: Factory) {
 pub async fn refuses_bad_events_without_writing(f: Factory) {
     let j = journal(&f);
     let id = run_id("refuse");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     j.append(&id, 1, vec![requested("e1")]).await.unwrap();
     let cases: Vec<(NewEvent, &str)> = vec![
         (
@@ -208,7 +208,7 @@ pub async fn refuses_bad_events_without_writing(f: Factory) {
             "{bad_id:?}: {r:?}"
         );
         assert!(matches!(
-            j.create_run(bad_id, run_files(bad_id)).await,
+            j.create_run(bad_id, run_files_of(bad_id)).await,
             Err(JournalError::InvalidArgument { .. })
         ));
     }
@@ -236,7 +236,10 @@ pub async fn refuses_bad_events_without_writing(f: Factory) {
 /// from the head its conflict reports. Afterwards the journal holds 1..=total exactly once each.
 pub async fn concurrent_writers(f: Factory, writers: usize, total: usize) {
     let id = run_id("race");
-    journal(&f).create_run(&id, run_files(&id)).await.unwrap();
+    journal(&f)
+        .create_run(&id, run_files_of(&id))
+        .await
+        .unwrap();
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for w in 0..writers {
@@ -305,7 +308,7 @@ pub async fn concurrent_writers(f: Factory, writers: usize, total: usize) {
 pub async fn snapshot_then_tail(f: Factory) {
     let j = journal(&f);
     let id = run_id("snap");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     j.append(
         &id,
         1,
@@ -344,7 +347,7 @@ pub async fn snapshot_then_tail(f: Factory) {
 pub async fn state_cache_rebuilds(f: Factory) {
     let j = journal(&f);
     let id = run_id("state");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     j.append(&id, 1, vec![requested("a"), requested("b")])
         .await
         .unwrap();
@@ -384,7 +387,7 @@ pub async fn state_cache_rebuilds(f: Factory) {
 pub async fn blobs_roundtrip(f: Factory) {
     let j = journal(&f);
     let id = run_id("blob");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     let content = Bytes::from(vec![7u8; 3000]);
     let r = j.put_blob(&id, content.clone()).await.unwrap();
     assert_eq!(r, BlobRef::of(&content));
@@ -405,7 +408,7 @@ pub async fn blobs_roundtrip(f: Factory) {
 pub async fn large_event_data_round_trips(f: Factory) {
     let j = journal(&f);
     let id = run_id("large");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     let data = json!({"payload": "y".repeat(2 * 1024 * 1024)});
     j.append(&id, 1, vec![ev("BIG_RESULT", data.clone())])
         .await
@@ -419,7 +422,7 @@ pub async fn list_runs_paged(f: Factory) {
     let prefix = format!("list{}-", ulid::Ulid::generate());
     let mut ids: Vec<String> = (0..5).map(|i| format!("{prefix}{i}")).collect();
     for id in &ids {
-        j.create_run(id, run_files(id)).await.unwrap();
+        j.create_run(id, run_files_of(id)).await.unwrap();
     }
     ids.sort();
     let (p1, t1) = j.list_runs(&prefix, None, 2).await.unwrap();
@@ -432,7 +435,7 @@ pub async fn list_runs_paged(f: Factory) {
 pub async fn watch_sees_every_event_in_order(f: Factory) {
     let j = journal(&f);
     let id = run_id("watch");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     j.append(&id, 1, vec![ev("A", json!({"i": 0}))])
         .await
         .unwrap();
@@ -457,63 +460,74 @@ pub async fn watch_sees_every_event_in_order(f: Factory) {
     assert_eq!(seen, (1..=20).collect::<Vec<_>>());
 }
 
-pub async fn task_files(f: Factory) {
+pub async fn run_files(f: Factory) {
     let j = journal(&f);
-    let id = run_id("tasks");
-    j.create_run(&id, run_files(&id)).await.unwrap();
+    let id = run_id("files");
+    j.create_run(&id, run_files_of(&id)).await.unwrap();
     let effect = "01JGFJJZZ8000000000000001B";
-    j.put_task_file(
+    let task = RunFile::task(effect, "task.json").unwrap();
+    j.put_run_file(
         &id,
-        effect,
-        "task.json",
+        &task,
         Bytes::from_static(br#"{"kind":"shell","2":1,"args":[]}"#),
     )
     .await
     .unwrap();
-    let stored = journal(&f)
-        .get_task_file(&id, effect, "task.json")
-        .await
-        .unwrap();
+    let stored = journal(&f).get_run_file(&id, &task).await.unwrap();
     assert_eq!(
         &stored[..],
         b"{\n  \"2\": 1,\n  \"kind\": \"shell\",\n  \"args\": []\n}\n",
         "babysitter's JSON form"
     );
-    j.put_task_file(
-        &id,
-        effect,
-        "stdout.log",
-        Bytes::from_static(b"raw \x00 bytes"),
-    )
-    .await
-    .unwrap();
+    let log = RunFile::parse(&format!("tasks/{effect}/stdout.log")).unwrap();
+    j.put_run_file(&id, &log, Bytes::from_static(b"raw \x00 bytes"))
+        .await
+        .unwrap();
     assert_eq!(
-        &j.get_task_file(&id, effect, "stdout.log").await.unwrap()[..],
+        &j.get_run_file(&id, &log).await.unwrap()[..],
         b"raw \x00 bytes"
     );
+    let output = RunFile::parse("state/output.json").unwrap();
+    j.put_run_file(&id, &output, Bytes::from_static(b"{\"ok\":true}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        &j.get_run_file(&id, &output).await.unwrap()[..],
+        b"{\n  \"ok\": true\n}\n"
+    );
     let bad_json = j
-        .put_task_file(&id, effect, "result.json", Bytes::from_static(b"{oops"))
+        .put_run_file(
+            &id,
+            &RunFile::task(effect, "result.json").unwrap(),
+            Bytes::from_static(b"{oops"),
+        )
         .await;
     assert!(
         matches!(&bad_json, Err(JournalError::InvalidArgument { reason, .. }) if reason.contains("result.json")),
         "{bad_json:?}"
     );
-    for (e, n) in [
-        ("..", "task.json"),
-        ("a/b", "task.json"),
-        (effect, "../run.json"),
-        (effect, ".."),
-        (effect, "x/y"),
+    for bad in [
+        "tasks/../task.json",
+        "tasks/a/b/c",
+        "../run.json",
+        "state/..",
+        "tasks/x/..",
+        "state/state.json",
+        "journal/000001.json",
+        "/etc/passwd",
+        "tasks/a\\b/x",
     ] {
-        let r = j.put_task_file(&id, e, n, Bytes::from_static(b"{}")).await;
+        let r = RunFile::parse(bad);
         assert!(
             matches!(r, Err(JournalError::InvalidArgument { .. })),
-            "{e}/{n}: {r:?}"
+            "{bad}: {r:?}"
         );
     }
-    let missing = j.get_task_file(&id, effect, "result.json").await;
+    let missing = j
+        .get_run_file(&id, &RunFile::task(effect, "result.json").unwrap())
+        .await;
     assert!(
-        matches!(missing, Err(JournalError::TaskFileNotFound { .. })),
+        matches!(missing, Err(JournalError::RunFileNotFound { .. })),
         "{missing:?}"
     );
 }
@@ -531,5 +545,5 @@ pub async fn run_all(f: Factory) {
     large_event_data_round_trips(f.clone()).await;
     list_runs_paged(f.clone()).await;
     watch_sees_every_event_in_order(f.clone()).await;
-    task_files(f.clone()).await;
+    run_files(f.clone()).await;
 }

@@ -89,12 +89,11 @@ async fn golden_task_files_round_trip_byte_for_byte() {
         let effect = effect.unwrap().file_name().into_string().unwrap();
         for name in ["task.json", "result.json", "stdout.log"] {
             let original = std::fs::read(tasks.join(&effect).join(name)).unwrap();
-            let got = j.get_task_file(GOLDEN_RUN, &effect, name).await.unwrap();
+            let file = babysitter_journal::store::RunFile::task(&effect, name).unwrap();
+            let got = j.get_run_file(GOLDEN_RUN, &file).await.unwrap();
             assert_eq!(&got[..], &original[..]);
             // Rewriting what the reference wrote reproduces its bytes exactly.
-            j.put_task_file(GOLDEN_RUN, &effect, name, got)
-                .await
-                .unwrap();
+            j.put_run_file(GOLDEN_RUN, &file, got).await.unwrap();
             assert_eq!(
                 std::fs::read(tasks.join(&effect).join(name)).unwrap(),
                 original,
