@@ -1,7 +1,161 @@
-//! The process engine.
+//! The process engine: runs babysitter processes unchanged in embedded QuickJS and turns each
+//! `ctx` call into an effect with babysitter's exact identity, replaying deterministically
+//! against the journal.
 //!
 //! - [`identity`]: babysitter's effect identity — ICU root collation (`localeCompare`), argument
 //!   shapes, step ids, invocation keys and hashes, parallel group ids, key-sorted clones.
 //! - [`host`]: the embedded QuickJS host — runtime limits, the ES module loader confined to the
-//!   process folder, the built-in `@a5c-ai/babysitter-sdk` module and Node built-in shims.
+//!   process folder, Node built-in shims.
+//! - [`session`]: one run's live JS session (engine runtime, SDK module, the process promise).
+//! - [`pool`]: the JS worker threads sessions are pinned to.
+//! - [`views`]: what a journaled effect hands to the process.
+//! - [`iteration`]: one iteration — load, replay or continue, journal the batch, report.
 
+pub mod commit;
+pub mod host;
+pub mod identity;
+pub mod iteration;
+pub mod pool;
+pub mod session;
+pub mod views;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use babysitter_journal::{Journal, JournalError};
+
+pub use iteration::{Iteration, IterationStatus};
+
+/// Wall clock in epoch milliseconds (injectable for tests and golden reproduction).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+/// ULID source for effect ids (injectable for golden reproduction).
+pub type IdSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Host(#[from] host::HostError),
+    #[error("run {run_id}: {reason}")]
+    InvalidRun { run_id: String, reason: String },
+    #[error("run {run_id}: result of effect {effect_id} is missing")]
+    MissingResult { run_id: String, effect_id: String },
+    #[error("run {run_id}: {what} is corrupt: {reason}")]
+    Corrupt {
+        run_id: String,
+        what: String,
+        reason: String,
+    },
+    #[error("engine error: {0}")]
+    Engine(String),
+}
+
+/// Engine settings.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// Where babysitter run directories live (filesystem layout): process files are resolved
+    /// from `<runs_root>/<runId>/` + `entrypoint.importPath`.
+    pub runs_root: PathBuf,
+    /// JS heap limit per run (default 256 MiB).
+    pub memory_limit: usize,
+    /// CPU time per drive of a run's JS (default 30 s).
+    pub cpu_limit: Duration,
+    /// Warm sessions kept across all JS threads.
+    pub cached_runs: usize,
+    /// JS worker threads.
+    pub js_threads: usize,
+    /// Keep sessions warm between iterations (false: every iteration replays cold).
+    pub warm: bool,
+    pub clock: Clock,
+    pub ids: Option<IdSource>,
+}
+
+impl std::fmt::Debug for EngineOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOptions")
+            .field("runs_root", &self.runs_root)
+            .field("memory_limit", &self.memory_limit)
+            .field("cpu_limit", &self.cpu_limit)
+            .field("cached_runs", &self.cached_runs)
+            .field("js_threads", &self.js_threads)
+            .field("warm", &self.warm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineOptions {
+    pub fn new(runs_root: impl Into<PathBuf>) -> Self {
+        Self {
+            runs_root: runs_root.into(),
+            memory_limit: 256 * 1024 * 1024,
+            cpu_limit: Duration::from_secs(30),
+            cached_runs: 1024,
+            js_threads: 2,
+            warm: true,
+            clock: Arc::new(|| chrono::Utc::now().timestamp_millis()),
+            ids: None,
+        }
+    }
+}
+
+/// The engine. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    journal: Journal,
+    options: EngineOptions,
+    pool: pool::Pool,
+}
+
+impl Engine {
+    pub fn new(journal: Journal, options: EngineOptions) -> Result<Self, EngineError> {
+        let pool = pool::Pool::new(options.js_threads, options.cached_runs)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                journal,
+                options,
+                pool,
+            }),
+        })
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.inner.journal
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.options
+    }
+
+    pub(crate) fn pool(&self) -> &pool::Pool {
+        &self.inner.pool
+    }
+
+    /// Warm sessions held and their JS heap bytes.
+    pub async fn cache_stats(&self) -> Result<(usize, usize), EngineError> {
+        self.inner.pool.stats().await
+    }
+
+    /// Drops the run's warm session: its next iteration replays cold.
+    pub async fn evict(&self, run_id: &str) -> Result<(), EngineError> {
+        self.inner.pool.evict(run_id).await
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        (self.inner.options.clock)()
+    }
+}
+
+pub(crate) fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}

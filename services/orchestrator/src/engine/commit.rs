@@ -1,0 +1,184 @@
+//! Committing an effect's result (babysitter's `commitEffectResult`, what `task:post` does):
+//! `tasks/<effectId>/result.json` (+ stdout/stderr logs) in the reference's exact format, then
+//! one `EFFECT_RESOLVED`. Failed shell effects are committed as `ok` with
+//! `{success:false, exitCode, stdout, stderr, error}` (the reference's F15).
+
+use babysitter_journal::index::EffectStatus;
+use babysitter_journal::store::RunFile;
+use babysitter_journal::{EventType, Head, NewEvent};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::engine::{Engine, EngineError, identity, iso};
+
+/// A result to commit.
+#[derive(Debug, Clone)]
+pub struct Commit {
+    pub effect_id: String,
+    /// `Ok(value)` or `Err(error)` (`{name, message, stack?, data?}` or any JSON).
+    pub outcome: Result<Value, Value>,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+fn error_doc(e: &Value) -> Value {
+    match e {
+        Value::Object(m) if m.contains_key("name") => {
+            let mut out = Map::new();
+            for k in ["name", "message", "stack", "data"] {
+                if let Some(v) = m.get(k) {
+                    out.insert(k.into(), v.clone());
+                }
+            }
+            Value::Object(out)
+        }
+        Value::String(s) => json!({"name": "Error", "message": s}),
+        other => json!({"name": "Error", "message": other.to_string(), "data": other}),
+    }
+}
+
+impl Engine {
+    /// Commits the result of a pending effect; returns the new head.
+    pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
+        let journal = self.journal();
+        let (head, index) = journal.index(run_id).await?;
+        let record = index
+            .effects
+            .get(&c.effect_id)
+            .ok_or_else(|| EngineError::InvalidRun {
+                run_id: run_id.to_owned(),
+                reason: format!("effect {} was not requested", c.effect_id),
+            })?;
+        if record.status != EffectStatus::Requested {
+            return Err(EngineError::InvalidRun {
+                run_id: run_id.to_owned(),
+                reason: format!(
+                    "effect {} is not pending (status {})",
+                    c.effect_id,
+                    record.status.as_str()
+                ),
+            });
+        }
+        let mut outcome = c.outcome.clone();
+        if record.kind.as_deref() == Some("shell")
+            && let Err(e) = &outcome
+        {
+            let data = e.get("data");
+            let exit = data
+                .and_then(|d| d.get("exitCode"))
+                .cloned()
+                .unwrap_or(json!(1));
+            outcome = Ok(json!({
+                "success": false, "exitCode": exit,
+                "stdout": c.stdout.clone().or_else(|| data.and_then(|d| d.get("stdout")).and_then(Value::as_str).map(str::to_owned)).unwrap_or_default(),
+                "stderr": c.stderr.clone().or_else(|| data.and_then(|d| d.get("stderr")).and_then(Value::as_str).map(str::to_owned)).unwrap_or_default(),
+                "error": e.get("message").cloned().unwrap_or(json!("Task reported failure")),
+            }));
+        }
+        let id = &c.effect_id;
+        let mut stdout_ref = None;
+        let mut stderr_ref = None;
+        if let Some(out) = &c.stdout {
+            journal
+                .put_run_file(
+                    run_id,
+                    &RunFile::task(id, "stdout.log")?,
+                    Bytes::from(out.clone()),
+                )
+                .await?;
+            stdout_ref = Some(format!("tasks/{id}/stdout.log"));
+        }
+        if let Some(err) = &c.stderr {
+            journal
+                .put_run_file(
+                    run_id,
+                    &RunFile::task(id, "stderr.log")?,
+                    Bytes::from(err.clone()),
+                )
+                .await?;
+            stderr_ref = Some(format!("tasks/{id}/stderr.log"));
+        }
+        let mut doc = Map::new();
+        doc.insert("schemaVersion".into(), json!("2026.01.results-v1"));
+        doc.insert("effectId".into(), json!(id));
+        doc.insert("taskId".into(), json!(record.task_id));
+        doc.insert("invocationKey".into(), json!(record.invocation_key));
+        doc.insert(
+            "status".into(),
+            json!(if outcome.is_ok() { "ok" } else { "error" }),
+        );
+        if let Ok(v) = &outcome {
+            doc.insert("result".into(), identity::key_sorted_clone(v));
+        }
+        if let Err(e) = &outcome {
+            doc.insert("error".into(), identity::key_sorted_clone(&error_doc(e)));
+        }
+        if let Some(r) = &stdout_ref {
+            doc.insert("stdoutRef".into(), json!(r));
+        }
+        if let Some(r) = &stderr_ref {
+            doc.insert("stderrRef".into(), json!(r));
+        }
+        if let Some(t) = &c.started_at {
+            doc.insert("startedAt".into(), json!(t));
+        }
+        if let Some(t) = &c.finished_at {
+            doc.insert("finishedAt".into(), json!(t));
+        }
+        if let Ok(v) = &outcome {
+            doc.insert("value".into(), identity::key_sorted_clone(v));
+        }
+        doc.insert("sdkVersion".into(), json!("6.0.0"));
+        journal
+            .put_run_file(
+                run_id,
+                &RunFile::task(id, "result.json")?,
+                Bytes::from(Value::Object(doc).to_string()),
+            )
+            .await?;
+        let mut data = Map::new();
+        data.insert("effectId".into(), json!(id));
+        data.insert(
+            "status".into(),
+            json!(if outcome.is_ok() { "ok" } else { "error" }),
+        );
+        data.insert("resultRef".into(), json!(format!("tasks/{id}/result.json")));
+        if let Err(e) = &outcome {
+            data.insert("error".into(), error_doc(e));
+        }
+        if let Some(r) = stdout_ref {
+            data.insert("stdoutRef".into(), json!(r));
+        }
+        if let Some(r) = stderr_ref {
+            data.insert("stderrRef".into(), json!(r));
+        }
+        if let Some(t) = c.started_at {
+            data.insert("startedAt".into(), json!(t));
+        }
+        if let Some(t) = c.finished_at {
+            data.insert("finishedAt".into(), json!(t));
+        }
+        if record.kind.as_deref() == Some("breakpoint")
+            && let Some(bp) = record.step_id.strip_prefix("__sdk.breakpoint.")
+        {
+            // B16 fixed: the breakpoint id comes from the step id (without an occurrence suffix).
+            let bp_id = match bp.rsplit_once('.') {
+                Some((base, n)) if n.chars().all(|c| c.is_ascii_digit()) => base,
+                _ => bp,
+            };
+            data.insert("breakpointId".into(), json!(bp_id));
+        }
+        let mut ev = NewEvent::new(EventType::EffectResolved, Value::Object(data));
+        ev.recorded_at = Some(iso(self.now_ms()));
+        let committed = journal.append(run_id, head.seq + 1, vec![ev]).await?;
+        Ok(committed
+            .last()
+            .map(|e| Head {
+                seq: e.seq,
+                ulid: e.ulid.clone(),
+            })
+            .unwrap_or(head))
+    }
+}

@@ -1,0 +1,676 @@
+//! One iteration: bring the run's process up to the journal (continue a warm session, or replay
+//! cold), then journal everything it asked for as one batch — new effects (`EFFECT_REQUESTED`,
+//! after their `task.json`) and the terminal event when it finished — and report the result in
+//! babysitter's terms (`waiting`, `completed`, `halted`, `failed`, `none`).
+//!
+//! Fixes of the reference kept here: a pending sleep whose time has passed is resolved (B1);
+//! a task error the process re-throws journals `RUN_FAILED` (B5); the process code hash is
+//! checked every iteration and a change is journaled (B9); `ctx.log` lines are emitted once
+//! (per-run sequence numbers, B23); one append per iteration instead of one per effect.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use babysitter_journal::index::{EffectIndex, EffectStatus};
+use babysitter_journal::store::RunFile;
+use babysitter_journal::{EventType, Head, NewEvent};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::engine::host::HostConfig;
+use crate::engine::session::{DriveReport, ProcessState, Request, Session, Shared, StartSpec};
+use crate::engine::views::{self, EffectView};
+use crate::engine::{Engine, EngineError, identity, iso};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IterationStatus {
+    /// New effects were requested, or the process waits on pending ones.
+    Waiting,
+    Completed,
+    Halted,
+    Failed,
+    /// Nothing to do (already terminal).
+    None,
+}
+
+impl IterationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Halted => "halted",
+            Self::Failed => "failed",
+            Self::None => "none",
+        }
+    }
+}
+
+/// What an iteration did.
+#[derive(Debug, Clone)]
+pub struct Iteration {
+    pub status: IterationStatus,
+    pub reason: Option<String>,
+    pub output: Option<Value>,
+    pub error: Option<Value>,
+    /// babysitter's `nextActions`: the effects the process waits on.
+    pub next_actions: Vec<Value>,
+    /// Effect ids requested by this iteration.
+    pub requested: Vec<String>,
+    pub warnings: Vec<String>,
+    /// Whether the iteration continued a warm session (false: replayed cold).
+    pub warm: bool,
+    pub head: Head,
+}
+
+/// The parts of `run.json` the engine needs.
+#[derive(Debug, Clone)]
+struct RunInfo {
+    process_id: String,
+    run_dir: PathBuf,
+    entry_abs: PathBuf,
+    export_name: String,
+    inputs: Option<Value>,
+    non_interactive: bool,
+    process_code_hash: Option<String>,
+    created_ms: i64,
+}
+
+fn run_info(
+    engine: &Engine,
+    run_id: &str,
+    run: &Value,
+    inputs: Option<Value>,
+) -> Result<RunInfo, EngineError> {
+    let bad = |reason: &str| EngineError::InvalidRun {
+        run_id: run_id.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if run.get("layoutVersion").and_then(Value::as_str) != Some("2026.01-storage-preview") {
+        return Err(bad("Run layout version is not supported by this runtime"));
+    }
+    let entry = run
+        .get("entrypoint")
+        .ok_or_else(|| bad("run.json has no entrypoint"))?;
+    let import_path = entry
+        .get("importPath")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("entrypoint.importPath missing"))?;
+    if import_path == "bare-run" {
+        return Err(bad(
+            "Run has no process assigned. Use run:assign-process to attach a process before iterating.",
+        ));
+    }
+    let run_dir = engine.options().runs_root.join(run_id);
+    let entry_abs = if Path::new(import_path).is_absolute() {
+        PathBuf::from(import_path)
+    } else {
+        run_dir.join(import_path)
+    };
+    let entry_abs = entry_abs.canonicalize().map_err(|e| {
+        bad(&format!(
+            "process file {} cannot be opened: {e}",
+            entry_abs.display()
+        ))
+    })?;
+    let str_of = |k: &str| run.get(k).and_then(Value::as_str).map(str::to_owned);
+    Ok(RunInfo {
+        process_id: str_of("processId")
+            .or_else(|| str_of("request"))
+            .unwrap_or_else(|| run_id.to_owned()),
+        run_dir,
+        entry_abs,
+        export_name: entry
+            .get("exportName")
+            .and_then(Value::as_str)
+            .unwrap_or("process")
+            .to_owned(),
+        inputs,
+        non_interactive: run
+            .get("nonInteractive")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        process_code_hash: str_of("processCodeHash"),
+        created_ms: str_of("createdAt")
+            .as_deref()
+            .and_then(views::iso_to_ms)
+            .unwrap_or(0),
+    })
+}
+
+fn terminal_status(ty: &str) -> IterationStatus {
+    match ty {
+        "RUN_COMPLETED" => IterationStatus::Completed,
+        "RUN_HALTED" => IterationStatus::Halted,
+        _ => IterationStatus::Failed,
+    }
+}
+
+impl Engine {
+    /// Runs one iteration of `run_id`.
+    pub async fn iterate(&self, run_id: &str) -> Result<Iteration, EngineError> {
+        let journal = self.journal().clone();
+        let (files, _) = journal.get_run(run_id).await?;
+        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
+        let mut warnings = Vec::new();
+        let (mut head, mut index) = journal.index(run_id).await?;
+
+        // Terminal shortcut: a finished run is not run again.
+        if index.pending().next().is_none()
+            && let Some(mark) = index.last_lifecycle.clone()
+            && mark.event_type != "RUN_CREATED"
+        {
+            let status = terminal_status(&mark.event_type);
+            let output = if status == IterationStatus::Completed {
+                self.read_output(run_id).await?
+            } else {
+                None
+            };
+            return Ok(Iteration {
+                status: IterationStatus::None,
+                reason: Some(format!("already {}", status.as_str())),
+                output,
+                error: None,
+                next_actions: Vec::new(),
+                requested: Vec::new(),
+                warnings,
+                warm: false,
+                head,
+            });
+        }
+
+        // B1: a pending sleep whose time has passed is resolved, not skipped forever.
+        let now = self.now_ms();
+        let mut pre: Vec<NewEvent> = Vec::new();
+        for r in index
+            .pending()
+            .filter(|r| r.kind.as_deref() == Some("sleep"))
+        {
+            let task = journal
+                .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
+                .await;
+            let target = task
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|t| t.pointer("/sleep/targetEpochMs").and_then(Value::as_i64));
+            if target.is_some_and(|t| t <= now) {
+                let at = iso(now);
+                self.write_result(run_id, r, &json!({"sleptUntil": target}), &at)
+                    .await?;
+                pre.push(self.event(
+                    EventType::EffectResolved,
+                    json!({"effectId": r.effect_id, "status": "ok", "resultRef": format!("tasks/{}/result.json", r.effect_id),
+                           "startedAt": at, "finishedAt": at}),
+                    now,
+                ));
+            }
+        }
+        // B9: the process file changed since the run recorded it.
+        let code_hash = hash_file(&info.entry_abs)?;
+        if let Some(previous) = &info.process_code_hash
+            && *previous != code_hash
+        {
+            let already = self.code_hash_journaled(run_id, &code_hash).await?;
+            if !already {
+                pre.push(self.event(
+                    EventType::ProcessCodeHashChanged,
+                    json!({"runId": run_id, "processId": info.process_id, "previousProcessCodeHash": previous,
+                           "processCodeHash": code_hash}),
+                    now,
+                ));
+            }
+            warnings.push("Process code changed since last recorded process hash; replay may need journal reconstruction.".into());
+        }
+        if !pre.is_empty() {
+            journal.append(run_id, head.seq + 1, pre).await?;
+            (head, index) = journal.index(run_id).await?;
+        }
+
+        let report = self.drive(run_id, &info, &head, &index).await?;
+        let (report, warm) = report;
+        self.finish(run_id, &info, head, &index, report, warm, warnings)
+            .await
+    }
+
+    /// Replays the run's process cold over its journal without writing anything (a check that
+    /// the code still reaches the journal: what it would request, and how it ends).
+    pub async fn replay_dry(&self, run_id: &str) -> Result<DriveReport, EngineError> {
+        let journal = self.journal();
+        let (files, _) = journal.get_run(run_id).await?;
+        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
+        let (_, index) = journal.index(run_id).await?;
+        let mut all_views = HashMap::with_capacity(index.effects.len());
+        for r in index.effects.values() {
+            all_views.insert(
+                r.invocation_key.clone(),
+                views::view_of(journal, run_id, r).await?,
+            );
+        }
+        let spec = self.start_spec(run_id, &info);
+        let shared = Shared {
+            process_id: info.process_id.clone(),
+            views: all_views,
+            wall_now_ms: self.now_ms(),
+            non_interactive: info.non_interactive,
+            id_source: self.options().ids.clone(),
+            ..Shared::default()
+        };
+        self.pool()
+            .with_session(run_id, move |current| {
+                let out = Session::start(&spec, shared).map(|(_, report)| report);
+                (current, out)
+            })
+            .await?
+    }
+
+    fn start_spec(&self, run_id: &str, info: &RunInfo) -> StartSpec {
+        StartSpec {
+            host: HostConfig {
+                root: info
+                    .entry_abs
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| info.run_dir.clone()),
+                memory_limit: self.options().memory_limit,
+                cpu_limit: self.options().cpu_limit,
+                random_seed: seed_of(run_id),
+                ..HostConfig::default()
+            },
+            entry: info
+                .entry_abs
+                .file_name()
+                .and_then(|s| s.to_str())
+                .unwrap_or("process.mjs")
+                .to_owned(),
+            export_name: info.export_name.clone(),
+            run_id: run_id.to_owned(),
+            run_dir: info.run_dir.display().to_string(),
+            inputs: info.inputs.clone(),
+            start_ms: info.created_ms,
+        }
+    }
+
+    /// Continues the warm session, or replays cold. Returns the drive report and whether it was warm.
+    async fn drive(
+        &self,
+        run_id: &str,
+        info: &RunInfo,
+        head: &Head,
+        index: &EffectIndex,
+    ) -> Result<(DriveReport, bool), EngineError> {
+        let journal = self.journal();
+        // Views of every journaled effect (a cold replay may reach any of them).
+        let mut all_views: HashMap<String, EffectView> =
+            HashMap::with_capacity(index.effects.len());
+        let mut by_id: HashMap<String, EffectView> = HashMap::with_capacity(index.effects.len());
+        for r in index.effects.values() {
+            let v = views::view_of(journal, run_id, r).await?;
+            by_id.insert(r.effect_id.clone(), v.clone());
+            all_views.insert(r.invocation_key.clone(), v);
+        }
+        let spec = self.start_spec(run_id, info);
+        let warm_allowed = self.options().warm;
+        let wall = self.now_ms();
+        let process_id = info.process_id.clone();
+        let ids = self.options().ids.clone();
+        let head_seq = head.seq;
+        let non_interactive = info.non_interactive;
+        self.pool()
+            .with_session(run_id, move |current| {
+                let fresh_shared = |views: HashMap<String, EffectView>| Shared {
+                    process_id: process_id.clone(),
+                    views,
+                    wall_now_ms: wall,
+                    non_interactive,
+                    id_source: ids.clone(),
+                    ..Shared::default()
+                };
+                // Warm: the session saw a prefix of this journal and waits on effects that are
+                // now resolved (or still pending).
+                if warm_allowed
+                    && let Some(mut session) = current
+                    && session.consumed_seq <= head_seq
+                {
+                    let deliver: Vec<EffectView> = session
+                        .waiting_on
+                        .iter()
+                        .filter_map(|id| by_id.get(id))
+                        .filter(|v| !v.is_pending())
+                        .cloned()
+                        .collect();
+                    let all_known = session.waiting_on.iter().all(|id| by_id.contains_key(id));
+                    if all_known {
+                        {
+                            let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
+                            s.views = all_views.clone();
+                            s.wall_now_ms = wall;
+                        }
+                        for v in &deliver {
+                            session.waiting_on.remove(&v.effect_id);
+                        }
+                        let mut ordered = deliver;
+                        ordered.sort_by_key(|v| v.at_ms.unwrap_or(0));
+                        return match session.deliver(&ordered) {
+                            Ok(r) => (Some(session), Ok((r, true))),
+                            Err(e) => (None, Err(e)),
+                        };
+                    }
+                }
+                match Session::start(&spec, fresh_shared(all_views)) {
+                    Ok((session, report)) => (Some(session), Ok((report, false))),
+                    Err(e) => (None, Err(e)),
+                }
+            })
+            .await?
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        run_id: &str,
+        info: &RunInfo,
+        head: Head,
+        index: &EffectIndex,
+        report: DriveReport,
+        warm: bool,
+        warnings: Vec<String>,
+    ) -> Result<Iteration, EngineError> {
+        let journal = self.journal();
+        let now = self.now_ms();
+        let mut events = Vec::new();
+        // task.json first, then the request events: a reader never finds a request without its task.
+        for r in &report.requests {
+            journal
+                .put_run_file(
+                    run_id,
+                    &RunFile::task(&r.effect_id, "task.json")?,
+                    Bytes::from(r.task_json.clone()),
+                )
+                .await?;
+            events.push(self.event(EventType::EffectRequested, request_data(r), now));
+        }
+        self.emit_logs(run_id, &report).await?;
+        let requested: Vec<String> = report
+            .requests
+            .iter()
+            .map(|r| r.effect_id.clone())
+            .collect();
+        let (status, reason, output, error) = match &report.state {
+            ProcessState::Pending => (IterationStatus::Waiting, None, None, None),
+            // Stray effects (requested but not awaited): the run waits for them.
+            ProcessState::Returned(_) if !requested.is_empty() => (
+                IterationStatus::Waiting,
+                Some("stray-effects".to_owned()),
+                None,
+                None,
+            ),
+            ProcessState::Returned(v) => {
+                journal
+                    .put_run_file(
+                        run_id,
+                        &RunFile::state("output.json")?,
+                        Bytes::from(v.to_string()),
+                    )
+                    .await?;
+                events.push(self.event(
+                    EventType::RunCompleted,
+                    json!({"outputRef": "state/output.json"}),
+                    now,
+                ));
+                (IterationStatus::Completed, None, Some(v.clone()), None)
+            }
+            ProcessState::Halted { reason, payload } => {
+                let mut data = Map::new();
+                data.insert("reason".into(), json!(reason));
+                if let Some(p) = payload {
+                    data.insert("payload".into(), p.clone());
+                }
+                events.push(self.event(EventType::RunHalted, Value::Object(data), now));
+                (IterationStatus::Halted, Some(reason.clone()), None, None)
+            }
+            ProcessState::Threw(err) => {
+                // B5: a task error the process lets escape ends the run with RUN_FAILED; other
+                // throws are process bugs (PROCESS_RUNTIME_ERROR, recoverable).
+                let last_resolved = index
+                    .effects
+                    .values()
+                    .filter(|r| r.resolved_at.is_some())
+                    .max_by(|a, b| a.resolved_at.cmp(&b.resolved_at));
+                if last_resolved.is_some_and(|r| r.status == EffectStatus::ResolvedError) {
+                    events.push(self.event(EventType::RunFailed, json!({"error": err}), now));
+                } else {
+                    events.push(self.event(
+                        EventType::ProcessRuntimeError,
+                        json!({"error": err, "iteration": 0, "runId": run_id, "processId": info.process_id,
+                               "journalHead": if head.seq == 0 { Value::Null } else { json!({"seq": head.seq, "ulid": head.ulid}) },
+                               "lastEffect": last_resolved.map(|r| json!({"effectId": r.effect_id, "invocationKey": r.invocation_key,
+                                    "taskId": r.task_id, "stepId": r.step_id, "kind": r.kind, "status": r.status.as_str(),
+                                    "resultRef": r.result_ref})),
+                               "recovery": {"command": "run:recover-process-error", "recoverable": true}}),
+                        now,
+                    ));
+                }
+                let msg = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("process error")
+                    .to_owned();
+                (
+                    IterationStatus::Failed,
+                    Some(format!("process-error: {msg}")),
+                    None,
+                    Some(err.clone()),
+                )
+            }
+        };
+        let mut new_head = head.clone();
+        if !events.is_empty() {
+            match journal.append(run_id, head.seq + 1, events).await {
+                Ok(committed) => {
+                    if let Some(last) = committed.last() {
+                        new_head = Head {
+                            seq: last.seq,
+                            ulid: last.ulid.clone(),
+                        };
+                    }
+                }
+                Err(e) => {
+                    // The session ran ahead of a journal it could not extend: it must not be reused.
+                    self.evict(run_id).await?;
+                    return Err(e.into());
+                }
+            }
+        }
+        let consumed = new_head.seq;
+        self.pool()
+            .with_session(run_id, move |s| {
+                let s = s.map(|mut s| {
+                    s.consumed_seq = consumed;
+                    s
+                });
+                (s, ())
+            })
+            .await?;
+        let next_actions = self.next_actions(run_id, &report, index).await?;
+        Ok(Iteration {
+            status,
+            reason,
+            output,
+            error,
+            next_actions,
+            requested,
+            warnings,
+            warm,
+            head: new_head,
+        })
+    }
+
+    /// babysitter's `nextActions` for the effects the process is blocked on.
+    async fn next_actions(
+        &self,
+        run_id: &str,
+        report: &DriveReport,
+        index: &EffectIndex,
+    ) -> Result<Vec<Value>, EngineError> {
+        let new: HashMap<&str, &Request> = report
+            .requests
+            .iter()
+            .map(|r| (r.effect_id.as_str(), r))
+            .collect();
+        let mut seen = HashSet::new();
+        let mut actions = Vec::new();
+        for id in &report.blocked {
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(r) = new.get(id.as_str()) {
+                actions.push(json!({
+                    "effectId": r.effect_id, "invocationKey": r.invocation_key, "kind": r.kind, "label": r.label,
+                    "labels": r.labels, "taskDef": r.task_def, "taskId": r.task_id, "stepId": r.step_id,
+                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": iso(r.requested_at_ms),
+                }));
+            } else if let Some(rec) = index.effects.get(id) {
+                let task = self
+                    .journal()
+                    .get_run_file(run_id, &RunFile::task(id, "task.json")?)
+                    .await
+                    .ok();
+                let task_def = task
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .unwrap_or(Value::Null);
+                actions.push(json!({
+                    "effectId": rec.effect_id, "invocationKey": rec.invocation_key, "kind": rec.kind, "label": rec.label,
+                    "labels": rec.labels, "taskDef": task_def, "taskId": rec.task_id, "stepId": rec.step_id,
+                    "taskDefRef": rec.task_def_ref, "requestedAt": rec.requested_at,
+                }));
+            }
+        }
+        let n = actions.len();
+        if n > 1 {
+            let keys: Vec<&str> = actions
+                .iter()
+                .filter_map(|a| a.get("invocationKey").and_then(Value::as_str))
+                .collect();
+            let group = identity::parallel_group_id(&keys);
+            for a in &mut actions {
+                a["schedulerHints"] = json!({"parallelGroupId": group, "pendingCount": n});
+            }
+        } else {
+            for a in &mut actions {
+                a["schedulerHints"] = json!({"pendingCount": n});
+            }
+        }
+        Ok(actions)
+    }
+
+    fn event(&self, kind: EventType, data: Value, now_ms: i64) -> NewEvent {
+        let mut e = NewEvent::new(kind, data);
+        e.recorded_at = Some(iso(now_ms));
+        e
+    }
+
+    async fn emit_logs(&self, run_id: &str, report: &DriveReport) -> Result<(), EngineError> {
+        if report.logs.is_empty() {
+            return Ok(());
+        }
+        let file = RunFile::state("logSeqs.txt")?;
+        let existing = match self.journal().get_run_file(run_id, &file).await {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(babysitter_journal::JournalError::RunFileNotFound { .. }) => String::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let seen: HashSet<u64> = existing
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let mut out = existing;
+        for l in &report.logs {
+            if seen.contains(&l.seq) {
+                continue;
+            }
+            tracing::info!(target: "babysitter::process", run_id, label = l.label.as_deref().unwrap_or(""), "{}", l.message);
+            out.push_str(&format!("{}\n", l.seq));
+        }
+        self.journal()
+            .put_run_file(run_id, &file, Bytes::from(out))
+            .await?;
+        Ok(())
+    }
+
+    async fn read_output(&self, run_id: &str) -> Result<Option<Value>, EngineError> {
+        match self
+            .journal()
+            .get_run_file(run_id, &RunFile::state("output.json")?)
+            .await
+        {
+            Ok(b) => Ok(serde_json::from_slice(&b).ok()),
+            Err(babysitter_journal::JournalError::RunFileNotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn code_hash_journaled(&self, run_id: &str, hash: &str) -> Result<bool, EngineError> {
+        let events = self.journal().read(run_id, 1, 0).await?;
+        Ok(events.iter().any(|e| {
+            e.body.kind == EventType::ProcessCodeHashChanged
+                && e.body.data.get("processCodeHash").and_then(Value::as_str) == Some(hash)
+        }))
+    }
+
+    /// Writes `result.json` in babysitter's format for an effect resolved by the engine itself.
+    async fn write_result(
+        &self,
+        run_id: &str,
+        r: &babysitter_journal::index::EffectRecord,
+        value: &Value,
+        at: &str,
+    ) -> Result<(), EngineError> {
+        let doc = json!({
+            "schemaVersion": "2026.01.results-v1", "effectId": r.effect_id, "taskId": r.task_id,
+            "invocationKey": r.invocation_key, "status": "ok", "result": identity::key_sorted_clone(value),
+            "startedAt": at, "finishedAt": at, "value": identity::key_sorted_clone(value), "sdkVersion": "6.0.0",
+        });
+        self.journal()
+            .put_run_file(
+                run_id,
+                &RunFile::task(&r.effect_id, "result.json")?,
+                Bytes::from(doc.to_string()),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+fn request_data(r: &Request) -> Value {
+    let mut d = Map::new();
+    d.insert("effectId".into(), json!(r.effect_id));
+    d.insert("invocationKey".into(), json!(r.invocation_key));
+    d.insert(
+        "invocationHash".into(),
+        json!(identity::invocation_hash(&r.invocation_key)),
+    );
+    d.insert("stepId".into(), json!(r.step_id));
+    d.insert("taskId".into(), json!(r.task_id));
+    d.insert("kind".into(), json!(r.kind));
+    d.insert("label".into(), json!(r.label));
+    d.insert(
+        "taskDefRef".into(),
+        json!(format!("tasks/{}/task.json", r.effect_id)),
+    );
+    if !r.labels.is_empty() {
+        d.insert("labels".into(), json!(r.labels));
+    }
+    Value::Object(d)
+}
+
+fn hash_file(path: &Path) -> Result<String, EngineError> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path)
+        .map_err(|e| EngineError::Engine(format!("cannot read {}: {e}", path.display())))?;
+    Ok(hex::encode(sha2::Sha256::digest(&bytes)))
+}
+
+fn seed_of(run_id: &str) -> u64 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(run_id.as_bytes());
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}

@@ -1,0 +1,447 @@
+// babysitter-rs engine runtime: the ctx API and the task registry, evaluated as a script in every
+// run's QuickJS context before the process module loads. It talks to Rust only through
+// `globalThis.__bs_host` (installed by the engine) and exposes `globalThis.__bs_engine`.
+//
+// Execution model: ctx.task returns a promise that stays pending until the effect is resolved;
+// the Rust side drives the job queue to quiescence, and resolves pending promises when results
+// arrive (warm runs) or hands resolved results out at call time (cold replay). Both follow the
+// reference's call order: parallel thunks start one after another, each running as far as it can
+// before the next starts (depth-first, via quiescence waits released by the host).
+(function () {
+  "use strict";
+  const host = globalThis.__bs_host;
+
+  // ---------------------------------------------------------------- errors
+  class BabysitterError extends Error {
+    constructor(name, message, data) {
+      super(message);
+      this.name = name;
+      if (data !== undefined) this.data = data;
+    }
+  }
+  class DuplicateTaskIdError extends BabysitterError {
+    constructor(id) { super("DuplicateTaskIdError", `Task id '${id}' is already defined with a different definition`); }
+  }
+  class InvalidTaskDefinitionError extends BabysitterError {
+    constructor(msg) { super("InvalidTaskDefinitionError", msg); }
+  }
+  class EffectCancelledError extends BabysitterError {
+    constructor(effectId, reason) {
+      super("EffectCancelledError", `Effect ${effectId} cancelled${reason ? ": " + reason : ""}`);
+      this.effectId = effectId;
+    }
+  }
+  class RunHaltedError extends BabysitterError {
+    constructor(reason, payload) { super("RunHaltedError", reason); this.reason = reason; this.payload = payload; }
+  }
+  class InvalidSleepTargetError extends BabysitterError {
+    constructor(msg) { super("InvalidSleepTargetError", msg); }
+  }
+  class RunFailedError extends BabysitterError {
+    constructor(msg, data) { super("RunFailedError", msg, data); }
+  }
+
+  // ---------------------------------------------------------------- task registry
+  const definitions = new Map();
+  const fingerprints = new Map();
+  const globalTaskRegistry = {
+    definitions,
+    hasTask(id) { return definitions.has(id); },
+    getTask(id) { return definitions.get(id); },
+  };
+
+  function fingerprint(impl, options, staticDef) {
+    try {
+      return (impl ? String(impl) : "") + "\u0000" + JSON.stringify(options ?? null) + "\u0000" + JSON.stringify(staticDef ?? null);
+    } catch (_) {
+      return String(Math.random());
+    }
+  }
+
+  function register(id, build, fp) {
+    const existing = definitions.get(id);
+    if (existing) {
+      // Same id, same definition (e.g. a module imported by two compositions): not an error.
+      if (fingerprints.get(id) === fp) return existing;
+      throw new DuplicateTaskIdError(id);
+    }
+    const task = Object.freeze({ id, build });
+    definitions.set(id, task);
+    fingerprints.set(id, fp);
+    return task;
+  }
+
+  function defineTask(idOrSpec, impl, options) {
+    if (typeof idOrSpec === "string") {
+      const id = idOrSpec.trim();
+      if (!id) throw new InvalidTaskDefinitionError("defineTask requires a non-empty id");
+      if (typeof impl !== "function") throw new InvalidTaskDefinitionError(`defineTask('${id}') requires a build function`);
+      const opts = options ?? {};
+      const build = async (args, taskCtx) => withOptions(await impl(args, taskCtx), opts);
+      return register(id, build, fingerprint(impl, opts));
+    }
+    if (idOrSpec && typeof idOrSpec === "object") {
+      const spec = idOrSpec;
+      const id = String(spec.id ?? spec.name ?? "").trim();
+      if (!id) throw new InvalidTaskDefinitionError("defineTask requires an id or name");
+      if (typeof spec.run === "function") {
+        const opts = { description: spec.description, labels: spec.labels, kind: spec.kind };
+        const build = async (args, taskCtx) => withOptions(await spec.run(args, taskCtx), opts);
+        return register(id, build, fingerprint(spec.run, opts));
+      }
+      const staticDef = {};
+      for (const k of Object.keys(spec)) {
+        if (!["id", "name", "run", "inputs", "outputs", "source"].includes(k)) staticDef[k] = spec[k];
+      }
+      const build = async () => JSON.parse(JSON.stringify(staticDef));
+      return register(id, build, fingerprint(null, null, staticDef));
+    }
+    throw new InvalidTaskDefinitionError("defineTask requires an id string or a definition object");
+  }
+
+  function withOptions(def, opts) {
+    if (!def || typeof def !== "object") return def;
+    if (opts.description !== undefined && def.description === undefined) def.description = opts.description;
+    if (opts.kind !== undefined && def.kind === undefined) def.kind = opts.kind;
+    if (opts.inputSchema !== undefined && def.inputSchema === undefined) def.inputSchema = opts.inputSchema;
+    if (opts.outputSchema !== undefined && def.outputSchema === undefined) def.outputSchema = opts.outputSchema;
+    if (Array.isArray(opts.labels) && def.labels === undefined) def.labels = opts.labels.slice();
+    return def;
+  }
+
+  // ---------------------------------------------------------------- identity
+  function normalizeKeyPart(value) {
+    return String(value).trim().replace(/[^A-Za-z0-9_-]+/g, "-") || "default";
+  }
+  function shapeOf(value) {
+    if (Array.isArray(value)) return value.map(shapeOf);
+    if (value && typeof value === "object") {
+      const out = {};
+      for (const key of host.sortKeys(Object.keys(value))) out[key] = shapeOf(value[key]);
+      return out;
+    }
+    return value === null ? "null" : typeof value;
+  }
+  function shapeHash(args) {
+    return host.sha256(JSON.stringify(shapeOf(args))).slice(0, 12);
+  }
+
+  // ---------------------------------------------------------------- scheduling
+  let frameSeq = 0;
+  const waiters = []; // {frame, resolve}
+  const frameStack = [];
+  function quiescence(frame) {
+    return new Promise((resolve) => waiters.push({ frame, resolve }));
+  }
+  // Called by the host when the job queue is empty: lets the innermost parallel loop go on.
+  function releaseOne() {
+    if (waiters.length === 0) return false;
+    let best = 0;
+    for (let i = 1; i < waiters.length; i++) if (waiters[i].frame > waiters[best].frame) best = i;
+    const [w] = waiters.splice(best, 1);
+    w.resolve();
+    return true;
+  }
+
+  // ---------------------------------------------------------------- the run state
+  const pending = new Map(); // effectId -> {resolve, reject, kind}
+  let clockMs = 0;
+  let logSeq = 0;
+
+  function advanceClock(ms) {
+    if (typeof ms === "number" && ms > clockMs) clockMs = ms;
+  }
+
+  function rehydrateError(e) {
+    const err = new Error(e && e.message !== undefined ? String(e.message) : "Task failed");
+    err.name = (e && e.name) || "TaskError";
+    if (e && e.stack) err.stack = e.stack;
+    if (e && e.data !== undefined) err.data = e.data;
+    return err;
+  }
+
+  function settle(view) {
+    advanceClock(view.atMs);
+    switch (view.outcome) {
+      case "value": return { ok: true, value: view.value };
+      case "throw": return { ok: false, error: rehydrateError(view.error) };
+      case "cancelled": return { ok: false, error: new EffectCancelledError(view.effectId, view.reason) };
+      default: return null;
+    }
+  }
+
+  function waitFor(effectId, kind) {
+    const frame = frameStack.length ? frameStack[frameStack.length - 1] : 0;
+    host.blocked(effectId, frame);
+    return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
+  }
+
+  // Called by the host with a resolution for a pending effect (warm runs).
+  function deliver(effectId, viewJson) {
+    const p = pending.get(effectId);
+    if (!p) return false;
+    pending.delete(effectId);
+    const s = settle(JSON.parse(viewJson));
+    if (!s) return false;
+    if (s.ok) p.resolve(s.value); else p.reject(s.error);
+    return true;
+  }
+
+  async function invoke(task, args, opts, meta) {
+    if (!task || typeof task.build !== "function" || typeof task.id !== "string" || !task.id) {
+      throw new InvalidTaskDefinitionError("ctx.task requires a DefinedTask created via defineTask()");
+    }
+    const options = opts ?? {};
+    const explicitKey = options.key ?? options.stableKey;
+    let stepId;
+    let legacy = null;
+    if (explicitKey !== undefined) {
+      stepId = String(explicitKey);
+    } else {
+      legacy = host.nextLegacyStep();
+      const base = `${normalizeKeyPart(task.id)}.${normalizeKeyPart(options.label ?? "default")}.${shapeHash(args)}`;
+      stepId = `${base}.${host.nextOccurrence(base)}`;
+    }
+    const found = host.lookup(task.id, stepId, legacy);
+    if (found !== undefined) {
+      const view = JSON.parse(found);
+      if (view.outcome === "pending") return waitFor(view.effectId, view.kind);
+      const s = settle(view);
+      if (s.ok) return s.value;
+      throw s.error;
+    }
+    if (meta && typeof meta.skipIfPastMs === "number" && meta.skipIfPastMs <= host.wallNowMs()) return undefined;
+    const effectId = host.newEffectId();
+    const label = options.label;
+    const taskCtx = Object.freeze({
+      effectId,
+      invocationKey: host.invocationKey(task.id, stepId),
+      taskId: task.id,
+      runId: ctx.runId,
+      runDir: ctx.runDir,
+      taskDir: `${ctx.runDir}/tasks/${effectId}`,
+      tasksDir: `${ctx.runDir}/tasks`,
+      label,
+      labels: label ? [label] : [],
+      toTaskRelativePath(rel) {
+        const clean = String(rel).replace(/^\/+/, "");
+        if (clean.split("/").includes("..")) throw new Error(`path '${rel}' escapes the task directory`);
+        return `tasks/${effectId}/${clean}`;
+      },
+      createBlobRef(name, value) {
+        return host.createBlobRef(effectId, String(name), JSON.stringify(value ?? null));
+      },
+    });
+    const taskDef = await task.build(args, taskCtx);
+    if (!taskDef || typeof taskDef !== "object" || typeof taskDef.kind !== "string" || !taskDef.kind) {
+      throw new InvalidTaskDefinitionError(`Task ${task.id} did not provide a kind`);
+    }
+    if (taskDef.kind === "breakpoint" && taskDef.autoApproval === undefined) {
+      taskDef.autoApproval = { consecutiveApprovals: 0, reason: "No matching auto-approval rule", recommended: false };
+    }
+    const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
+    const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
+    const invocationKey = taskCtx.invocationKey;
+    host.request(JSON.stringify({
+      effectId, taskId: task.id, stepId, kind: taskDef.kind, label: effectLabel, labels,
+      taskDef,
+      taskJson: serializeTaskJson(taskDef, { effectId, taskId: task.id, invocationKey, stepId }, args),
+      requestedAtMs: clockMs,
+    }));
+    return waitFor(effectId, taskDef.kind);
+  }
+
+  // ---------------------------------------------------------------- task.json (the reference's serializer)
+  function stableClone(value) {
+    if (Array.isArray(value)) return value.map(stableClone);
+    if (value && typeof value === "object") {
+      const out = {};
+      for (const key of host.sortKeys(Object.keys(value))) out[key] = stableClone(value[key]);
+      return out;
+    }
+    return value;
+  }
+  function normalizeJson(value) {
+    if (!value || typeof value !== "object" || Array.isArray(value)) return undefined;
+    return stableClone(value);
+  }
+  function dedupeLabels(values) {
+    const seen = new Set();
+    const out = [];
+    for (const v of values) {
+      if (typeof v !== "string") continue;
+      const t = v.trim();
+      if (!t || seen.has(t)) continue;
+      seen.add(t);
+      out.push(t);
+    }
+    return out;
+  }
+  function normalizeLabels(labels) {
+    if (!Array.isArray(labels) || labels.length === 0) return undefined;
+    const unique = dedupeLabels(labels);
+    if (!unique.length) return undefined;
+    return host.sortKeys(unique);
+  }
+  function serializeTaskJson(taskDef, ids, args) {
+    const out = {
+      ...stableClone(taskDef),
+      schemaVersion: "2026.01.tasks-v1",
+      effectId: ids.effectId,
+      taskId: ids.taskId,
+      invocationKey: ids.invocationKey,
+      stepId: ids.stepId,
+      kind: taskDef.kind,
+      title: typeof taskDef.title === "string" ? taskDef.title : undefined,
+      description: typeof taskDef.description === "string" ? taskDef.description : undefined,
+      labels: normalizeLabels(taskDef.labels),
+      inputSchema: normalizeJson(taskDef.inputSchema),
+      outputSchema: taskDef.outputSchema === false || taskDef.outputSchema === null ? taskDef.outputSchema : normalizeJson(taskDef.outputSchema),
+      io: normalizeJson(taskDef.io),
+      agent: normalizeJson(taskDef.agent),
+      node: normalizeJson(taskDef.node),
+      breakpoint: normalizeJson(taskDef.breakpoint),
+      orchestratorTask: normalizeJson(taskDef.orchestratorTask),
+      sleep: normalizeJson(taskDef.sleep),
+      metadata: normalizeJson(taskDef.metadata),
+    };
+    if (args !== undefined) out.inputs = stableClone(args);
+    out.sdkVersion = "6.0.0";
+    return JSON.stringify(out, null, 2) + "\n";
+  }
+
+  // ---------------------------------------------------------------- intrinsics
+  function slug(label) {
+    const s = String(label).toLowerCase().replace(/[^a-z0-9.]+/g, "-").replace(/^-+|-+$/g, "").replace(/--+/g, "-");
+    return s || "breakpoint";
+  }
+
+  const sdkTasks = {
+    breakpoint: Object.freeze({ id: "__sdk.breakpoint", build: async (args) => ({
+      kind: "breakpoint", title: args.label, metadata: { ...args },
+    }) }),
+    sleep: Object.freeze({ id: "__sdk.sleep", build: async (args) => ({
+      kind: "sleep", title: `sleep:${args.iso}`, sleep: { iso: args.iso, targetEpochMs: args.targetEpochMs },
+      metadata: { targetEpochMs: args.targetEpochMs, iso: args.iso },
+    }) }),
+    orchestratorTask: Object.freeze({ id: "__sdk.orchestratorTask", build: async (args, taskCtx) => ({
+      kind: "orchestrator_task", title: taskCtx.label ?? "orchestrator-task",
+      metadata: { payload: args.payload, orchestratorTask: true },
+    }) }),
+    hook: Object.freeze({ id: "__sdk.hook", build: async (args) => ({
+      kind: "hook", title: `hook:${args.hookType}`, hook: { hookType: args.hookType, payload: args.payload, timeout: args.timeout },
+    }) }),
+  };
+
+  const breakpointCounts = new Map();
+
+  const ctx = {
+    runId: "",
+    runDir: "",
+    artifactsDir: "",
+    now() { return new Date(clockMs); },
+    task(task, args, options) { return invoke(task, args, options); },
+    async breakpoint(payload, options) {
+      const opts = options ?? {};
+      const label = (typeof opts.label === "string" && opts.label.trim()) ? opts.label
+        : (payload && typeof payload.label === "string" && payload.label.trim()) ? payload.label : "breakpoint";
+      const breakpointId = opts.breakpointId ?? slug(label);
+      if (host.nonInteractive()) {
+        const seq = ++logSeq;
+        host.autoApproved(seq, `Breakpoint '${opts.label ?? "unnamed"}' auto-approved (non-interactive mode)`);
+        return { approved: true, response: "Auto-approved (non-interactive mode)" };
+      }
+      const base = `__sdk.breakpoint.${breakpointId}`;
+      const n = breakpointCounts.get(base) ?? 0;
+      breakpointCounts.set(base, n + 1);
+      const key = n === 0 ? base : `${base}.${n}`;
+      const args = { payload, requestedAt: new Date(clockMs).toISOString(), label, breakpointId };
+      for (const k of ["expert", "tags", "strategy", "autoApproveAfterN", "presentAlwaysApprove"]) {
+        if (opts[k] !== undefined) args[k] = opts[k];
+      }
+      return invoke(sdkTasks.breakpoint, args, { key, label });
+    },
+    async sleepUntil(target, options) {
+      const ms = typeof target === "number" ? target : Date.parse(String(target));
+      if (!Number.isFinite(ms) || ms < 0) throw new InvalidSleepTargetError(`Invalid sleep target: ${String(target)}`);
+      const iso = new Date(ms).toISOString();
+      // A sleep already journaled replays from the journal (a past-due pending one is resolved by
+      // the host at iteration start); a new one whose target has passed resolves at once.
+      await invoke(sdkTasks.sleep, { iso, targetEpochMs: ms }, { label: (options && options.label) ?? `sleep:${iso}` },
+        { skipIfPastMs: ms });
+      advanceClock(ms);
+    },
+    sleep(ms, options) {
+      return ctx.sleepUntil(clockMs + Number(ms), options);
+    },
+    orchestratorTask(payload, options) {
+      const label = (options && options.label) ?? "orchestrator-task";
+      return invoke(sdkTasks.orchestratorTask, { payload }, { label });
+    },
+    subprocess() {
+      throw new RunFailedError("ctx.subprocess is not enabled for this run");
+    },
+    // Journaled as an effect of kind `hook`: executed once by the host, replayed from the journal.
+    hook(hookType, payload, options) {
+      const label = (options && options.label) ?? `hook:${hookType}`;
+      return invoke(sdkTasks.hook, { hookType, payload: payload ?? {}, timeout: options && options.timeout }, { label });
+    },
+    log(...args) {
+      let label, message;
+      if (typeof args[0] === "string" && typeof args[1] === "string") { label = args[0]; message = args[1]; }
+      else if (typeof args[0] === "string") { message = args[0]; }
+      else return;
+      if (!message) return;
+      const seq = ++logSeq;
+      host.log(seq, label ?? null, message);
+    },
+    halt(reason, payload) {
+      const r = typeof reason === "string" ? reason.trim() : "";
+      if (!r) throw new TypeError("ctx.halt requires a non-empty reason");
+      throw new RunHaltedError(r, payload);
+    },
+    onCleanup(fn) { if (typeof fn === "function") cleanups.push(fn); },
+    parallel: {
+      async all(thunks, options) {
+        if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel.all expects an array");
+        const frame = ++frameSeq;
+        frameStack.push(frame);
+        const promises = [];
+        try {
+          for (const t of thunks) {
+            let p;
+            if (typeof t === "function") p = Promise.resolve().then(() => t());
+            else if (t && typeof t.then === "function") p = t;
+            else throw new TypeError("ctx.parallel.all expects functions (thunks) or promises");
+            p.catch(() => {}); // errors surface through Promise.all below
+            promises.push(p);
+            await quiescence(frame);
+          }
+        } finally {
+          const i = frameStack.lastIndexOf(frame);
+          if (i >= 0) frameStack.splice(i, 1);
+        }
+        if (options && (options.maxConcurrency !== undefined || options.executionStrategy !== undefined)) {
+          host.groupHints(frame, JSON.stringify({ maxConcurrency: options.maxConcurrency, executionStrategy: options.executionStrategy }));
+        }
+        return Promise.all(promises);
+      },
+      map(items, fn, options) {
+        return ctx.parallel.all(Array.from(items, (item, i) => () => fn(item, i)), options);
+      },
+    },
+  };
+  const cleanups = [];
+
+  globalThis.__bs_engine = {
+    ctx,
+    deliver,
+    releaseOne,
+    setRun(runId, runDir, startMs) { ctx.runId = runId; ctx.runDir = runDir; ctx.artifactsDir = `${runDir}/artifacts`; advanceClock(startMs); },
+    cleanups,
+    sdk: {
+      defineTask, globalTaskRegistry, DuplicateTaskIdError, InvalidTaskDefinitionError, EffectCancelledError,
+      RunHaltedError, InvalidSleepTargetError, RunFailedError,
+    },
+  };
+})();

@@ -1,0 +1,515 @@
+//! One run's live JS session: the QuickJS host with the engine runtime, the process module and
+//! the process's promise. It lives on one JS worker thread (QuickJS values are not `Send`); the
+//! async side talks to it through [`crate::engine::pool`].
+//!
+//! Cold start loads the process and calls it; later iterations on a warm session deliver the
+//! resolutions that arrived since (pending promises resolve, the process continues) instead of
+//! replaying from the start. Both drive the job queue to quiescence, releasing parallel loops
+//! innermost-first, so effects are requested in the reference's order either way.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use rquickjs::{Ctx, Function, Object};
+use serde_json::{Value, json};
+
+use crate::engine::EngineError;
+use crate::engine::host::{HostConfig, HostError, JsHost};
+use crate::engine::identity;
+use crate::engine::views::EffectView;
+
+const RUNTIME_JS: &str = include_str!("js/runtime.js");
+const SDK_JS: &str = include_str!("js/sdk.js");
+pub const SDK_MODULE: &str = "@a5c-ai/babysitter-sdk";
+
+/// A new effect the process asked for in this iteration.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub effect_id: String,
+    pub task_id: String,
+    pub step_id: String,
+    pub invocation_key: String,
+    pub kind: String,
+    pub label: String,
+    pub labels: Vec<String>,
+    pub task_def: Value,
+    pub task_json: String,
+    pub requested_at_ms: i64,
+}
+
+/// A `ctx.log` line, with the per-run sequence number used to de-duplicate across replays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogLine {
+    pub seq: u64,
+    pub label: Option<String>,
+    pub message: String,
+}
+
+/// Where the process stands after a drive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcessState {
+    Pending,
+    Returned(Value),
+    Halted {
+        reason: String,
+        payload: Option<Value>,
+    },
+    Threw(Value),
+}
+
+/// What one drive produced.
+#[derive(Debug, Clone)]
+pub struct DriveReport {
+    pub state: ProcessState,
+    pub requests: Vec<Request>,
+    /// Effects the process is waiting on (already journaled ones and this drive's new ones).
+    pub blocked: Vec<String>,
+    pub logs: Vec<LogLine>,
+}
+
+/// Rust-side state the host functions read and write during a drive.
+#[derive(Default)]
+pub struct Shared {
+    pub process_id: String,
+    /// Journaled effects by invocation key.
+    pub views: HashMap<String, EffectView>,
+    pub occurrences: HashMap<String, u32>,
+    pub legacy_counter: u32,
+    pub wall_now_ms: i64,
+    pub non_interactive: bool,
+    pub next_ids: Vec<String>,
+    pub id_source: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    pub requests: Vec<Request>,
+    pub blocked: Vec<String>,
+    pub logs: Vec<LogLine>,
+    pub errors: Vec<String>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("process_id", &self.process_id)
+            .field("views", &self.views.len())
+            .field("requests", &self.requests.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parameters of a cold start.
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    pub host: HostConfig,
+    /// The entry module, relative to the process folder.
+    pub entry: String,
+    pub export_name: String,
+    pub run_id: String,
+    pub run_dir: String,
+    pub inputs: Option<Value>,
+    pub start_ms: i64,
+}
+
+pub struct Session {
+    host: JsHost,
+    shared: Arc<Mutex<Shared>>,
+    /// The journal head this session has consumed.
+    pub consumed_seq: u64,
+    /// Effects the JS side holds pending promises for.
+    pub waiting_on: HashSet<String>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("consumed_seq", &self.consumed_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(shared: &Arc<Mutex<Shared>>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::Result<()> {
+    let host = Object::new(ctx.clone())?;
+    host.set(
+        "sortKeys",
+        Function::new(ctx.clone(), |keys: Vec<String>| -> Vec<String> {
+            let mut k = keys;
+            k.sort_by(|a, b| identity::locale_compare(a, b));
+            k
+        })?,
+    )?;
+    host.set(
+        "localeCompare",
+        Function::new(ctx.clone(), |a: String, b: String| -> i32 {
+            match identity::locale_compare(&a, &b) {
+                std::cmp::Ordering::Less => -1,
+                std::cmp::Ordering::Equal => 0,
+                std::cmp::Ordering::Greater => 1,
+            }
+        })?,
+    )?;
+    host.set(
+        "sha256",
+        Function::new(ctx.clone(), |s: String| -> String {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(s.as_bytes()))
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "nextLegacyStep",
+        Function::new(ctx.clone(), move || -> String {
+            let mut s = lock(&sh);
+            s.legacy_counter += 1;
+            identity::legacy_step_id(s.legacy_counter)
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "nextOccurrence",
+        Function::new(ctx.clone(), move |base: String| -> u32 {
+            let mut s = lock(&sh);
+            let n = s.occurrences.entry(base).or_insert(0);
+            let cur = *n;
+            *n += 1;
+            cur
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "invocationKey",
+        Function::new(
+            ctx.clone(),
+            move |task_id: String, step_id: String| -> String {
+                identity::invocation_key(&lock(&sh).process_id, &step_id, &task_id)
+            },
+        )?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "lookup",
+        Function::new(
+            ctx.clone(),
+            move |task_id: String, step_id: String, legacy: Option<String>| -> Option<String> {
+                let s = lock(&sh);
+                let key = identity::invocation_key(&s.process_id, &step_id, &task_id);
+                let found = s.views.get(&key).or_else(|| {
+                    legacy.as_deref().and_then(|l| {
+                        s.views
+                            .get(&identity::invocation_key(&s.process_id, l, &task_id))
+                    })
+                });
+                found.map(EffectView::to_js)
+            },
+        )?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "newEffectId",
+        Function::new(ctx.clone(), move || -> String {
+            let mut s = lock(&sh);
+            if !s.next_ids.is_empty() {
+                return s.next_ids.remove(0);
+            }
+            match &s.id_source {
+                Some(f) => f(),
+                None => ulid::Ulid::generate().to_string(),
+            }
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "request",
+        Function::new(ctx.clone(), move |json: String| {
+            let mut s = lock(&sh);
+            match parse_request(&s.process_id, &json) {
+                Ok(r) => s.requests.push(r),
+                Err(e) => s.errors.push(e),
+            }
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "blocked",
+        Function::new(ctx.clone(), move |effect_id: String, _frame: f64| {
+            lock(&sh).blocked.push(effect_id);
+        })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "wallNowMs",
+        Function::new(ctx.clone(), move || -> f64 { lock(&sh).wall_now_ms as f64 })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "nonInteractive",
+        Function::new(ctx.clone(), move || -> bool { lock(&sh).non_interactive })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "log",
+        Function::new(
+            ctx.clone(),
+            move |seq: f64, label: Option<String>, message: String| {
+                lock(&sh).logs.push(LogLine {
+                    seq: seq as u64,
+                    label,
+                    message,
+                });
+            },
+        )?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "autoApproved",
+        Function::new(ctx.clone(), move |seq: f64, message: String| {
+            lock(&sh).logs.push(LogLine {
+                seq: seq as u64,
+                label: Some("breakpoint:skipped".into()),
+                message,
+            });
+        })?,
+    )?;
+    host.set(
+        "groupHints",
+        Function::new(ctx.clone(), |_frame: f64, _json: String| {})?,
+    )?;
+    host.set(
+        "createBlobRef",
+        Function::new(
+            ctx.clone(),
+            |_effect: String, name: String, _json: String| -> rquickjs::Result<String> {
+                Err(rquickjs::Error::new_from_js_message(
+                    "blob",
+                    "ref",
+                    format!("createBlobRef({name}) is not supported yet"),
+                ))
+            },
+        )?,
+    )?;
+    ctx.globals().set("__bs_host", host)?;
+    Ok(())
+}
+
+fn parse_request(process_id: &str, json: &str) -> Result<Request, String> {
+    let v: Value = serde_json::from_str(json)
+        .map_err(|e| format!("engine runtime sent a bad request: {e}"))?;
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("request without {k}"))
+    };
+    let task_id = s("taskId")?;
+    let step_id = s("stepId")?;
+    Ok(Request {
+        effect_id: s("effectId")?,
+        invocation_key: identity::invocation_key(process_id, &step_id, &task_id),
+        task_id,
+        step_id,
+        kind: s("kind")?,
+        label: s("label")?,
+        labels: v
+            .get("labels")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        task_def: v.get("taskDef").cloned().unwrap_or(Value::Null),
+        task_json: s("taskJson")?,
+        requested_at_ms: v
+            .get("requestedAtMs")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0) as i64,
+    })
+}
+
+const START_JS: &str = r#"
+(function (fn, inputsJson, hasInputs) {
+  const inputs = hasInputs ? JSON.parse(inputsJson) : undefined;
+  const st = { state: "pending" };
+  globalThis.__bs_state = st;
+  Promise.resolve().then(() => fn(inputs, globalThis.__bs_engine.ctx)).then(
+    (value) => { st.state = "fulfilled"; st.value = value; },
+    (error) => { st.state = "rejected"; st.error = error; });
+})
+"#;
+
+const RESULT_JS: &str = r#"
+(function () {
+  const st = globalThis.__bs_state;
+  if (!st || st.state === "pending") return JSON.stringify({ state: "pending" });
+  if (st.state === "fulfilled") {
+    return JSON.stringify({ state: "fulfilled", value: st.value === undefined ? null : st.value });
+  }
+  const e = st.error;
+  if (e && e.name === "RunHaltedError") {
+    return JSON.stringify({ state: "halted", reason: e.reason, payload: e.payload });
+  }
+  const err = (e instanceof Error || (e && typeof e === "object" && "message" in e))
+    ? { name: e.name || "Error", message: String(e.message), stack: e.stack, data: e.data }
+    : { name: "Error", message: String(e) };
+  return JSON.stringify({ state: "rejected", error: err });
+})
+"#;
+
+impl Session {
+    /// Creates the host, loads the runtime, the SDK and the process, and calls the process.
+    pub fn start(spec: &StartSpec, shared: Shared) -> Result<(Session, DriveReport), EngineError> {
+        let mut cfg = spec.host.clone();
+        cfg.builtin_modules
+            .push((SDK_MODULE.to_owned(), SDK_JS.to_owned()));
+        let host = JsHost::new(cfg)?;
+        let shared = Arc::new(Mutex::new(shared));
+        host.context().with(|ctx| -> Result<(), EngineError> {
+            install_host(&ctx, &shared).map_err(|e| HostError::from_js(&ctx, e))?;
+            ctx.eval::<(), _>(RUNTIME_JS).map_err(|e| HostError::from_js(&ctx, e))?;
+            // Node's localeCompare is ICU's; QuickJS compares code points. Processes get ICU.
+            ctx.eval::<(), _>(
+                "String.prototype.localeCompare = function (that) { return __bs_host.localeCompare(String(this), String(that)); };",
+            )
+            .map_err(|e| HostError::from_js(&ctx, e))?;
+            let engine: Object = ctx.globals().get("__bs_engine").map_err(|e| HostError::from_js(&ctx, e))?;
+            let set_run: Function = engine.get("setRun").map_err(|e| HostError::from_js(&ctx, e))?;
+            set_run
+                .call::<_, ()>((spec.run_id.as_str(), spec.run_dir.as_str(), spec.start_ms as f64))
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            Ok(())
+        })?;
+        host.load_module(&spec.entry)?;
+        let main = host.export_function(&spec.entry, &spec.export_name)?;
+        let inputs_json = spec
+            .inputs
+            .as_ref()
+            .map(Value::to_string)
+            .unwrap_or_default();
+        host.with(|ctx| -> Result<(), EngineError> {
+            let start: Function = ctx
+                .eval(START_JS)
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            let f = main
+                .clone()
+                .restore(&ctx)
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            start
+                .call::<_, ()>((f, inputs_json.as_str(), spec.inputs.is_some()))
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            Ok(())
+        })?;
+        let mut session = Session {
+            host,
+            shared,
+            consumed_seq: 0,
+            waiting_on: HashSet::new(),
+        };
+        let report = session.drive()?;
+        Ok((session, report))
+    }
+
+    pub fn shared(&self) -> &Arc<Mutex<Shared>> {
+        &self.shared
+    }
+
+    /// Hands resolutions to the pending promises (warm runs), then drives.
+    pub fn deliver(&mut self, resolutions: &[EffectView]) -> Result<DriveReport, EngineError> {
+        self.host.with(|ctx| -> Result<(), EngineError> {
+            let engine: Object = ctx
+                .globals()
+                .get("__bs_engine")
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            let deliver: Function = engine
+                .get("deliver")
+                .map_err(|e| HostError::from_js(&ctx, e))?;
+            for v in resolutions {
+                deliver
+                    .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
+            }
+            Ok(())
+        })?;
+        self.drive()
+    }
+
+    /// Runs the job queue to quiescence, letting parallel loops go on innermost-first.
+    fn drive(&mut self) -> Result<DriveReport, EngineError> {
+        loop {
+            self.host.drive()?;
+            let released = self
+                .host
+                .context()
+                .with(|ctx| -> Result<bool, EngineError> {
+                    let engine: Object = ctx
+                        .globals()
+                        .get("__bs_engine")
+                        .map_err(|e| HostError::from_js(&ctx, e))?;
+                    let release: Function = engine
+                        .get("releaseOne")
+                        .map_err(|e| HostError::from_js(&ctx, e))?;
+                    release
+                        .call::<_, bool>(())
+                        .map_err(|e| HostError::from_js(&ctx, e).into())
+                })?;
+            if !released {
+                break;
+            }
+        }
+        let state_json = self
+            .host
+            .context()
+            .with(|ctx| -> Result<String, EngineError> {
+                let f: Function = ctx
+                    .eval(RESULT_JS)
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                f.call::<_, String>(())
+                    .map_err(|e| HostError::from_js(&ctx, e).into())
+            })?;
+        let state_doc: Value = serde_json::from_str(&state_json)
+            .map_err(|e| EngineError::Engine(format!("process state is not JSON: {e}")))?;
+        let state = match state_doc.get("state").and_then(Value::as_str) {
+            Some("fulfilled") => {
+                ProcessState::Returned(state_doc.get("value").cloned().unwrap_or(Value::Null))
+            }
+            Some("halted") => ProcessState::Halted {
+                reason: state_doc
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("halted")
+                    .to_owned(),
+                payload: state_doc.get("payload").cloned().filter(|p| !p.is_null()),
+            },
+            Some("rejected") => {
+                ProcessState::Threw(state_doc.get("error").cloned().unwrap_or(json!({})))
+            }
+            _ => ProcessState::Pending,
+        };
+        let mut s = lock(&self.shared);
+        if let Some(e) = s.errors.first() {
+            return Err(EngineError::Engine(e.clone()));
+        }
+        let requests = std::mem::take(&mut s.requests);
+        let blocked = std::mem::take(&mut s.blocked);
+        let logs = std::mem::take(&mut s.logs);
+        drop(s);
+        for b in &blocked {
+            self.waiting_on.insert(b.clone());
+        }
+        Ok(DriveReport {
+            state,
+            requests,
+            blocked,
+            logs,
+        })
+    }
+
+    pub fn memory_usage(&self) -> usize {
+        self.host.memory_usage()
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.host.is_poisoned()
+    }
+}

@@ -1,0 +1,212 @@
+//! What each journaled effect hands to the process when `ctx.task` reaches it: a pending
+//! promise, a value, a thrown error or a cancellation — babysitter's result-delivery rules
+//! (§3.6 of the core spec), computed once per resolution on the Rust side and handed to the JS
+//! runtime as a small JSON document.
+//!
+//! Values come from `tasks/<effectId>/result.json` (`result`, else `value`), errors from the
+//! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
+//! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
+
+use babysitter_journal::index::{EffectRecord, EffectStatus};
+use babysitter_journal::store::RunFile;
+use babysitter_journal::{Journal, JournalError};
+use serde_json::{Map, Value, json};
+
+use crate::engine::EngineError;
+
+/// How a journaled effect presents itself to the process.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Pending,
+    Value(Value),
+    Throw(Value),
+    Cancelled(Option<String>),
+}
+
+/// One effect as the JS runtime sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectView {
+    pub effect_id: String,
+    pub kind: Option<String>,
+    pub outcome: Outcome,
+    /// When it was resolved (epoch ms), advancing the process's logical clock.
+    pub at_ms: Option<i64>,
+}
+
+impl EffectView {
+    /// The JSON the runtime's `settle` reads.
+    pub fn to_js(&self) -> String {
+        let mut m = Map::new();
+        m.insert("effectId".into(), json!(self.effect_id));
+        m.insert("kind".into(), json!(self.kind));
+        match &self.outcome {
+            Outcome::Pending => {
+                m.insert("outcome".into(), json!("pending"));
+            }
+            Outcome::Value(v) => {
+                m.insert("outcome".into(), json!("value"));
+                m.insert("value".into(), v.clone());
+            }
+            Outcome::Throw(e) => {
+                m.insert("outcome".into(), json!("throw"));
+                m.insert("error".into(), e.clone());
+            }
+            Outcome::Cancelled(reason) => {
+                m.insert("outcome".into(), json!("cancelled"));
+                m.insert("reason".into(), json!(reason));
+            }
+        }
+        if let Some(ms) = self.at_ms {
+            m.insert("atMs".into(), json!(ms));
+        }
+        Value::Object(m).to_string()
+    }
+
+    pub fn is_pending(&self) -> bool {
+        self.outcome == Outcome::Pending
+    }
+}
+
+pub fn iso_to_ms(iso: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(iso)
+        .ok()
+        .map(|d| d.timestamp_millis())
+}
+
+async fn read_json(
+    journal: &Journal,
+    run_id: &str,
+    file: &RunFile,
+) -> Result<Option<Value>, EngineError> {
+    match journal.get_run_file(run_id, file).await {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| EngineError::Corrupt {
+                run_id: run_id.to_owned(),
+                what: file.path(),
+                reason: e.to_string(),
+            }),
+        Err(JournalError::RunFileNotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn read_text(journal: &Journal, run_id: &str, path: Option<&str>) -> Option<String> {
+    let file = RunFile::parse(path?).ok()?;
+    let bytes = journal.get_run_file(run_id, &file).await.ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Builds the view of one effect, reading its result file when it is resolved.
+pub async fn view_of(
+    journal: &Journal,
+    run_id: &str,
+    r: &EffectRecord,
+) -> Result<EffectView, EngineError> {
+    let at_ms = r.resolved_at.as_deref().and_then(iso_to_ms);
+    let missing = || EngineError::MissingResult {
+        run_id: run_id.to_owned(),
+        effect_id: r.effect_id.clone(),
+    };
+    let result_file = RunFile::task(&r.effect_id, "result.json")?;
+    let outcome = match r.status {
+        EffectStatus::Requested => Outcome::Pending,
+        EffectStatus::Cancelled => {
+            let stored = read_json(journal, run_id, &result_file)
+                .await?
+                .ok_or_else(missing)?;
+            Outcome::Cancelled(
+                stored
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            )
+        }
+        EffectStatus::ResolvedError if r.kind.as_deref() == Some("shell") => {
+            let stored = read_json(journal, run_id, &result_file)
+                .await?
+                .ok_or_else(missing)?;
+            Outcome::Value(shell_failure(journal, run_id, &stored).await)
+        }
+        EffectStatus::ResolvedError => Outcome::Throw(
+            r.error
+                .clone()
+                .unwrap_or_else(|| json!({"name": "Error", "message": "Task failed"})),
+        ),
+        EffectStatus::ResolvedOk => {
+            let stored = read_json(journal, run_id, &result_file)
+                .await?
+                .ok_or_else(missing)?;
+            if stored.get("status").and_then(Value::as_str) != Some("ok") {
+                Outcome::Throw(stored.get("error").cloned().unwrap_or_else(
+                    || json!({"name": "Error", "message": "Task reported failure"}),
+                ))
+            } else if let Some(v) = stored.get("result").or_else(|| stored.get("value")) {
+                Outcome::Value(v.clone())
+            } else if let Some(rref) = stored.get("resultRef").and_then(Value::as_str) {
+                let file = RunFile::parse(rref)?;
+                Outcome::Value(
+                    read_json(journal, run_id, &file)
+                        .await?
+                        .unwrap_or(Value::Null),
+                )
+            } else {
+                Outcome::Value(Value::Null)
+            }
+        }
+    };
+    Ok(EffectView {
+        effect_id: r.effect_id.clone(),
+        kind: r.kind.clone(),
+        outcome,
+        at_ms,
+    })
+}
+
+/// `{success:false, exitCode, stdout, stderr, error}` from a failed shell result.
+async fn shell_failure(journal: &Journal, run_id: &str, stored: &Value) -> Value {
+    let data = stored
+        .get("error")
+        .and_then(|e| e.get("data"))
+        .and_then(Value::as_object);
+    let field = |k: &str| {
+        data.and_then(|d| d.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let stdout = match read_text(
+        journal,
+        run_id,
+        stored.get("stdoutRef").and_then(Value::as_str),
+    )
+    .await
+    {
+        Some(s) => s,
+        None => field("stdout").unwrap_or_default(),
+    };
+    let stderr = match read_text(
+        journal,
+        run_id,
+        stored.get("stderrRef").and_then(Value::as_str),
+    )
+    .await
+    {
+        Some(s) => s,
+        None => field("stderr").unwrap_or_default(),
+    };
+    let exit_code = data
+        .and_then(|d| d.get("exitCode"))
+        .and_then(Value::as_f64)
+        .filter(|n| n.is_finite())
+        .unwrap_or(1.0);
+    let error = field("error")
+        .or_else(|| {
+            stored
+                .get("error")
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| format!("Shell command exited with code {exit_code}"));
+    json!({"success": false, "exitCode": exit_code, "stdout": stdout, "stderr": stderr, "error": error})
+}
