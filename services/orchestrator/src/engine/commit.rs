@@ -182,3 +182,76 @@ impl Engine {
             .unwrap_or(head))
     }
 }
+
+impl Engine {
+    /// Cancels a pending effect (babysitter's `task:cancel`): `result.json` with status
+    /// `cancelled`, then `EFFECT_CANCELLED`. The process sees an `EffectCancelledError`.
+    pub async fn cancel_effect(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Head, EngineError> {
+        let journal = self.journal();
+        let (head, index) = journal.index(run_id).await?;
+        let record = index
+            .effects
+            .get(effect_id)
+            .ok_or_else(|| EngineError::InvalidRun {
+                run_id: run_id.to_owned(),
+                reason: format!("effect {effect_id} was not requested"),
+            })?;
+        if record.status != EffectStatus::Requested {
+            return Err(EngineError::InvalidRun {
+                run_id: run_id.to_owned(),
+                reason: format!(
+                    "effect {effect_id} is not pending (status {})",
+                    record.status.as_str()
+                ),
+            });
+        }
+        let message = reason.unwrap_or("Effect cancelled");
+        let mut doc = Map::new();
+        doc.insert("schemaVersion".into(), json!("2026.01.results-v1"));
+        doc.insert("effectId".into(), json!(effect_id));
+        doc.insert("taskId".into(), json!(record.task_id));
+        doc.insert("invocationKey".into(), json!(record.invocation_key));
+        doc.insert("status".into(), json!("cancelled"));
+        doc.insert(
+            "error".into(),
+            json!({"message": message, "name": "EffectCancelledError"}),
+        );
+        if let Some(r) = reason {
+            doc.insert("reason".into(), json!(r));
+        }
+        let mut meta = Map::new();
+        meta.insert("cancelled".into(), json!(true));
+        if let Some(r) = reason {
+            meta.insert("reason".into(), json!(r));
+        }
+        doc.insert("metadata".into(), Value::Object(meta));
+        doc.insert("sdkVersion".into(), json!("6.0.0"));
+        journal
+            .put_run_file(
+                run_id,
+                &RunFile::task(effect_id, "result.json")?,
+                Bytes::from(Value::Object(doc).to_string()),
+            )
+            .await?;
+        let mut data = Map::new();
+        data.insert("effectId".into(), json!(effect_id));
+        if let Some(r) = reason {
+            data.insert("reason".into(), json!(r));
+        }
+        let mut ev = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
+        ev.recorded_at = Some(iso(self.now_ms()));
+        let committed = journal.append(run_id, head.seq + 1, vec![ev]).await?;
+        Ok(committed
+            .last()
+            .map(|e| Head {
+                seq: e.seq,
+                ulid: e.ulid.clone(),
+            })
+            .unwrap_or(head))
+    }
+}

@@ -17,7 +17,7 @@ use babysitter_journal::{EventType, Head, NewEvent};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::engine::host::HostConfig;
+use crate::engine::host::{HostConfig, HostError};
 use crate::engine::session::{DriveReport, ProcessState, Request, Session, Shared, StartSpec};
 use crate::engine::views::{self, EffectView};
 use crate::engine::{Engine, EngineError, identity, iso};
@@ -57,6 +57,8 @@ pub struct Iteration {
     /// Effect ids requested by this iteration.
     pub requested: Vec<String>,
     pub warnings: Vec<String>,
+    /// Journaled effects the process ended without reaching (e.g. after a code change).
+    pub unreached: Vec<String>,
     /// Whether the iteration continued a warm session (false: replayed cold).
     pub warm: bool,
     pub head: Head,
@@ -173,6 +175,7 @@ impl Engine {
                 next_actions: Vec::new(),
                 requested: Vec::new(),
                 warnings,
+                unreached: Vec::new(),
                 warm: false,
                 head,
             });
@@ -225,10 +228,27 @@ impl Engine {
             (head, index) = journal.index(run_id).await?;
         }
 
-        let report = self.drive(run_id, &info, &head, &index).await?;
-        let (report, warm) = report;
-        self.finish(run_id, &info, head, &index, report, warm, warnings)
-            .await
+        if warnings
+            .iter()
+            .any(|w| w.starts_with("Process code changed"))
+        {
+            // New code must not continue an old session: replay it cold against the journal.
+            self.evict(run_id).await?;
+        }
+        match self.drive(run_id, &info, &head, &index).await {
+            Ok((report, _)) if is_out_of_memory(&report.state) => {
+                let e = HostError::MemoryLimit {
+                    limit: self.options().memory_limit,
+                };
+                self.fail_run(run_id, head, &e, warnings).await
+            }
+            Ok((report, warm)) => {
+                self.finish(run_id, &info, head, &index, report, warm, warnings)
+                    .await
+            }
+            Err(EngineError::Host(e)) => self.fail_run(run_id, head, &e, warnings).await,
+            Err(e) => Err(e),
+        }
     }
 
     /// Replays the run's process cold over its journal without writing anything (a check that
@@ -491,6 +511,25 @@ impl Engine {
             })
             .await?;
         let next_actions = self.next_actions(run_id, &report, index).await?;
+        let mut warnings = warnings;
+        // Only a cold replay that ran to the end knows what it no longer reaches.
+        let unreached: Vec<String> = if status == IterationStatus::Waiting || warm {
+            Vec::new()
+        } else {
+            index
+                .effects
+                .values()
+                .filter(|r| !report.reached.contains(&r.invocation_key))
+                .map(|r| r.effect_id.clone())
+                .collect()
+        };
+        if !unreached.is_empty() {
+            warnings.push(format!(
+                "{} journaled effect(s) were not reached by the process: {}",
+                unreached.len(),
+                unreached.join(", ")
+            ));
+        }
         Ok(Iteration {
             status,
             reason,
@@ -499,8 +538,54 @@ impl Engine {
             next_actions,
             requested,
             warnings,
+            unreached,
             warm,
             head: new_head,
+        })
+    }
+
+    /// The process could not run at all (it does not load, or it hit its memory / CPU limit):
+    /// the run fails with `RUN_FAILED` naming why; the host is dropped, other runs go on.
+    async fn fail_run(
+        &self,
+        run_id: &str,
+        head: Head,
+        e: &HostError,
+        warnings: Vec<String>,
+    ) -> Result<Iteration, EngineError> {
+        self.evict(run_id).await?;
+        let name = match e {
+            HostError::CpuLimit { .. } | HostError::MemoryLimit { .. } => "ResourceLimitError",
+            HostError::Js { name, .. } => name.as_str(),
+            _ => "ProcessLoadError",
+        };
+        let error = json!({"name": name, "message": e.to_string()});
+        let committed = self
+            .journal()
+            .append(
+                run_id,
+                head.seq + 1,
+                vec![self.event(EventType::RunFailed, json!({"error": error}), self.now_ms())],
+            )
+            .await?;
+        let head = committed
+            .last()
+            .map(|c| Head {
+                seq: c.seq,
+                ulid: c.ulid.clone(),
+            })
+            .unwrap_or(head);
+        Ok(Iteration {
+            status: IterationStatus::Failed,
+            reason: Some(format!("failed: {e}")),
+            output: None,
+            error: Some(error),
+            next_actions: Vec::new(),
+            requested: Vec::new(),
+            warnings,
+            unreached: Vec::new(),
+            warm: false,
+            head,
         })
     }
 
@@ -638,6 +723,14 @@ impl Engine {
             .await?;
         Ok(())
     }
+}
+
+/// QuickJS reports heap exhaustion as an `InternalError: out of memory` that a promise chain can
+/// catch like any rejection; it is the memory limit all the same.
+fn is_out_of_memory(state: &ProcessState) -> bool {
+    matches!(state, ProcessState::Threw(e)
+        if e.get("name").and_then(Value::as_str) == Some("InternalError")
+            && e.get("message").and_then(Value::as_str) == Some("out of memory"))
 }
 
 fn request_data(r: &Request) -> Value {

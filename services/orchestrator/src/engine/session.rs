@@ -65,6 +65,8 @@ pub struct DriveReport {
     /// Effects the process is waiting on (already journaled ones and this drive's new ones).
     pub blocked: Vec<String>,
     pub logs: Vec<LogLine>,
+    /// Invocation keys of journaled effects the process has reached in this session.
+    pub reached: HashSet<String>,
 }
 
 /// Rust-side state the host functions read and write during a drive.
@@ -83,6 +85,7 @@ pub struct Shared {
     pub blocked: Vec<String>,
     pub logs: Vec<LogLine>,
     pub errors: Vec<String>,
+    pub reached: HashSet<String>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -192,15 +195,18 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
         Function::new(
             ctx.clone(),
             move |task_id: String, step_id: String, legacy: Option<String>| -> Option<String> {
-                let s = lock(&sh);
-                let key = identity::invocation_key(&s.process_id, &step_id, &task_id);
-                let found = s.views.get(&key).or_else(|| {
-                    legacy.as_deref().and_then(|l| {
-                        s.views
-                            .get(&identity::invocation_key(&s.process_id, l, &task_id))
-                    })
-                });
-                found.map(EffectView::to_js)
+                let mut s = lock(&sh);
+                let mut key = identity::invocation_key(&s.process_id, &step_id, &task_id);
+                if !s.views.contains_key(&key)
+                    && let Some(l) = legacy.as_deref()
+                {
+                    key = identity::invocation_key(&s.process_id, l, &task_id);
+                }
+                let found = s.views.get(&key).map(EffectView::to_js);
+                if found.is_some() {
+                    s.reached.insert(key);
+                }
+                found
             },
         )?,
     )?;
@@ -400,6 +406,8 @@ impl Session {
                 .map_err(|e| HostError::from_js(&ctx, e))?;
             Ok(())
         })?;
+        // A Persistent must never outlive its runtime (QuickJS aborts the process).
+        drop(main);
         let mut session = Session {
             host,
             shared,
@@ -467,6 +475,23 @@ impl Session {
                 f.call::<_, String>(())
                     .map_err(|e| HostError::from_js(&ctx, e).into())
             })?;
+        // Everything the process waits on now, earlier drives' pending effects included.
+        let pending_json = self
+            .host
+            .context()
+            .with(|ctx| -> Result<String, EngineError> {
+                let engine: Object = ctx
+                    .globals()
+                    .get("__bs_engine")
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                let ids: Function = engine
+                    .get("pendingIds")
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                ids.call::<_, String>(())
+                    .map_err(|e| HostError::from_js(&ctx, e).into())
+            })?;
+        let waiting: Vec<String> = serde_json::from_str(&pending_json)
+            .map_err(|e| EngineError::Engine(format!("pending ids are not JSON: {e}")))?;
         let state_doc: Value = serde_json::from_str(&state_json)
             .map_err(|e| EngineError::Engine(format!("process state is not JSON: {e}")))?;
         let state = match state_doc.get("state").and_then(Value::as_str) {
@@ -491,17 +516,18 @@ impl Session {
             return Err(EngineError::Engine(e.clone()));
         }
         let requests = std::mem::take(&mut s.requests);
-        let blocked = std::mem::take(&mut s.blocked);
+        s.blocked.clear();
+        let blocked = waiting;
         let logs = std::mem::take(&mut s.logs);
+        let reached = s.reached.clone();
         drop(s);
-        for b in &blocked {
-            self.waiting_on.insert(b.clone());
-        }
+        self.waiting_on = blocked.iter().cloned().collect();
         Ok(DriveReport {
             state,
             requests,
             blocked,
             logs,
+            reached,
         })
     }
 

@@ -155,7 +155,8 @@
   function rehydrateError(e) {
     const err = new Error(e && e.message !== undefined ? String(e.message) : "Task failed");
     err.name = (e && e.name) || "TaskError";
-    if (e && e.stack) err.stack = e.stack;
+    // A journaled error without a stack gets a fixed one, so warm and cold runs report the same.
+    err.stack = e && e.stack ? e.stack : `${err.name}: ${err.message}`;
     if (e && e.data !== undefined) err.data = e.data;
     return err;
   }
@@ -433,10 +434,23 @@
   };
   const cleanups = [];
 
+  // Date.now() and `new Date()` read the run's logical clock, so replays see the same times.
+  const RealDate = Date;
+  function LogicalDate(...args) {
+    if (!new.target) return new RealDate(clockMs).toString();
+    return args.length === 0 ? new RealDate(clockMs) : new RealDate(...args);
+  }
+  LogicalDate.prototype = RealDate.prototype;
+  LogicalDate.now = () => clockMs;
+  LogicalDate.parse = RealDate.parse;
+  LogicalDate.UTC = RealDate.UTC;
+  globalThis.Date = LogicalDate;
+
   globalThis.__bs_engine = {
     ctx,
     deliver,
     releaseOne,
+    pendingIds() { return JSON.stringify(Array.from(pending.keys())); },
     setRun(runId, runDir, startMs) { ctx.runId = runId; ctx.runDir = runDir; ctx.artifactsDir = `${runDir}/artifacts`; advanceClock(startMs); },
     cleanups,
     sdk: {
