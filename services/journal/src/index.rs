@@ -166,6 +166,9 @@ pub struct EffectIndex {
     pub last_lifecycle: Option<LifecycleMark>,
     /// Number of `RUN_ITERATION` events (the reference's iteration counter).
     pub iterations: u64,
+    /// The effect resolved (or cancelled) most recently, in journal order.
+    #[serde(default)]
+    pub last_resolved: Option<String>,
 }
 
 impl EffectIndex {
@@ -323,6 +326,7 @@ impl EffectIndex {
                 record.stdout_ref = stdout_ref;
                 record.stderr_ref = stderr_ref;
                 record.resolved_at = Some(event.body.recorded_at.clone());
+                self.last_resolved = Some(effect_id.to_owned());
                 Ok(())
             }
             EventType::EffectCancelled => {
@@ -341,6 +345,7 @@ impl EffectIndex {
                 }
                 record.status = EffectStatus::Cancelled;
                 record.resolved_at = Some(event.body.recorded_at.clone());
+                self.last_resolved = Some(effect_id.to_owned());
                 Ok(())
             }
             EventType::EffectProgress => {

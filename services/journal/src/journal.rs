@@ -387,6 +387,20 @@ impl Journal {
         Ok((view.chain.head.clone(), view.index.clone()))
     }
 
+    /// Runs `f` on the run's up-to-date head and effect index without copying the index (the
+    /// engine reads a few records per iteration of runs with thousands of effects).
+    pub async fn inspect<R>(
+        &self,
+        run_id: &str,
+        f: impl FnOnce(&Head, &EffectIndex) -> R,
+    ) -> Result<R> {
+        validate_id("run id", run_id)?;
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let view = self.current(run_id, &mut guard, true).await?;
+        Ok(f(&view.chain.head, &view.index))
+    }
+
     /// babysitter's state cache at the head: the stored one when fresh, else rebuilt and stored.
     pub async fn state(&self, run_id: &str) -> Result<RunState> {
         validate_id("run id", run_id)?;

@@ -43,14 +43,15 @@ impl Engine {
     /// Commits the result of a pending effect; returns the new head.
     pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
         let journal = self.journal();
-        let (head, index) = journal.index(run_id).await?;
-        let record = index
-            .effects
-            .get(&c.effect_id)
-            .ok_or_else(|| EngineError::InvalidRun {
-                run_id: run_id.to_owned(),
-                reason: format!("effect {} was not requested", c.effect_id),
-            })?;
+        let (head, record) = journal
+            .inspect(run_id, |h, idx| {
+                (h.clone(), idx.effects.get(&c.effect_id).cloned())
+            })
+            .await?;
+        let record = record.ok_or_else(|| EngineError::InvalidRun {
+            run_id: run_id.to_owned(),
+            reason: format!("effect {} was not requested", c.effect_id),
+        })?;
         if record.status != EffectStatus::Requested {
             return Err(EngineError::InvalidRun {
                 run_id: run_id.to_owned(),
@@ -193,14 +194,15 @@ impl Engine {
         reason: Option<&str>,
     ) -> Result<Head, EngineError> {
         let journal = self.journal();
-        let (head, index) = journal.index(run_id).await?;
-        let record = index
-            .effects
-            .get(effect_id)
-            .ok_or_else(|| EngineError::InvalidRun {
-                run_id: run_id.to_owned(),
-                reason: format!("effect {effect_id} was not requested"),
-            })?;
+        let (head, record) = journal
+            .inspect(run_id, |h, idx| {
+                (h.clone(), idx.effects.get(effect_id).cloned())
+            })
+            .await?;
+        let record = record.ok_or_else(|| EngineError::InvalidRun {
+            run_id: run_id.to_owned(),
+            reason: format!("effect {effect_id} was not requested"),
+        })?;
         if record.status != EffectStatus::Requested {
             return Err(EngineError::InvalidRun {
                 run_id: run_id.to_owned(),

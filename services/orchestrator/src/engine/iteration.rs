@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use babysitter_journal::index::{EffectIndex, EffectStatus};
+use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{EventType, Head, NewEvent};
 use bytes::Bytes;
@@ -154,14 +154,24 @@ impl Engine {
         let (files, _) = journal.get_run(run_id).await?;
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
         let mut warnings = Vec::new();
-        let (mut head, mut index) = journal.index(run_id).await?;
+        // Only what this iteration needs from the index: no copy of thousands of records.
+        let (mut head, pending, terminal) = journal
+            .inspect(run_id, |h, idx| {
+                let pending: Vec<EffectRecord> = idx.pending().cloned().collect();
+                let terminal = idx
+                    .last_lifecycle
+                    .clone()
+                    .map(|m| m.event_type)
+                    .filter(|t| t != "RUN_CREATED");
+                (h.clone(), pending, terminal)
+            })
+            .await?;
 
         // Terminal shortcut: a finished run is not run again.
-        if index.pending().next().is_none()
-            && let Some(mark) = index.last_lifecycle.clone()
-            && mark.event_type != "RUN_CREATED"
+        if pending.is_empty()
+            && let Some(ty) = terminal
         {
-            let status = terminal_status(&mark.event_type);
+            let status = terminal_status(&ty);
             let output = if status == IterationStatus::Completed {
                 self.read_output(run_id).await?
             } else {
@@ -184,8 +194,8 @@ impl Engine {
         // B1: a pending sleep whose time has passed is resolved, not skipped forever.
         let now = self.now_ms();
         let mut pre: Vec<NewEvent> = Vec::new();
-        for r in index
-            .pending()
+        for r in pending
+            .iter()
             .filter(|r| r.kind.as_deref() == Some("sleep"))
         {
             let task = journal
@@ -209,11 +219,12 @@ impl Engine {
         }
         // B9: the process file changed since the run recorded it.
         let code_hash = hash_file(&info.entry_abs)?;
+        let mut code_changed = false;
         if let Some(previous) = &info.process_code_hash
             && *previous != code_hash
         {
-            let already = self.code_hash_journaled(run_id, &code_hash).await?;
-            if !already {
+            code_changed = true;
+            if !self.code_hash_journaled(run_id, &code_hash).await? {
                 pre.push(self.event(
                     EventType::ProcessCodeHashChanged,
                     json!({"runId": run_id, "processId": info.process_id, "previousProcessCodeHash": previous,
@@ -224,18 +235,19 @@ impl Engine {
             warnings.push("Process code changed since last recorded process hash; replay may need journal reconstruction.".into());
         }
         if !pre.is_empty() {
-            journal.append(run_id, head.seq + 1, pre).await?;
-            (head, index) = journal.index(run_id).await?;
+            let committed = journal.append(run_id, head.seq + 1, pre).await?;
+            if let Some(last) = committed.last() {
+                head = Head {
+                    seq: last.seq,
+                    ulid: last.ulid.clone(),
+                };
+            }
         }
-
-        if warnings
-            .iter()
-            .any(|w| w.starts_with("Process code changed"))
-        {
+        if code_changed {
             // New code must not continue an old session: replay it cold against the journal.
             self.evict(run_id).await?;
         }
-        match self.drive(run_id, &info, &head, &index).await {
+        match self.drive(run_id, &info, &head).await {
             Ok((report, _)) if is_out_of_memory(&report.state) => {
                 let e = HostError::MemoryLimit {
                     limit: self.options().memory_limit,
@@ -243,7 +255,7 @@ impl Engine {
                 self.fail_run(run_id, head, &e, warnings).await
             }
             Ok((report, warm)) => {
-                self.finish(run_id, &info, head, &index, report, warm, warnings)
+                self.finish(run_id, &info, head, report, warm, warnings)
                     .await
             }
             Err(EngineError::Host(e)) => self.fail_run(run_id, head, &e, warnings).await,
@@ -257,9 +269,11 @@ impl Engine {
         let journal = self.journal();
         let (files, _) = journal.get_run(run_id).await?;
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
-        let (_, index) = journal.index(run_id).await?;
-        let mut all_views = HashMap::with_capacity(index.effects.len());
-        for r in index.effects.values() {
+        let records: Vec<EffectRecord> = journal
+            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
+            .await?;
+        let mut all_views = HashMap::with_capacity(records.len());
+        for r in &records {
             all_views.insert(
                 r.invocation_key.clone(),
                 views::view_of(journal, run_id, r).await?,
@@ -309,76 +323,127 @@ impl Engine {
         }
     }
 
-    /// Continues the warm session, or replays cold. Returns the drive report and whether it was warm.
+    /// Continues the warm session, or replays cold. Returns the drive report and whether it
+    /// was warm.
     async fn drive(
         &self,
         run_id: &str,
         info: &RunInfo,
         head: &Head,
-        index: &EffectIndex,
     ) -> Result<(DriveReport, bool), EngineError> {
         let journal = self.journal();
-        // Views of every journaled effect (a cold replay may reach any of them).
-        let mut all_views: HashMap<String, EffectView> =
-            HashMap::with_capacity(index.effects.len());
-        let mut by_id: HashMap<String, EffectView> = HashMap::with_capacity(index.effects.len());
-        for r in index.effects.values() {
-            let v = views::view_of(journal, run_id, r).await?;
-            by_id.insert(r.effect_id.clone(), v.clone());
-            all_views.insert(r.invocation_key.clone(), v);
-        }
-        let spec = self.start_spec(run_id, info);
-        let warm_allowed = self.options().warm;
         let wall = self.now_ms();
-        let process_id = info.process_id.clone();
-        let ids = self.options().ids.clone();
-        let head_seq = head.seq;
-        let non_interactive = info.non_interactive;
-        self.pool()
-            .with_session(run_id, move |current| {
-                let fresh_shared = |views: HashMap<String, EffectView>| Shared {
-                    process_id: process_id.clone(),
-                    views,
-                    wall_now_ms: wall,
-                    non_interactive,
-                    id_source: ids.clone(),
-                    ..Shared::default()
-                };
-                // Warm: the session saw a prefix of this journal and waits on effects that are
-                // now resolved (or still pending).
-                if warm_allowed
-                    && let Some(mut session) = current
-                    && session.consumed_seq <= head_seq
-                {
-                    let deliver: Vec<EffectView> = session
-                        .waiting_on
-                        .iter()
-                        .filter_map(|id| by_id.get(id))
-                        .filter(|v| !v.is_pending())
-                        .cloned()
-                        .collect();
-                    let all_known = session.waiting_on.iter().all(|id| by_id.contains_key(id));
-                    if all_known {
+        // Warm: only the effects that changed since the session last ran are read.
+        let peek = self
+            .pool()
+            .with_session(run_id, |cur| {
+                let p = cur.as_ref().map(|s| s.consumed_seq);
+                (cur, p)
+            })
+            .await?;
+        if self.options().warm
+            && let Some(consumed) = peek
+            && consumed <= head.seq
+        {
+            let tail = if consumed < head.seq {
+                journal.read(run_id, consumed + 1, head.seq).await?
+            } else {
+                Vec::new()
+            };
+            // Another writer's new effects: this session cannot know them; replay cold.
+            let foreign = tail
+                .iter()
+                .any(|e| e.body.kind == EventType::EffectRequested);
+            if !foreign {
+                let changed: Vec<String> = tail
+                    .iter()
+                    .filter(|e| {
+                        matches!(
+                            e.body.kind,
+                            EventType::EffectResolved | EventType::EffectCancelled
+                        )
+                    })
+                    .filter_map(|e| {
+                        e.body
+                            .data
+                            .get("effectId")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    })
+                    .collect();
+                let records: Vec<EffectRecord> = journal
+                    .inspect(run_id, |_, idx| {
+                        changed
+                            .iter()
+                            .filter_map(|id| idx.effects.get(id).cloned())
+                            .collect()
+                    })
+                    .await?;
+                let mut updates = Vec::with_capacity(records.len());
+                for r in &records {
+                    updates.push((
+                        r.invocation_key.clone(),
+                        views::view_of(journal, run_id, r).await?,
+                    ));
+                }
+                let warm = self
+                    .pool()
+                    .with_session(run_id, move |current| {
+                        let Some(mut session) = current.filter(|s| s.consumed_seq == consumed)
+                        else {
+                            return (None, None);
+                        };
                         {
                             let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
-                            s.views = all_views.clone();
                             s.wall_now_ms = wall;
+                            for (k, v) in &updates {
+                                s.views.insert(k.clone(), v.clone());
+                            }
                         }
-                        for v in &deliver {
-                            session.waiting_on.remove(&v.effect_id);
+                        let mut deliver: Vec<EffectView> = updates
+                            .into_iter()
+                            .map(|(_, v)| v)
+                            .filter(|v| {
+                                !v.is_pending() && session.waiting_on.contains(&v.effect_id)
+                            })
+                            .collect();
+                        deliver.sort_by_key(|v| v.at_ms.unwrap_or(0));
+                        match session.deliver(&deliver) {
+                            Ok(r) => (Some(session), Some(Ok(r))),
+                            Err(e) => (None, Some(Err(e))),
                         }
-                        let mut ordered = deliver;
-                        ordered.sort_by_key(|v| v.at_ms.unwrap_or(0));
-                        return match session.deliver(&ordered) {
-                            Ok(r) => (Some(session), Ok((r, true))),
-                            Err(e) => (None, Err(e)),
-                        };
-                    }
+                    })
+                    .await?;
+                if let Some(r) = warm {
+                    return r.map(|r| (r, true));
                 }
-                match Session::start(&spec, fresh_shared(all_views)) {
-                    Ok((session, report)) => (Some(session), Ok((report, false))),
-                    Err(e) => (None, Err(e)),
-                }
+            }
+        }
+        // Cold: every journaled effect, since the replay may reach any of them.
+        let records: Vec<EffectRecord> = journal
+            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
+            .await?;
+        let mut all_views: HashMap<String, EffectView> = HashMap::with_capacity(records.len());
+        for r in &records {
+            all_views.insert(
+                r.invocation_key.clone(),
+                views::view_of(journal, run_id, r).await?,
+            );
+        }
+        let spec = self.start_spec(run_id, info);
+        let shared = Shared {
+            process_id: info.process_id.clone(),
+            views: all_views,
+            wall_now_ms: wall,
+            non_interactive: info.non_interactive,
+            id_source: self.options().ids.clone(),
+            ..Shared::default()
+        };
+        let keep = self.options().warm;
+        self.pool()
+            .with_session(run_id, move |_| match Session::start(&spec, shared) {
+                Ok((session, report)) => (keep.then_some(session), Ok((report, false))),
+                Err(e) => (None, Err(e)),
             })
             .await?
     }
@@ -389,7 +454,6 @@ impl Engine {
         run_id: &str,
         info: &RunInfo,
         head: Head,
-        index: &EffectIndex,
         report: DriveReport,
         warm: bool,
         warnings: Vec<String>,
@@ -450,11 +514,16 @@ impl Engine {
             ProcessState::Threw(err) => {
                 // B5: a task error the process lets escape ends the run with RUN_FAILED; other
                 // throws are process bugs (PROCESS_RUNTIME_ERROR, recoverable).
-                let last_resolved = index
-                    .effects
-                    .values()
-                    .filter(|r| r.resolved_at.is_some())
-                    .max_by(|a, b| a.resolved_at.cmp(&b.resolved_at));
+                let last_resolved: Option<EffectRecord> = self
+                    .journal()
+                    .inspect(run_id, |_, idx| {
+                        idx.last_resolved
+                            .as_ref()
+                            .and_then(|id| idx.effects.get(id))
+                            .cloned()
+                    })
+                    .await?;
+                let last_resolved = last_resolved.as_ref();
                 if last_resolved.is_some_and(|r| r.status == EffectStatus::ResolvedError) {
                     events.push(self.event(EventType::RunFailed, json!({"error": err}), now));
                 } else {
@@ -510,18 +579,22 @@ impl Engine {
                 (s, ())
             })
             .await?;
-        let next_actions = self.next_actions(run_id, &report, index).await?;
+        let next_actions = self.next_actions(run_id, &report).await?;
         let mut warnings = warnings;
         // Only a cold replay that ran to the end knows what it no longer reaches.
         let unreached: Vec<String> = if status == IterationStatus::Waiting || warm {
             Vec::new()
         } else {
-            index
-                .effects
-                .values()
-                .filter(|r| !report.reached.contains(&r.invocation_key))
-                .map(|r| r.effect_id.clone())
-                .collect()
+            let reached = &report.reached;
+            self.journal()
+                .inspect(run_id, |_, idx| {
+                    idx.effects
+                        .values()
+                        .filter(|r| !reached.contains(&r.invocation_key))
+                        .map(|r| r.effect_id.clone())
+                        .collect()
+                })
+                .await?
         };
         if !unreached.is_empty() {
             warnings.push(format!(
@@ -594,8 +667,21 @@ impl Engine {
         &self,
         run_id: &str,
         report: &DriveReport,
-        index: &EffectIndex,
     ) -> Result<Vec<Value>, EngineError> {
+        let known: Vec<&String> = report
+            .blocked
+            .iter()
+            .filter(|id| !report.requests.iter().any(|r| &r.effect_id == *id))
+            .collect();
+        let records: HashMap<String, EffectRecord> = self
+            .journal()
+            .inspect(run_id, |_, idx| {
+                known
+                    .iter()
+                    .filter_map(|id| idx.effects.get(*id).map(|r| ((*id).clone(), r.clone())))
+                    .collect()
+            })
+            .await?;
         let new: HashMap<&str, &Request> = report
             .requests
             .iter()
@@ -613,7 +699,7 @@ impl Engine {
                     "labels": r.labels, "taskDef": r.task_def, "taskId": r.task_id, "stepId": r.step_id,
                     "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": iso(r.requested_at_ms),
                 }));
-            } else if let Some(rec) = index.effects.get(id) {
+            } else if let Some(rec) = records.get(id) {
                 let task = self
                     .journal()
                     .get_run_file(run_id, &RunFile::task(id, "task.json")?)
@@ -705,7 +791,7 @@ impl Engine {
     async fn write_result(
         &self,
         run_id: &str,
-        r: &babysitter_journal::index::EffectRecord,
+        r: &EffectRecord,
         value: &Value,
         at: &str,
     ) -> Result<(), EngineError> {
