@@ -59,6 +59,8 @@ pub struct Iteration {
     pub warnings: Vec<String>,
     /// Journaled effects the process ended without reaching (e.g. after a code change).
     pub unreached: Vec<String>,
+    /// Time spent in the JS engine (replay or continuation).
+    pub js_time: std::time::Duration,
     /// Whether the iteration continued a warm session (false: replayed cold).
     pub warm: bool,
     pub head: Head,
@@ -186,6 +188,7 @@ impl Engine {
                 requested: Vec::new(),
                 warnings,
                 unreached: Vec::new(),
+                js_time: std::time::Duration::ZERO,
                 warm: false,
                 head,
             });
@@ -612,6 +615,7 @@ impl Engine {
             requested,
             warnings,
             unreached,
+            js_time: report.js_time,
             warm,
             head: new_head,
         })
@@ -657,6 +661,7 @@ impl Engine {
             requested: Vec::new(),
             warnings,
             unreached: Vec::new(),
+            js_time: std::time::Duration::ZERO,
             warm: false,
             head,
         })

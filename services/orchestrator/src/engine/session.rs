@@ -60,6 +60,8 @@ pub enum ProcessState {
 /// What one drive produced.
 #[derive(Debug, Clone)]
 pub struct DriveReport {
+    /// Time spent in the JS engine for this drive (start or delivery through quiescence).
+    pub js_time: std::time::Duration,
     pub state: ProcessState,
     pub requests: Vec<Request>,
     /// Effects the process is waiting on (already journaled ones and this drive's new ones).
@@ -118,6 +120,8 @@ pub struct Session {
     pub consumed_seq: u64,
     /// Effects the JS side holds pending promises for.
     pub waiting_on: HashSet<String>,
+    /// The same, in program order.
+    pub waiting_order: Vec<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -366,6 +370,7 @@ const RESULT_JS: &str = r#"
 impl Session {
     /// Creates the host, loads the runtime, the SDK and the process, and calls the process.
     pub fn start(spec: &StartSpec, shared: Shared) -> Result<(Session, DriveReport), EngineError> {
+        let started = tokio::time::Instant::now();
         let mut cfg = spec.host.clone();
         cfg.builtin_modules
             .push((SDK_MODULE.to_owned(), SDK_JS.to_owned()));
@@ -413,8 +418,10 @@ impl Session {
             shared,
             consumed_seq: 0,
             waiting_on: HashSet::new(),
+            waiting_order: Vec::new(),
         };
-        let report = session.drive()?;
+        let mut report = session.drive()?;
+        report.js_time = started.elapsed();
         Ok((session, report))
     }
 
@@ -424,22 +431,48 @@ impl Session {
 
     /// Hands resolutions to the pending promises (warm runs), then drives.
     pub fn deliver(&mut self, resolutions: &[EffectView]) -> Result<DriveReport, EngineError> {
-        self.host.with(|ctx| -> Result<(), EngineError> {
-            let engine: Object = ctx
-                .globals()
-                .get("__bs_engine")
-                .map_err(|e| HostError::from_js(&ctx, e))?;
-            let deliver: Function = engine
-                .get("deliver")
-                .map_err(|e| HostError::from_js(&ctx, e))?;
-            for v in resolutions {
+        let started = tokio::time::Instant::now();
+        // One at a time, in program order, each continuation run to quiescence before the
+        // next: the order a cold replay would run them in.
+        let mut ordered: Vec<&EffectView> = resolutions.iter().collect();
+        ordered.sort_by_key(|v| {
+            self.waiting_order
+                .iter()
+                .position(|id| *id == v.effect_id)
+                .unwrap_or(usize::MAX)
+        });
+        let mut requests = Vec::new();
+        let mut logs = Vec::new();
+        let mut last = None;
+        for v in ordered {
+            self.host.with(|ctx| -> Result<(), EngineError> {
+                let engine: Object = ctx
+                    .globals()
+                    .get("__bs_engine")
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                let deliver: Function = engine
+                    .get("deliver")
+                    .map_err(|e| HostError::from_js(&ctx, e))?;
                 deliver
                     .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
                     .map_err(|e| HostError::from_js(&ctx, e))?;
-            }
-            Ok(())
-        })?;
-        self.drive()
+                Ok(())
+            })?;
+            let r = self.drive()?;
+            requests.extend(r.requests.iter().cloned());
+            logs.extend(r.logs.iter().cloned());
+            last = Some(r);
+        }
+        let mut report = match last {
+            Some(r) => r,
+            None => self.drive()?,
+        };
+        if !requests.is_empty() || !logs.is_empty() {
+            report.requests = requests;
+            report.logs = logs;
+        }
+        report.js_time = started.elapsed();
+        Ok(report)
     }
 
     /// Runs the job queue to quiescence, letting parallel loops go on innermost-first.
@@ -522,7 +555,9 @@ impl Session {
         let reached = s.reached.clone();
         drop(s);
         self.waiting_on = blocked.iter().cloned().collect();
+        self.waiting_order = blocked.clone();
         Ok(DriveReport {
+            js_time: std::time::Duration::ZERO,
             state,
             requests,
             blocked,

@@ -171,10 +171,21 @@
     }
   }
 
+  // Program position of each wait: waits made while a delivery's continuation runs sit right
+  // after that delivery's wait (its position plus a counter), so sorting pending waits by
+  // position gives the order a cold replay would reach them in (depth-first program order).
+  let deliveringPos = [];
+  let posCounter = 0;
+  function comparePos(a, b) {
+    for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+    return a.length - b.length;
+  }
+
   function waitFor(effectId, kind) {
     const frame = frameStack.length ? frameStack[frameStack.length - 1] : 0;
     host.blocked(effectId, frame);
-    return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
+    const pos = deliveringPos.concat(++posCounter);
+    return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind, pos }));
   }
 
   // Called by the host with a resolution for a pending effect (warm runs).
@@ -182,6 +193,8 @@
     const p = pending.get(effectId);
     if (!p) return false;
     pending.delete(effectId);
+    deliveringPos = p.pos;
+    posCounter = 0;
     const s = settle(JSON.parse(viewJson));
     if (!s) return false;
     if (s.ok) p.resolve(s.value); else p.reject(s.error);
@@ -450,7 +463,10 @@
     ctx,
     deliver,
     releaseOne,
-    pendingIds() { return JSON.stringify(Array.from(pending.keys())); },
+    pendingIds() {
+      const entries = Array.from(pending.entries()).sort((a, b) => comparePos(a[1].pos, b[1].pos));
+      return JSON.stringify(entries.map((e) => e[0]));
+    },
     setRun(runId, runDir, startMs) { ctx.runId = runId; ctx.runDir = runDir; ctx.artifactsDir = `${runDir}/artifacts`; advanceClock(startMs); },
     cleanups,
     sdk: {

@@ -1,0 +1,205 @@
+//! Engine benchmark: prints its figures (`cargo bench -p babysitter-orchestrator --bench engine`).
+//!
+//! Journal in memory (`object_store::memory`), so the figures are the engine's own: JS, replay
+//! bookkeeping, result views, one journal append per iteration. Measured:
+//! - whole sequential runs of N = 10, 100, 1,000, 10,000 tasks, warm (sessions kept) and cold
+//!   (every iteration replays from the start; N ≤ 1,000);
+//! - per-iteration engine time and JS time, and the warm cost per resolved effect;
+//! - one cold replay of a finished 10,000-effect run;
+//! - a parallel fan-out of 1,000;
+//! - JS heap per cached run.
+
+#![allow(clippy::print_stdout)]
+
+use std::sync::Arc;
+
+use babysitter_journal::config::LimitsConfig;
+use babysitter_journal::store::RunFiles;
+use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+use babysitter_orchestrator::engine::commit::Commit;
+use babysitter_orchestrator::engine::{Engine, EngineOptions, IterationStatus};
+use serde_json::json;
+use tokio::time::{Duration, Instant};
+
+const SEQ: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('bench.step', (args, taskCtx) => ({ kind: 'node', title: 'step ' + args.i, node: { entry: 'noop.js', args: ['--i', String(args.i)] }, io: { outputJsonPath: `tasks/${taskCtx.effectId}/result.json` }, labels: ['bench'] }));\n\
+export async function process(inputs, ctx) { let sum = 0; for (let i = 0; i < inputs.n; i++) { const r = await ctx.task(step, { i }, { label: 'step-' + i }); sum += r.value; } return { n: inputs.n, sum }; }\n";
+
+const PAR: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('bench.par', (args) => ({ kind: 'node', title: 'par ' + args.i, node: { entry: 'noop.js' } }));\n\
+export async function process(inputs, ctx) { const rs = await ctx.parallel.all(Array.from({ length: inputs.n }, (_, i) => () => ctx.task(step, { i }, { label: 'par-' + i }))); return rs.reduce((a, r) => a + r.value, 0); }\n";
+
+struct Bench {
+    _dir: tempfile::TempDir,
+    engine: Engine,
+    entry: String,
+}
+
+async fn bench(src: &str, warm: bool) -> Bench {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = dir.path().join("processes/p.mjs");
+    std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+    std::fs::write(&entry, src).unwrap();
+    let store = babysitter_journal::config::object_journal(
+        Arc::new(object_store::memory::InMemory::new()),
+        "",
+        "memory://",
+        &LimitsConfig::default(),
+    )
+    .await
+    .unwrap();
+    let journal = Journal::new(store, JournalOptions::default());
+    let mut opts = EngineOptions::new(dir.path().join("runs"));
+    opts.warm = warm;
+    opts.cpu_limit = Duration::from_secs(600);
+    let engine = Engine::new(journal, opts).unwrap();
+    Bench {
+        _dir: dir,
+        engine,
+        entry: entry.display().to_string(),
+    }
+}
+
+async fn create(b: &Bench, run_id: &str, n: u64) {
+    let run_json = json!({"runId": run_id, "request": "bench", "processId": "bench/p",
+        "entrypoint": {"importPath": b.entry, "exportName": "process"}, "processPath": b.entry,
+        "layoutVersion": "2026.01-storage-preview", "createdAt": "2026-01-01T00:00:00.000Z"});
+    let j = b.engine.journal();
+    j.create_run(
+        run_id,
+        RunFiles {
+            run_json,
+            inputs_json: Some(json!({"n": n})),
+        },
+    )
+    .await
+    .unwrap();
+    j.append(
+        run_id,
+        1,
+        vec![NewEvent::new(
+            EventType::RunCreated,
+            json!({"runId": run_id}),
+        )],
+    )
+    .await
+    .unwrap();
+}
+
+struct Figures {
+    iterations: usize,
+    iterate: Duration,
+    js: Duration,
+    post: Duration,
+}
+
+/// Drives a run to completion, posting `{value: 1}` for every action.
+async fn drive(b: &Bench, run_id: &str) -> Figures {
+    let mut f = Figures {
+        iterations: 0,
+        iterate: Duration::ZERO,
+        js: Duration::ZERO,
+        post: Duration::ZERO,
+    };
+    loop {
+        let t = Instant::now();
+        let it = b.engine.iterate(run_id).await.unwrap();
+        f.iterate += t.elapsed();
+        f.js += it.js_time;
+        f.iterations += 1;
+        if it.status != IterationStatus::Waiting {
+            assert_eq!(it.status, IterationStatus::Completed, "{:?}", it.error);
+            break;
+        }
+        let t = Instant::now();
+        for a in &it.next_actions {
+            let commit = Commit {
+                effect_id: a["effectId"].as_str().unwrap().to_owned(),
+                outcome: Ok(json!({"value": 1})),
+                stdout: None,
+                stderr: None,
+                started_at: None,
+                finished_at: None,
+            };
+            b.engine.commit_result(run_id, commit).await.unwrap();
+        }
+        f.post += t.elapsed();
+    }
+    f
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    println!("== sequential runs (memory journal) ==");
+    for (n, cold_too) in [(10u64, true), (100, true), (1000, true), (10_000, false)] {
+        for warm in [true, false] {
+            if !warm && !cold_too {
+                continue;
+            }
+            let b = bench(SEQ, warm).await;
+            let id = format!("seq-{n}-{warm}");
+            create(&b, &id, n).await;
+            let t = Instant::now();
+            let f = drive(&b, &id).await;
+            let total = t.elapsed();
+            println!(
+                "N={n:>6} {:<4} total {:>9.1} ms | iterate {:>8.1} µs/it (js {:>7.1} µs/it) | post {:>7.1} µs/effect | engine per resolved effect {:>7.1} µs",
+                if warm { "warm" } else { "cold" },
+                total.as_secs_f64() * 1000.0,
+                us(f.iterate) / f.iterations as f64,
+                us(f.js) / f.iterations as f64,
+                us(f.post) / n as f64,
+                us(f.iterate) / n as f64,
+            );
+            if warm && n == 10_000 {
+                // One cold replay of the finished 10,000-effect run.
+                let mut best = Duration::MAX;
+                let mut best_js = Duration::MAX;
+                for _ in 0..3 {
+                    let t = Instant::now();
+                    let r = b.engine.replay_dry(&id).await.unwrap();
+                    best = best.min(t.elapsed());
+                    best_js = best_js.min(r.js_time);
+                    assert!(r.requests.is_empty());
+                }
+                println!(
+                    "cold replay of 10,000 resolved effects: {:.1} ms total ({:.1} ms in JS, the rest reading 10,000 result views)",
+                    best.as_secs_f64() * 1000.0,
+                    best_js.as_secs_f64() * 1000.0
+                );
+            }
+        }
+    }
+    println!("== parallel fan-out ==");
+    for warm in [true, false] {
+        let b = bench(PAR, warm).await;
+        create(&b, "par", 1000).await;
+        let t = Instant::now();
+        let f = drive(&b, "par").await;
+        println!(
+            "fan-out 1,000 {:<4}: total {:.1} ms, {} iterations, iterate {:.1} ms, js {:.1} ms, posting 1,000 results {:.1} ms",
+            if warm { "warm" } else { "cold" },
+            t.elapsed().as_secs_f64() * 1000.0,
+            f.iterations,
+            f.iterate.as_secs_f64() * 1000.0,
+            f.js.as_secs_f64() * 1000.0,
+            f.post.as_secs_f64() * 1000.0
+        );
+    }
+    println!("== memory per cached run ==");
+    let b = bench(SEQ, true).await;
+    for i in 0..100 {
+        let id = format!("mem-{i}");
+        create(&b, &id, 50).await;
+        b.engine.iterate(&id).await.unwrap();
+    }
+    let (runs, bytes) = b.engine.cache_stats().await.unwrap();
+    println!(
+        "{runs} cached runs waiting on their first task: {:.1} KiB of JS heap per run",
+        bytes as f64 / runs.max(1) as f64 / 1024.0
+    );
+}
