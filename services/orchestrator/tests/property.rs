@@ -86,7 +86,7 @@ impl Lcg {
 async fn drive(h: &Harness, seed: u64, evict: bool) -> (Value, Vec<(String, Value)>) {
     let mut rng = Lcg(seed);
     for _ in 0..400 {
-        if evict && rng.next() % 3 == 0 {
+        if evict && rng.next().is_multiple_of(3) {
             h.engine.evict(RUN).await.unwrap();
         }
         let it = h.engine.iterate(RUN).await.unwrap();
