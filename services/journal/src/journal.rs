@@ -94,6 +94,22 @@ struct RunView {
     index: EffectIndex,
     since_snapshot: u64,
     snapshot_seq: u64,
+    /// The most recent events (up to [`RECENT_EVENTS`]): tail reads are served from memory.
+    recent: std::collections::VecDeque<StoredEvent>,
+}
+
+/// Events an open view keeps for tail reads.
+const RECENT_EVENTS: usize = 256;
+
+impl RunView {
+    fn remember(&mut self, events: &[StoredEvent]) {
+        for e in events.iter().skip(events.len().saturating_sub(RECENT_EVENTS)) {
+            if self.recent.len() == RECENT_EVENTS {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(e.clone());
+        }
+    }
 }
 
 type ViewSlot = Arc<Mutex<Option<RunView>>>;
@@ -155,6 +171,12 @@ impl Journal {
         let id = run_id.to_owned();
         spawn_whole(async move { store.create_run(&id, &files).await }).await?;
         Ok(Head::empty())
+    }
+
+    /// `run.json` and `inputs.json` of a run.
+    pub async fn run_files(&self, run_id: &str) -> Result<RunFiles> {
+        validate_id("run id", run_id)?;
+        self.inner.store.get_run(run_id).await
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<(RunFiles, Head)> {
@@ -233,6 +255,7 @@ impl Journal {
             }
         }
         view.since_snapshot += sealed.len() as u64;
+        view.remember(&sealed);
         if self.inner.options.snapshot_every > 0
             && view.since_snapshot >= self.inner.options.snapshot_every
         {
@@ -346,6 +369,23 @@ impl Journal {
         let to = (to > 0).then_some(to);
         if to.is_some_and(|t| t < from) {
             return Ok(Vec::new());
+        }
+        // A tail the open view still remembers is served from memory (after a refresh, so
+        // other writers' events are included).
+        {
+            let slot = self.slot(run_id);
+            let mut guard = slot.lock().await;
+            if guard.is_some() {
+                let view = self.current(run_id, &mut guard, true).await?;
+                let head = view.chain.head.seq;
+                let end = to.unwrap_or(head).min(head);
+                if from > head {
+                    return Ok(Vec::new());
+                }
+                if view.recent.front().is_some_and(|e| e.seq <= from) {
+                    return Ok(view.recent.iter().filter(|e| e.seq >= from && e.seq <= end).cloned().collect());
+                }
+            }
         }
         let store = &self.inner.store;
         let start = match store.latest_snapshot(run_id, Some(from - 1)).await {
@@ -648,6 +688,7 @@ impl Journal {
                 index: s.index,
                 since_snapshot: 0,
                 snapshot_seq: s.chain.head.seq,
+                recent: Default::default(),
             };
             match self.refresh(run_id, &mut view).await {
                 Ok(()) => return Ok(view),
@@ -662,6 +703,7 @@ impl Journal {
             index: EffectIndex::default(),
             since_snapshot: 0,
             snapshot_seq: 0,
+            recent: Default::default(),
         };
         self.refresh(run_id, &mut view).await?;
         Ok(view)
@@ -676,6 +718,7 @@ impl Journal {
             view.chain.push(e, &at)?;
         }
         view.since_snapshot += events.len() as u64;
+        view.remember(&events);
         Ok(())
     }
 }

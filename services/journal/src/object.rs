@@ -139,6 +139,16 @@ impl ObjectJournal {
         }
     }
 
+    /// Whether the batch starting at `first` exists (one HEAD request).
+    async fn batch_exists(&self, run_id: &str, first: u64) -> Result<bool> {
+        let key = self.batch_path(run_id, first);
+        match self.store.head(&key).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(JournalError::object(key, e)),
+        }
+    }
+
     /// Batch keys (first seq, key) strictly after `after_seq`'s key, ascending.
     async fn list_batches(
         &self,
@@ -407,9 +417,14 @@ impl JournalStore for ObjectJournal {
         from: &ChainCheck,
         to: Option<u64>,
     ) -> Result<Vec<StoredEvent>> {
-        self.ensure_run(run_id).await?;
         let start = from.head.seq;
         let end = to.unwrap_or(u64::MAX);
+        if start == 0 {
+            self.ensure_run(run_id).await?;
+        } else if !self.batch_exists(run_id, start + 1).await? {
+            // Steady state (nothing new after a known boundary): one GET instead of a LIST.
+            return Ok(Vec::new());
+        }
         // The listing is only a hint: some stores (a local directory being written to) may miss
         // a key created during the listing while showing a later one. The chain is followed by
         // key — the batch after a boundary `e` is keyed `e + 1` — with a direct GET for any key
@@ -487,9 +502,13 @@ impl JournalStore for ObjectJournal {
     }
 
     async fn head(&self, run_id: &str, hint: Option<&Head>) -> Result<Head> {
-        self.ensure_run(run_id).await?;
         // A hint is a committed commit boundary: only batches after it can be newer.
         let hint_seq = hint.map(|h| h.seq).filter(|s| *s > 0);
+        match (hint, hint_seq) {
+            (Some(h), Some(seq)) if !self.batch_exists(run_id, seq + 1).await? => return Ok(h.clone()),
+            (_, None) => self.ensure_run(run_id).await?,
+            _ => {}
+        }
         let batches = self.list_batches(run_id, hint_seq).await?;
         let Some((first, key)) = batches.last() else {
             return Ok(hint.cloned().unwrap_or_default());

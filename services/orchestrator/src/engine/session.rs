@@ -384,6 +384,8 @@ impl Session {
                 "String.prototype.localeCompare = function (that) { return __bs_host.localeCompare(String(this), String(that)); };",
             )
             .map_err(|e| HostError::from_js(&ctx, e))?;
+            let result_fn: Function = ctx.eval(RESULT_JS).map_err(|e| HostError::from_js(&ctx, e))?;
+            ctx.globals().set("__bs_result", result_fn).map_err(|e| HostError::from_js(&ctx, e))?;
             let engine: Object = ctx.globals().get("__bs_engine").map_err(|e| HostError::from_js(&ctx, e))?;
             let set_run: Function = engine.get("setRun").map_err(|e| HostError::from_js(&ctx, e))?;
             set_run
@@ -503,7 +505,8 @@ impl Session {
             .context()
             .with(|ctx| -> Result<String, EngineError> {
                 let f: Function = ctx
-                    .eval(RESULT_JS)
+                    .globals()
+                    .get("__bs_result")
                     .map_err(|e| HostError::from_js(&ctx, e))?;
                 f.call::<_, String>(())
                     .map_err(|e| HostError::from_js(&ctx, e).into())
@@ -552,7 +555,8 @@ impl Session {
         s.blocked.clear();
         let blocked = waiting;
         let logs = std::mem::take(&mut s.logs);
-        let reached = s.reached.clone();
+        // Only a finished process needs the set (for the unreached report).
+        let reached = if matches!(state, ProcessState::Pending) { HashSet::new() } else { s.reached.clone() };
         drop(s);
         self.waiting_on = blocked.iter().cloned().collect();
         self.waiting_order = blocked.clone();
