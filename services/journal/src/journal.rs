@@ -103,7 +103,10 @@ const RECENT_EVENTS: usize = 256;
 
 impl RunView {
     fn remember(&mut self, events: &[StoredEvent]) {
-        for e in events.iter().skip(events.len().saturating_sub(RECENT_EVENTS)) {
+        for e in events
+            .iter()
+            .skip(events.len().saturating_sub(RECENT_EVENTS))
+        {
             if self.recent.len() == RECENT_EVENTS {
                 self.recent.pop_front();
             }
@@ -383,7 +386,12 @@ impl Journal {
                     return Ok(Vec::new());
                 }
                 if view.recent.front().is_some_and(|e| e.seq <= from) {
-                    return Ok(view.recent.iter().filter(|e| e.seq >= from && e.seq <= end).cloned().collect());
+                    return Ok(view
+                        .recent
+                        .iter()
+                        .filter(|e| e.seq >= from && e.seq <= end)
+                        .cloned()
+                        .collect());
                 }
             }
         }
@@ -438,6 +446,20 @@ impl Journal {
         let slot = self.slot(run_id);
         let mut guard = slot.lock().await;
         let view = self.current(run_id, &mut guard, true).await?;
+        Ok(f(&view.chain.head, &view.index))
+    }
+
+    /// Like [`Journal::inspect`], without checking the store for other writers' events first
+    /// (for reads right after an inspect or append of the same caller).
+    pub async fn inspect_now<R>(
+        &self,
+        run_id: &str,
+        f: impl FnOnce(&Head, &EffectIndex) -> R,
+    ) -> Result<R> {
+        validate_id("run id", run_id)?;
+        let slot = self.slot(run_id);
+        let mut guard = slot.lock().await;
+        let view = self.current(run_id, &mut guard, false).await?;
         Ok(f(&view.chain.head, &view.index))
     }
 

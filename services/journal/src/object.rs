@@ -505,7 +505,9 @@ impl JournalStore for ObjectJournal {
         // A hint is a committed commit boundary: only batches after it can be newer.
         let hint_seq = hint.map(|h| h.seq).filter(|s| *s > 0);
         match (hint, hint_seq) {
-            (Some(h), Some(seq)) if !self.batch_exists(run_id, seq + 1).await? => return Ok(h.clone()),
+            (Some(h), Some(seq)) if !self.batch_exists(run_id, seq + 1).await? => {
+                return Ok(h.clone());
+            }
             (_, None) => self.ensure_run(run_id).await?,
             _ => {}
         }

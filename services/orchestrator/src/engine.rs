@@ -71,6 +71,8 @@ pub struct EngineOptions {
     pub warm: bool,
     pub clock: Clock,
     pub ids: Option<IdSource>,
+    /// What processes see as `process.env` (nothing of the host's environment leaks in).
+    pub process_env: std::collections::BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -97,6 +99,7 @@ impl EngineOptions {
             warm: true,
             clock: Arc::new(|| chrono::Utc::now().timestamp_millis()),
             ids: None,
+            process_env: Default::default(),
         }
     }
 }
@@ -112,6 +115,9 @@ struct Inner {
     journal: Journal,
     options: EngineOptions,
     pool: pool::Pool,
+    /// The journal head each warm session has consumed (kept here so an iteration needs one
+    /// round trip to its JS thread, not three).
+    warm_heads: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Engine {
@@ -122,6 +128,7 @@ impl Engine {
                 journal,
                 options,
                 pool,
+                warm_heads: Default::default(),
             }),
         })
     }
@@ -145,7 +152,29 @@ impl Engine {
 
     /// Drops the run's warm session: its next iteration replays cold.
     pub async fn evict(&self, run_id: &str) -> Result<(), EngineError> {
+        self.set_warm_head(run_id, None);
         self.inner.pool.evict(run_id).await
+    }
+
+    pub(crate) fn warm_head(&self, run_id: &str) -> Option<u64> {
+        self.inner
+            .warm_heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .copied()
+    }
+
+    pub(crate) fn set_warm_head(&self, run_id: &str, seq: Option<u64>) {
+        let mut m = self
+            .inner
+            .warm_heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match seq {
+            Some(s) => m.insert(run_id.to_owned(), s),
+            None => m.remove(run_id),
+        };
     }
 
     pub(crate) fn now_ms(&self) -> i64 {

@@ -563,3 +563,20 @@ async fn eviction_between_iterations_replays_cold_to_the_same_journal() {
         "both paths were taken"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_env_is_what_the_run_is_configured_with() {
+    let main = format!(
+        "{SDK}export async function process() {{ const env = globalThis.process.env; return [env.TEAM ?? null, env.HOME ?? null, env.PATH ?? null]; }}"
+    );
+    let h = Harness::with_options(&[("main.mjs", main.as_str())], None, true, |o| {
+        o.process_env.insert("TEAM".into(), "core".into());
+    })
+    .await;
+    let its = h.drive(2, echo).await;
+    assert_eq!(
+        its.last().unwrap().output,
+        Some(json!(["core", null, null])),
+        "nothing of the host environment leaks in"
+    );
+}

@@ -310,6 +310,7 @@ impl Engine {
                 memory_limit: self.options().memory_limit,
                 cpu_limit: self.options().cpu_limit,
                 random_seed: seed_of(run_id),
+                env: self.options().process_env.clone(),
                 ..HostConfig::default()
             },
             entry: info
@@ -337,13 +338,7 @@ impl Engine {
         let journal = self.journal();
         let wall = self.now_ms();
         // Warm: only the effects that changed since the session last ran are read.
-        let peek = self
-            .pool()
-            .with_session(run_id, |cur| {
-                let p = cur.as_ref().map(|s| s.consumed_seq);
-                (cur, p)
-            })
-            .await?;
+        let peek = self.warm_head(run_id);
         if self.options().warm
             && let Some(consumed) = peek
             && consumed <= head.seq
@@ -375,7 +370,7 @@ impl Engine {
                     })
                     .collect();
                 let records: Vec<EffectRecord> = journal
-                    .inspect(run_id, |_, idx| {
+                    .inspect_now(run_id, |_, idx| {
                         changed
                             .iter()
                             .filter_map(|id| idx.effects.get(id).cloned())
@@ -392,8 +387,7 @@ impl Engine {
                 let warm = self
                     .pool()
                     .with_session(run_id, move |current| {
-                        let Some(mut session) = current.filter(|s| s.consumed_seq == consumed)
-                        else {
+                        let Some(mut session) = current else {
                             return (None, None);
                         };
                         {
@@ -424,7 +418,7 @@ impl Engine {
         }
         // Cold: every journaled effect, since the replay may reach any of them.
         let records: Vec<EffectRecord> = journal
-            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
+            .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
         let mut all_views: HashMap<String, EffectView> = HashMap::with_capacity(records.len());
         for r in &records {
@@ -519,7 +513,7 @@ impl Engine {
                 // throws are process bugs (PROCESS_RUNTIME_ERROR, recoverable).
                 let last_resolved: Option<EffectRecord> = self
                     .journal()
-                    .inspect(run_id, |_, idx| {
+                    .inspect_now(run_id, |_, idx| {
                         idx.last_resolved
                             .as_ref()
                             .and_then(|id| idx.effects.get(id))
@@ -572,16 +566,9 @@ impl Engine {
                 }
             }
         }
-        let consumed = new_head.seq;
-        self.pool()
-            .with_session(run_id, move |s| {
-                let s = s.map(|mut s| {
-                    s.consumed_seq = consumed;
-                    s
-                });
-                (s, ())
-            })
-            .await?;
+        if self.options().warm {
+            self.set_warm_head(run_id, Some(new_head.seq));
+        }
         let next_actions = self.next_actions(run_id, &report).await?;
         let mut warnings = warnings;
         // Only a cold replay that ran to the end knows what it no longer reaches.
@@ -590,7 +577,7 @@ impl Engine {
         } else {
             let reached = &report.reached;
             self.journal()
-                .inspect(run_id, |_, idx| {
+                .inspect_now(run_id, |_, idx| {
                     idx.effects
                         .values()
                         .filter(|r| !reached.contains(&r.invocation_key))
@@ -680,7 +667,7 @@ impl Engine {
             .collect();
         let records: HashMap<String, EffectRecord> = self
             .journal()
-            .inspect(run_id, |_, idx| {
+            .inspect_now(run_id, |_, idx| {
                 known
                     .iter()
                     .filter_map(|id| idx.effects.get(*id).map(|r| ((*id).clone(), r.clone())))

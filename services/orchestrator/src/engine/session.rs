@@ -116,8 +116,6 @@ pub struct StartSpec {
 pub struct Session {
     host: JsHost,
     shared: Arc<Mutex<Shared>>,
-    /// The journal head this session has consumed.
-    pub consumed_seq: u64,
     /// Effects the JS side holds pending promises for.
     pub waiting_on: HashSet<String>,
     /// The same, in program order.
@@ -127,7 +125,7 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("consumed_seq", &self.consumed_seq)
+            .field("waiting_on", &self.waiting_on.len())
             .finish_non_exhaustive()
     }
 }
@@ -418,7 +416,6 @@ impl Session {
         let mut session = Session {
             host,
             shared,
-            consumed_seq: 0,
             waiting_on: HashSet::new(),
             waiting_order: Vec::new(),
         };
@@ -436,16 +433,18 @@ impl Session {
         let started = tokio::time::Instant::now();
         // One at a time, in program order, each continuation run to quiescence before the
         // next: the order a cold replay would run them in.
+        let rank: HashMap<&str, usize> = self
+            .waiting_order
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
         let mut ordered: Vec<&EffectView> = resolutions.iter().collect();
         ordered.sort_by_key(|v| {
-            self.waiting_order
-                .iter()
-                .position(|id| *id == v.effect_id)
+            rank.get(v.effect_id.as_str())
+                .copied()
                 .unwrap_or(usize::MAX)
         });
-        let mut requests = Vec::new();
-        let mut logs = Vec::new();
-        let mut last = None;
         for v in ordered {
             self.host.with(|ctx| -> Result<(), EngineError> {
                 let engine: Object = ctx
@@ -460,25 +459,21 @@ impl Session {
                     .map_err(|e| HostError::from_js(&ctx, e))?;
                 Ok(())
             })?;
-            let r = self.drive()?;
-            requests.extend(r.requests.iter().cloned());
-            logs.extend(r.logs.iter().cloned());
-            last = Some(r);
+            self.quiesce()?;
         }
-        let mut report = match last {
-            Some(r) => r,
-            None => self.drive()?,
-        };
-        if !requests.is_empty() || !logs.is_empty() {
-            report.requests = requests;
-            report.logs = logs;
-        }
+        let mut report = self.report()?;
         report.js_time = started.elapsed();
         Ok(report)
     }
 
     /// Runs the job queue to quiescence, letting parallel loops go on innermost-first.
     fn drive(&mut self) -> Result<DriveReport, EngineError> {
+        self.quiesce()?;
+        self.report()
+    }
+
+    /// Runs the job queue until nothing can progress, releasing parallel loops innermost-first.
+    fn quiesce(&mut self) -> Result<(), EngineError> {
         loop {
             self.host.drive()?;
             let released = self
@@ -497,9 +492,13 @@ impl Session {
                         .map_err(|e| HostError::from_js(&ctx, e).into())
                 })?;
             if !released {
-                break;
+                return Ok(());
             }
         }
+    }
+
+    /// Where the process stands now, and what it asked for since the last report.
+    fn report(&mut self) -> Result<DriveReport, EngineError> {
         let state_json = self
             .host
             .context()
@@ -556,7 +555,11 @@ impl Session {
         let blocked = waiting;
         let logs = std::mem::take(&mut s.logs);
         // Only a finished process needs the set (for the unreached report).
-        let reached = if matches!(state, ProcessState::Pending) { HashSet::new() } else { s.reached.clone() };
+        let reached = if matches!(state, ProcessState::Pending) {
+            HashSet::new()
+        } else {
+            s.reached.clone()
+        };
         drop(s);
         self.waiting_on = blocked.iter().cloned().collect();
         self.waiting_order = blocked.clone();
