@@ -1,0 +1,17 @@
+//! `babysitter`: babysitter's CLI (the `noun:verb` commands in [`compat`], a drop-in for the
+//! reference's binary) and `babysitter run`, which drives a whole process on this machine
+//! ([`run`]). Both sit on the same engine and filesystem journal, in babysitter's run layout.
+
+use std::process::ExitCode;
+
+mod compat;
+mod run;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env = babysitter_common::EnvMap::from_process();
+    match args.first().map(String::as_str) {
+        Some("run") => run::main(&args[1..], &env),
+        _ => compat::main(&args, &env),
+    }
+}
