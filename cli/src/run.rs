@@ -1,8 +1,341 @@
-//! `babysitter run` (being written).
+//! `babysitter run <process>`: drives a process to completion on this machine, with the engine
+//! and the filesystem journal in-process (babysitter's run layout, so the run can be inspected
+//! and continued with the `run:*` / `task:*` commands or by the reference CLI).
+//!
+//! Shell and node tasks are executed here ([`exec`]); breakpoints are asked on the terminal (or
+//! approved with `--yes`); sleeps are waited out; agent and skill tasks need the harness
+//! launcher, and the run stops with a message saying so (continue later with `task:post`, or
+//! `babysitter run --resume`). Ctrl-C stops cleanly: running commands are killed, the run stays
+//! resumable.
 
+// The CLI's job is to print to stdout.
+#![allow(clippy::print_stdout)]
+
+mod exec;
+mod ui;
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-pub fn main(_args: &[String], _env: &babysitter_common::EnvMap) -> ExitCode {
-    eprintln!("babysitter run: not implemented yet");
-    ExitCode::FAILURE
+use anyhow::{Context, Result, anyhow, bail};
+use babysitter_common::EnvMap;
+use babysitter_journal::fs::FsStore;
+use babysitter_journal::store::RunFiles;
+use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+use babysitter_orchestrator::engine::commit::Commit;
+use babysitter_orchestrator::engine::{Engine, EngineOptions, Iteration, IterationStatus};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use self::ui::Ui;
+
+/// Parsed `babysitter run` arguments.
+#[derive(Debug, Default)]
+struct Args {
+    process: Option<String>,
+    inputs: Option<PathBuf>,
+    runs_dir: Option<PathBuf>,
+    resume: Option<String>,
+    harness: Option<String>,
+    yes: bool,
+    json: bool,
+    concurrency: usize,
+}
+
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--json] [--runs-dir DIR] [--concurrency N]\n       babysitter run --resume <runId> [--yes] [--json] [--runs-dir DIR]";
+
+fn parse(args: &[String]) -> Result<Args> {
+    let mut a = Args { concurrency: 4, ..Args::default() };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| -> Result<String> {
+            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| anyhow!("{name} requires a value"))
+        };
+        match flag {
+            "--inputs" => a.inputs = Some(PathBuf::from(value("--inputs")?)),
+            "--runs-dir" => a.runs_dir = Some(PathBuf::from(value("--runs-dir")?)),
+            "--resume" => a.resume = Some(value("--resume")?),
+            "--harness" => a.harness = Some(value("--harness")?),
+            "--concurrency" => {
+                a.concurrency = value("--concurrency")?.parse().context("--concurrency must be a positive number")?;
+                if a.concurrency == 0 {
+                    bail!("--concurrency must be at least 1");
+                }
+            }
+            "--yes" | "-y" => a.yes = true,
+            "--json" => a.json = true,
+            "--help" | "-h" => bail!("{USAGE}"),
+            f if f.starts_with('-') => bail!("unknown flag {f}\n{USAGE}"),
+            p => {
+                if a.process.replace(p.to_owned()).is_some() {
+                    bail!("one process file at a time\n{USAGE}");
+                }
+            }
+        }
+    }
+    if a.process.is_none() && a.resume.is_none() {
+        bail!("{USAGE}");
+    }
+    Ok(a)
+}
+
+pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
+    let args = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("babysitter run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("babysitter run: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ui = Ui::new(args.json, std::io::stderr().is_terminal());
+    match runtime.block_on(drive(args, env, &ui)) {
+        Ok(code) => code,
+        Err(e) => {
+            ui.error(&format!("{e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runs_dir(args: &Args, env: &EnvMap) -> Result<PathBuf> {
+    let dir = match (&args.runs_dir, env.get_non_empty("BABYSITTER_RUNS_DIR")) {
+        (Some(d), _) => d.clone(),
+        (None, Some(d)) => PathBuf::from(d),
+        (None, None) => PathBuf::from(".a5c/runs"),
+    };
+    let dir = if dir.is_absolute() { dir } else { std::env::current_dir()?.join(dir) };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the runs directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// `path` relative to `base`, POSIX separators (babysitter stores run-relative import paths).
+fn relative(path: &Path, base: &Path) -> String {
+    let p: Vec<_> = path.components().collect();
+    let b: Vec<_> = base.components().collect();
+    let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut parts: Vec<String> = vec!["..".to_owned(); b.len() - common];
+    parts.extend(p[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    parts.join("/")
+}
+
+async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String> {
+    let spec = args.process.as_deref().unwrap_or_default();
+    let (file, export) = match spec.rsplit_once('#') {
+        Some((f, e)) if !e.is_empty() => (f, e),
+        _ => (spec, "process"),
+    };
+    let entry = std::fs::canonicalize(file).with_context(|| format!("process file {file} not found"))?;
+    let source = std::fs::read(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
+    let inputs = match &args.inputs {
+        Some(p) => {
+            let raw = std::fs::read(p).with_context(|| format!("inputs file {} not found", p.display()))?;
+            Some(serde_json::from_slice::<Value>(&raw).with_context(|| format!("inputs file {} is not valid JSON", p.display()))?)
+        }
+        None => None,
+    };
+    let run_id = ulid::Ulid::generate().to_string();
+    let run_dir = runs.join(&run_id);
+    let import_path = relative(&entry, &run_dir);
+    let process_id = entry.file_stem().and_then(|s| s.to_str()).unwrap_or("process").to_owned();
+    use sha2::Digest;
+    let mut proof = [0u8; 16];
+    for (i, b) in proof.iter_mut().enumerate() {
+        *b = ulid::Ulid::generate().random().to_le_bytes()[i];
+    }
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let mut run = serde_json::Map::new();
+    run.insert("runId".into(), json!(run_id));
+    run.insert("request".into(), json!(process_id));
+    run.insert("processId".into(), json!(process_id));
+    if let Some(h) = &args.harness {
+        run.insert("harness".into(), json!(h));
+    }
+    run.insert("entrypoint".into(), json!({"importPath": import_path, "exportName": export}));
+    run.insert("processPath".into(), json!(import_path));
+    run.insert("layoutVersion".into(), json!("2026.01-storage-preview"));
+    run.insert("createdAt".into(), json!(now));
+    run.insert("cwd".into(), json!(std::env::current_dir()?.display().to_string()));
+    run.insert("completionProof".into(), json!(hex::encode(proof)));
+    run.insert("processCodeHash".into(), json!(hex::encode(sha2::Sha256::digest(&source))));
+    run.insert("sdkVersion".into(), json!("6.0.0"));
+    let journal = engine.journal();
+    journal.create_run(&run_id, RunFiles { run_json: Value::Object(run), inputs_json: inputs.clone() }).await?;
+    let mut data = serde_json::Map::new();
+    data.insert("runId".into(), json!(run_id));
+    data.insert("processId".into(), json!(process_id));
+    data.insert("entrypoint".into(), json!({"importPath": import_path, "exportName": export}));
+    data.insert("processCodeHash".into(), json!(hex::encode(sha2::Sha256::digest(&source))));
+    if inputs.is_some() {
+        data.insert("inputsRef".into(), json!("inputs.json"));
+    }
+    let mut ev = NewEvent::new(EventType::RunCreated, Value::Object(data));
+    ev.recorded_at = Some(now);
+    journal.append(&run_id, 1, vec![ev]).await?;
+    Ok(run_id)
+}
+
+async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
+    let runs = runs_dir(&args, env)?;
+    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+    let engine = Engine::new(journal, EngineOptions::new(&runs))?;
+    let run_id = match &args.resume {
+        Some(id) => {
+            engine.journal().run_files(id).await.with_context(|| format!("run {id} not found in {}", runs.display()))?;
+            id.clone()
+        }
+        None => create_run(&engine, &runs, &args).await?,
+    };
+    let run_dir = runs.join(&run_id);
+    ui.run_started(&run_id, &run_dir);
+    let stop = CancellationToken::new();
+    {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.cancel();
+            }
+        });
+    }
+    let interactive = std::io::stdin().is_terminal();
+    let mut started: HashMap<String, tokio::time::Instant> = HashMap::new();
+    loop {
+        if stop.is_cancelled() {
+            return Ok(interrupted(ui, &run_id));
+        }
+        let it: Iteration = engine.iterate(&run_id).await?;
+        for w in &it.warnings {
+            ui.warn(w);
+        }
+        match it.status {
+            IterationStatus::Completed => {
+                ui.finished(&run_id, "completed", it.output.as_ref(), None, &engine, &started).await;
+                return Ok(ExitCode::SUCCESS);
+            }
+            IterationStatus::None => {
+                ui.finished(&run_id, it.reason.as_deref().unwrap_or("finished"), it.output.as_ref(), None, &engine, &started).await;
+                return Ok(ExitCode::SUCCESS);
+            }
+            IterationStatus::Failed | IterationStatus::Halted => {
+                ui.finished(&run_id, it.status.as_str(), None, it.error.as_ref().or(it.reason.as_ref().map(|_| &Value::Null)), &engine, &started)
+                    .await;
+                if let Some(r) = &it.reason {
+                    ui.warn(r);
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+            IterationStatus::Waiting => {}
+        }
+        // Sleeps wait; everything else runs now (shell / node concurrently, breakpoints asked).
+        let mut runnable = Vec::new();
+        let mut sleep_until: Option<i64> = None;
+        for a in &it.next_actions {
+            let id = a["effectId"].as_str().unwrap_or_default().to_owned();
+            match a["kind"].as_str().unwrap_or_default() {
+                "sleep" => {
+                    let t = a["taskDef"]["sleep"]["targetEpochMs"].as_i64().unwrap_or(0);
+                    sleep_until = Some(sleep_until.map_or(t, |s: i64| s.min(t)));
+                    ui.sleeping(&id, t);
+                }
+                "shell" | "node" | "breakpoint" | "hook" => runnable.push(a.clone()),
+                kind => {
+                    ui.blocked(a, kind);
+                    return Ok(needs_harness(ui, &run_id, kind));
+                }
+            }
+        }
+        // Breakpoints first, one at a time, on the terminal.
+        for a in runnable.iter().filter(|a| a["kind"] == "breakpoint") {
+            let id = a["effectId"].as_str().unwrap_or_default();
+            let answer = ui::ask_breakpoint(a, args.yes, interactive && !args.json)?;
+            let Some(answer) = answer else {
+                ui.warn("breakpoint needs an answer: run in a terminal, or pass --yes to approve breakpoints");
+                return Ok(interrupted(ui, &run_id));
+            };
+            commit(&engine, &run_id, id, Ok(answer), None, None).await?;
+            ui.effect_done(a, true, None);
+        }
+        let work: Vec<Value> = runnable.into_iter().filter(|a| a["kind"] != "breakpoint").collect();
+        let sem = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
+        let mut tasks = tokio::task::JoinSet::new();
+        for a in work {
+            let id = a["effectId"].as_str().unwrap_or_default().to_owned();
+            started.insert(id.clone(), tokio::time::Instant::now());
+            ui.effect_started(&a);
+            let sem = sem.clone();
+            let stop = stop.clone();
+            let run_dir = run_dir.clone();
+            tasks.spawn(async move {
+                let _permit = sem.acquire_owned().await;
+                let out = exec::execute(&a, &run_dir, &stop).await;
+                (a, out)
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let (a, out) = joined.map_err(|e| anyhow!("task executor crashed: {e}"))?;
+            if stop.is_cancelled() {
+                continue;
+            }
+            let id = a["effectId"].as_str().unwrap_or_default();
+            let elapsed = started.get(id).map(|s| s.elapsed());
+            match out {
+                Ok(done) => {
+                    let ok = done.outcome.is_ok();
+                    commit(&engine, &run_id, id, done.outcome, done.stdout, done.stderr).await?;
+                    ui.effect_done(&a, ok, elapsed);
+                }
+                Err(e) => {
+                    ui.effect_done(&a, false, elapsed);
+                    return Err(e.context(format!("executing effect {id}")));
+                }
+            }
+        }
+        if let Some(t) = sleep_until {
+            let now = chrono::Utc::now().timestamp_millis();
+            if t > now {
+                let wait = std::time::Duration::from_millis((t - now) as u64);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.cancelled() => return Ok(interrupted(ui, &run_id)),
+                }
+            }
+        }
+    }
+}
+
+async fn commit(engine: &Engine, run_id: &str, effect_id: &str, outcome: Result<Value, Value>, stdout: Option<String>, stderr: Option<String>) -> Result<()> {
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    engine
+        .commit_result(
+            run_id,
+            Commit { effect_id: effect_id.to_owned(), outcome, stdout, stderr, started_at: None, finished_at: Some(now) },
+        )
+        .await?;
+    Ok(())
+}
+
+fn interrupted(ui: &Ui, run_id: &str) -> ExitCode {
+    ui.warn(&format!("stopped; the run is resumable: babysitter run --resume {run_id}"));
+    ExitCode::from(130)
+}
+
+fn needs_harness(ui: &Ui, run_id: &str, kind: &str) -> ExitCode {
+    ui.warn(&format!(
+        "tasks of kind `{kind}` are executed by a coding-agent harness through the harness launcher, which this build does not have yet; \
+         post the result with `babysitter task:post` and continue with `babysitter run --resume {run_id}`"
+    ));
+    ExitCode::from(3)
 }
