@@ -134,6 +134,18 @@ fn us(d: Duration) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // `ENGINE_BENCH_PROFILE=1`: only the warm N=1,000 run (for callgrind / perf).
+    if std::env::var("ENGINE_BENCH_PROFILE").is_ok() {
+        let b = bench(SEQ, true).await;
+        create(&b, "profile", 1000).await;
+        let f = drive(&b, "profile").await;
+        println!(
+            "profile: {} iterations, iterate {:.1} µs/it",
+            f.iterations,
+            us(f.iterate) / f.iterations as f64
+        );
+        return;
+    }
     println!("== sequential runs (memory journal) ==");
     for (n, cold_too) in [(10u64, true), (100, true), (1000, true), (10_000, false)] {
         for warm in [true, false] {

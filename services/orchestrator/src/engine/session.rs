@@ -311,11 +311,32 @@ fn parse_request(process_id: &str, json: &str) -> Result<Request, String> {
     };
     let task_id = s("taskId")?;
     let step_id = s("stepId")?;
+    let effect_id = s("effectId")?;
+    let invocation_key = identity::invocation_key(process_id, &step_id, &task_id);
+    let task_def = v.get("taskDef").cloned().unwrap_or(Value::Null);
+    let args = v.get("args").unwrap_or(&Value::Null);
+    let inputs = if v
+        .get("argsUndefined")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
+        identity::TaskInputs::Undefined
+    } else {
+        identity::TaskInputs::Inline(args)
+    };
+    let ids = identity::TaskJsonIds {
+        effect_id: &effect_id,
+        task_id: &task_id,
+        invocation_key: &invocation_key,
+        step_id: &step_id,
+    };
+    let doc = identity::task_json(&task_def, &ids, inputs, Some("6.0.0"))
+        .map_err(|e| format!("task {task_id}: {e}"))?;
     Ok(Request {
-        effect_id: s("effectId")?,
-        invocation_key: identity::invocation_key(process_id, &step_id, &task_id),
-        task_id,
-        step_id,
+        effect_id: effect_id.clone(),
+        invocation_key: invocation_key.clone(),
+        task_id: task_id.clone(),
+        step_id: step_id.clone(),
         kind: s("kind")?,
         label: s("label")?,
         labels: v
@@ -327,8 +348,8 @@ fn parse_request(process_id: &str, json: &str) -> Result<Request, String> {
                     .collect()
             })
             .unwrap_or_default(),
-        task_def: v.get("taskDef").cloned().unwrap_or(Value::Null),
-        task_json: s("taskJson")?,
+        task_json: babysitter_journal::jsjson::to_file_string(&doc),
+        task_def,
         requested_at_ms: v
             .get("requestedAtMs")
             .and_then(Value::as_f64)

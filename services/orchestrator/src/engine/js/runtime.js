@@ -171,21 +171,19 @@
     }
   }
 
-  // Program position of each wait: waits made while a delivery's continuation runs sit right
-  // after that delivery's wait (its position plus a counter), so sorting pending waits by
-  // position gives the order a cold replay would reach them in (depth-first program order).
-  let deliveringPos = [];
-  let posCounter = 0;
-  function comparePos(a, b) {
-    for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
-    return a.length - b.length;
-  }
+  // Program order of the pending waits. A wait made while a delivery's continuation runs goes
+  // where the delivered wait was (after earlier ones made in the same continuation), so the
+  // list is always in the order a cold replay would reach the waits (depth-first program
+  // order) — an order-maintenance list instead of ever-growing position vectors.
+  const order = [];
+  let insertAt = -1;
 
   function waitFor(effectId, kind) {
     const frame = frameStack.length ? frameStack[frameStack.length - 1] : 0;
     host.blocked(effectId, frame);
-    const pos = deliveringPos.concat(++posCounter);
-    return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind, pos }));
+    if (insertAt < 0) order.push(effectId);
+    else order.splice(insertAt++, 0, effectId);
+    return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
   }
 
   // Called by the host with a resolution for a pending effect (warm runs).
@@ -193,8 +191,9 @@
     const p = pending.get(effectId);
     if (!p) return false;
     pending.delete(effectId);
-    deliveringPos = p.pos;
-    posCounter = 0;
+    const at = order.indexOf(effectId);
+    if (at >= 0) order.splice(at, 1);
+    insertAt = at >= 0 ? at : order.length;
     const s = settle(JSON.parse(viewJson));
     if (!s) return false;
     if (s.ok) p.resolve(s.value); else p.reject(s.error);
@@ -255,30 +254,14 @@
     }
     const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
-    const invocationKey = taskCtx.invocationKey;
+    // task.json is built on the Rust side (identity::task_json, the reference's serializer).
     host.request(JSON.stringify({
       effectId, taskId: task.id, stepId, kind: taskDef.kind, label: effectLabel, labels,
-      taskDef,
-      taskJson: serializeTaskJson(taskDef, { effectId, taskId: task.id, invocationKey, stepId }, args),
-      requestedAtMs: clockMs,
+      taskDef, args: args === undefined ? null : args, argsUndefined: args === undefined, requestedAtMs: clockMs,
     }));
     return waitFor(effectId, taskDef.kind);
   }
 
-  // ---------------------------------------------------------------- task.json (the reference's serializer)
-  function stableClone(value) {
-    if (Array.isArray(value)) return value.map(stableClone);
-    if (value && typeof value === "object") {
-      const out = {};
-      for (const key of host.sortKeys(Object.keys(value))) out[key] = stableClone(value[key]);
-      return out;
-    }
-    return value;
-  }
-  function normalizeJson(value) {
-    if (!value || typeof value !== "object" || Array.isArray(value)) return undefined;
-    return stableClone(value);
-  }
   function dedupeLabels(values) {
     const seen = new Set();
     const out = [];
@@ -290,38 +273,6 @@
       out.push(t);
     }
     return out;
-  }
-  function normalizeLabels(labels) {
-    if (!Array.isArray(labels) || labels.length === 0) return undefined;
-    const unique = dedupeLabels(labels);
-    if (!unique.length) return undefined;
-    return host.sortKeys(unique);
-  }
-  function serializeTaskJson(taskDef, ids, args) {
-    const out = {
-      ...stableClone(taskDef),
-      schemaVersion: "2026.01.tasks-v1",
-      effectId: ids.effectId,
-      taskId: ids.taskId,
-      invocationKey: ids.invocationKey,
-      stepId: ids.stepId,
-      kind: taskDef.kind,
-      title: typeof taskDef.title === "string" ? taskDef.title : undefined,
-      description: typeof taskDef.description === "string" ? taskDef.description : undefined,
-      labels: normalizeLabels(taskDef.labels),
-      inputSchema: normalizeJson(taskDef.inputSchema),
-      outputSchema: taskDef.outputSchema === false || taskDef.outputSchema === null ? taskDef.outputSchema : normalizeJson(taskDef.outputSchema),
-      io: normalizeJson(taskDef.io),
-      agent: normalizeJson(taskDef.agent),
-      node: normalizeJson(taskDef.node),
-      breakpoint: normalizeJson(taskDef.breakpoint),
-      orchestratorTask: normalizeJson(taskDef.orchestratorTask),
-      sleep: normalizeJson(taskDef.sleep),
-      metadata: normalizeJson(taskDef.metadata),
-    };
-    if (args !== undefined) out.inputs = stableClone(args);
-    out.sdkVersion = "6.0.0";
-    return JSON.stringify(out, null, 2) + "\n";
   }
 
   // ---------------------------------------------------------------- intrinsics
@@ -463,10 +414,7 @@
     ctx,
     deliver,
     releaseOne,
-    pendingIds() {
-      const entries = Array.from(pending.entries()).sort((a, b) => comparePos(a[1].pos, b[1].pos));
-      return JSON.stringify(entries.map((e) => e[0]));
-    },
+    pendingIds() { return JSON.stringify(order.filter((id) => pending.has(id))); },
     setRun(runId, runDir, startMs) { ctx.runId = runId; ctx.runDir = runDir; ctx.artifactsDir = `${runDir}/artifacts`; advanceClock(startMs); },
     cleanups,
     sdk: {
