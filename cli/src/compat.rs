@@ -1,8 +1,342 @@
-//! babysitter-compatible commands (being written).
+//! babysitter-compatible commands (`babysitter <noun>:<verb> …`): a drop-in for the reference
+//! CLI's run and task commands over the same on-disk run layout, so babysitter's plugins,
+//! skills and existing runs work unchanged (spec `babysitter-core.md` §5).
+//!
+//! - [`args`]: the reference's global flag grammar (with `--x=value`, B22).
+//! - [`paths`]: runs-root resolution and path arguments (§1.1).
+//! - [`runs`]: one run directory — journal, engine, `run.json`, state cache, serialisations.
+//! - [`lock`]: whole-command exclusion on a run, waiting quietly with one message.
+//! - [`output`]: Node-exact JSON and the reference's error forms.
+//! - [`run`], [`task`], [`health`]: the commands, one module per verb.
+//!
+//! Behaviour fixes of the reference kept here (formats unchanged, §11.2): `run:iterate` appends
+//! `RUN_ITERATION` and reports true counts (B2), `hookStatus` never claims hooks ran (B12),
+//! `task:post` exits 0 when an error result was committed (B7), `run:halt` on a terminal run is a
+//! no-op unless `--force` (B18), no `node_modules` symlink in the user's tree (B17), `run:create`
+//! refuses to overwrite an existing run.
 
+mod args;
+mod health;
+mod lock;
+mod output;
+mod paths;
+mod run;
+mod runs;
+mod task;
+mod usage;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-pub fn main(_args: &[String], _env: &babysitter_common::EnvMap) -> ExitCode {
-    eprintln!("babysitter: command not implemented yet");
-    ExitCode::FAILURE
+use babysitter_common::EnvMap;
+
+use output::{Category, CliError};
+
+/// The version babysitter's tools see (`babysitter --version`): the SDK whose formats this
+/// implementation writes (`sdkVersion` in every record).
+pub const SDK_VERSION: &str = "6.0.0";
+
+/// What every command gets: the parsed arguments, the environment (read from here only) and the
+/// working directory.
+#[derive(Debug)]
+pub struct Cli<'a> {
+    pub args: args::Parsed,
+    pub env: &'a EnvMap,
+    pub cwd: PathBuf,
+}
+
+impl Cli<'_> {
+    /// The primary runs root (`--runs-dir`, `BABYSITTER_RUNS_DIR`, scope default).
+    pub fn runs_dir(&self) -> PathBuf {
+        paths::collapse_doubled(&paths::resolve_runs_dir(
+            self.env,
+            &self.cwd,
+            self.args.value("--runs-dir"),
+        ))
+    }
+
+    /// The `<runDir>` positional resolved the reference's way.
+    pub fn run_dir(&self) -> Option<PathBuf> {
+        let arg = self.args.run_dir_arg.as_deref()?;
+        Some(paths::resolve_existing_run_dir(
+            arg,
+            &self.runs_dir(),
+            &self.cwd,
+        ))
+    }
+
+    /// `[<cmd>] verbose k=v …` on stderr under `--verbose`.
+    pub fn verbose(&self, command: &str, details: &[(&str, Option<String>)]) {
+        if !self.args.verbose() {
+            return;
+        }
+        let parts: Vec<String> = details
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+            .collect();
+        eprintln!("[{command}] verbose {}", parts.join(" "));
+    }
+
+    /// How long a command waits for another writer of the same run
+    /// (`BABYSITTER_RUN_LOCK_TIMEOUT_MS`, default 10 s).
+    pub fn lock_timeout(&self) -> Duration {
+        self.env
+            .get_non_empty("BABYSITTER_RUN_LOCK_TIMEOUT_MS")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(lock::DEFAULT_TIMEOUT)
+    }
+
+    /// `BABYSITTER_ALLOW_SECRET_LOGS` is `1`/`true` and both `--json` and `--verbose` are given.
+    pub fn secret_logs_allowed(&self) -> bool {
+        self.args.json()
+            && self.args.verbose()
+            && self
+                .env
+                .get("BABYSITTER_ALLOW_SECRET_LOGS")
+                .map(|v| v.trim().to_lowercase())
+                .is_some_and(|v| v == "1" || v == "true")
+    }
+}
+
+/// Runs one babysitter command; returns its exit code (every failure is 1, F19).
+pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
+    let parsed = match args::parse(argv) {
+        Ok(p) => p,
+        Err(e) => {
+            CliError::plain("Error", e.0).report(false);
+            return ExitCode::from(1);
+        }
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            CliError::plain("Error", format!("cannot read the working directory: {e}"))
+                .report(parsed.json());
+            return ExitCode::from(1);
+        }
+    };
+    let cli = Cli {
+        args: parsed,
+        env,
+        cwd,
+    };
+    if cli.args.verbose() {
+        for f in &cli.args.ignored_flags {
+            eprintln!("[babysitter] ignoring unknown flag {f}");
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            CliError::plain("Error", format!("cannot start the async runtime: {e}"))
+                .report(cli.args.json());
+            return ExitCode::from(1);
+        }
+    };
+    let code = match runtime.block_on(dispatch(&cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            output::to_cli_error(&e).report(cli.args.json());
+            1
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Commands of the reference this build does not implement yet.
+const NOT_YET: &[&str] = &[
+    "run:assign-process",
+    "run:repair-journal",
+    "run:recover-process-error",
+    "log",
+    "hook:log",
+    "hook:run",
+    "skill:discover",
+    "skill:fetch-remote",
+    "session:init",
+    "session:associate",
+    "session:resume",
+    "session:state",
+    "session:update",
+    "session:check-iteration",
+    "session:last-message",
+    "session:iteration-message",
+    "session:whoami",
+    "session:cleanup",
+    "instructions:babysit-skill",
+    "instructions:process-create",
+    "instructions:orchestrate",
+    "instructions:breakpoint-handling",
+    "configure",
+    "tokens:stats",
+    "breakpoint:approve-rule",
+    "breakpoint:remove-rule",
+    "breakpoint:list-rules",
+    "breakpoint:should-auto-approve",
+    "breakpoint:history",
+];
+
+/// Commands the reference moved to the separate harness CLI.
+const MOVED: &[&str] = &[
+    "create-run",
+    "call",
+    "yolo",
+    "plan",
+    "forever",
+    "resume-run",
+    "resume",
+    "retrospect",
+    "cleanup",
+    "assimilate",
+    "doctor",
+    "contrib",
+    "anycli",
+    "session-history",
+    "help",
+    "observe",
+    "user-install",
+    "project-install",
+    "invoke",
+    "tui",
+    "daemon:start",
+    "daemon:stop",
+    "daemon:status",
+    "daemon:run",
+    "cost:stats",
+    "start-server",
+];
+
+const IMPLEMENTED: &[&str] = &[
+    "run:create",
+    "run:status",
+    "run:iterate",
+    "run:events",
+    "run:rebuild-state",
+    "run:halt",
+    "task:post",
+    "task:cancel",
+    "task:list",
+    "task:show",
+    "health",
+    "version",
+];
+
+async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let command = match cli.args.command.as_deref() {
+        Some("version") => {
+            output::line(SDK_VERSION);
+            return Ok(0);
+        }
+        None => {
+            output::line(usage::USAGE);
+            return Ok(0);
+        }
+        _ if cli.args.help => {
+            output::line(usage::USAGE);
+            return Ok(0);
+        }
+        Some(c) => c,
+    };
+    match command {
+        "run:create" => run::create::run(cli).await,
+        "run:iterate" => run::iterate::run(cli).await,
+        "run:status" => run::status::run(cli).await,
+        "run:events" => run::events::run(cli).await,
+        "run:halt" => run::halt::run(cli).await,
+        "run:rebuild-state" => run::rebuild_state::run(cli).await,
+        "task:list" => task::list::run(cli).await,
+        "task:show" => task::show::run(cli).await,
+        "task:post" => task::post::run(cli).await,
+        "task:cancel" => task::cancel::run(cli).await,
+        "health" => health::run(cli).await,
+        other => {
+            unknown_command(other).report_pretty(cli.args.json());
+            Ok(1)
+        }
+    }
+}
+
+fn unknown_command(command: &str) -> CliError {
+    if MOVED.contains(&command) {
+        return CliError::new(
+            "CommandMovedToHarnessCli",
+            format!("Command \"{command}\" is provided by @a5c-ai/genty-platform."),
+            Category::Validation,
+        )
+        .suggestions(vec![
+            "Install @a5c-ai/genty-platform".into(),
+            format!("agent-platform {command}"),
+        ])
+        .next_steps(vec![
+            "Run agent-platform --help-human to see the harness runtime commands.".into(),
+        ])
+        .details(serde_json::json!({"command": command, "program": "babysitter", "movedTo": "agent-platform"}));
+    }
+    if NOT_YET.contains(&command) || command.starts_with("session:") || command.starts_with("hook:")
+    {
+        return CliError::new(
+            "NotImplementedError",
+            format!("Command \"{command}\" is not implemented by this babysitter build yet"),
+            Category::Configuration,
+        )
+        .next_steps(vec![
+            "Use the reference CLI (npm @a5c-ai/babysitter-sdk) for this command; runs are compatible".into(),
+        ])
+        .details(serde_json::json!({"command": command, "program": "babysitter"}));
+    }
+    let suggestion = suggest(command);
+    CliError::new(
+        "UnknownCommandError",
+        format!("Unknown command: {command}"),
+        Category::Validation,
+    )
+    .suggestions(
+        suggestion
+            .map(|s| vec![format!("Did you mean: {s}?")])
+            .unwrap_or_default(),
+    )
+    .next_steps(vec![
+        "Run babysitter --help to see available commands".into(),
+    ])
+    .details(serde_json::json!({"command": command, "program": "babysitter"}))
+}
+
+/// The closest implemented command within edit distance 2.
+fn suggest(command: &str) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut cur = vec![i + 1];
+            for (j, cb) in b.iter().enumerate() {
+                let cost = usize::from(ca != *cb);
+                cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    }
+    IMPLEMENTED
+        .iter()
+        .map(|c| (distance(command, c), *c))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+impl CliError {
+    /// The unknown-command handler prints its structured error pretty (unlike the top-level
+    /// handler's single line).
+    fn report_pretty(&self, json: bool) {
+        if json {
+            eprintln!("{}", output::pretty(&self.structured()));
+        } else {
+            eprintln!("{}", self.text());
+        }
+    }
 }

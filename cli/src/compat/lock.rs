@@ -1,0 +1,129 @@
+//! Exclusion for a whole command on one run (`run:iterate`, `task:post`, `task:cancel`,
+//! `run:halt`, `run:rebuild-state`), like the reference's `withRunLock` around an iteration or a
+//! commit, but waiting quietly with one clear message instead of a 10-second spin.
+//!
+//! Two holders are waited for:
+//! 1. another babysitter-rs command on the same run: an exclusive `flock` on the run directory
+//!    (released by the kernel if the holder dies, so it never goes stale);
+//! 2. the reference CLI: its `run.lock` (`{pid, owner, acquiredAt}`, spec §1.7) while the pid is
+//!    alive (a dead holder's file is left for the journal's stale-lock takeover).
+//!
+//! This helper does not write `run.lock` itself: the journal's filesystem store creates it for
+//! every append, and it is not re-entrant, so holding it here would make the command's own
+//! appends wait on themselves. Until the journal offers a re-entrant `FsStore::lock_run`, a
+//! reference CLI that starts *during* one of our iterations is only excluded per append (its
+//! append fails cleanly with a sequence conflict rather than corrupting the run).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use serde_json::Value;
+
+/// Default bound on the wait (the reference gives up after ~10 s as well).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Held for the duration of a command.
+#[derive(Debug)]
+pub struct RunGuard {
+    _dir: rustix::fd::OwnedFd,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// babysitter's own message (`run.lock already held by pid <pid> (<owner>)`).
+    #[error("run.lock already held by pid {pid} ({owner})")]
+    Held { pid: i64, owner: String },
+    #[error("run {} is busy: another babysitter command holds its lock", .0.display())]
+    Busy(PathBuf),
+    #[error("cannot lock run {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn pid_alive(pid: i64) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let Some(pid) = rustix::process::Pid::from_raw(raw) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+/// The live holder of the reference's `run.lock`, if any.
+fn foreign_holder(run_dir: &Path) -> Option<(i64, String)> {
+    let bytes = std::fs::read(run_dir.join("run.lock")).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    let pid = v.get("pid").and_then(Value::as_i64)?;
+    let owner = v
+        .get("owner")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    (pid != i64::from(std::process::id()) && pid_alive(pid)).then_some((pid, owner))
+}
+
+/// Waits (up to `timeout`) until no other command holds the run, then holds it.
+pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, LockError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let dir = rustix::fs::open(
+        run_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| LockError::Io {
+        path: run_dir.to_path_buf(),
+        source: e.into(),
+    })?;
+    let mut announced = false;
+    let mut pause = Duration::from_millis(5);
+    let mut announce = |what: &str| {
+        if !announced {
+            announced = true;
+            eprintln!(
+                "[babysitter] run lock contention on {}: {what}; waiting up to {} ms",
+                run_dir.display(),
+                timeout.as_millis()
+            );
+        }
+    };
+    loop {
+        match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(match foreign_holder(run_dir) {
+                        Some((pid, owner)) => LockError::Held { pid, owner },
+                        None => LockError::Busy(run_dir.to_path_buf()),
+                    });
+                }
+                announce("another babysitter command is working on it");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(e) => {
+                return Err(LockError::Io {
+                    path: run_dir.to_path_buf(),
+                    source: e.into(),
+                });
+            }
+        }
+    }
+    loop {
+        let Some((pid, owner)) = foreign_holder(run_dir) else {
+            return Ok(RunGuard { _dir: dir });
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(LockError::Held { pid, owner });
+        }
+        announce(&format!("run.lock held by pid {pid} ({owner})"));
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}

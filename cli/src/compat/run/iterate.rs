@@ -1,0 +1,329 @@
+//! `run:iterate` (spec §5.3.3): one engine iteration under the run's lock, reported as the
+//! reference's `RunIterateResult` (pretty JSON) or its one-line text form.
+//!
+//! - B2: each iteration that runs the process appends `RUN_ITERATION {iteration}` first (the
+//!   reference already counts these events), so `iterationCount` / `iteration` count calls.
+//!   An iterate of a finished run replays the terminal state and appends nothing.
+//! - B12: `metadata.hookStatus` is `no-hooks-configured` — this CLI runs no runtime hooks.
+//! - Exit codes stay the reference's (B6 allows it): 1 for `halted` and for errors, else 0.
+
+use babysitter_journal::{EventType, JournalError, StoredEvent};
+use babysitter_orchestrator::engine::{EngineError, IterationStatus};
+use serde_json::{Map, Value, json};
+
+use crate::compat::output;
+use crate::compat::runs::{self, Run};
+use crate::compat::{Cli, lock, usage};
+
+fn engine_message(e: &EngineError) -> String {
+    match e {
+        EngineError::InvalidRun { reason, .. } => reason.clone(),
+        EngineError::Journal(j) => journal_message(j),
+        other => other.to_string(),
+    }
+}
+
+pub fn journal_message(e: &JournalError) -> String {
+    match e {
+        JournalError::Locked { pid, owner, .. } => {
+            format!("run.lock already held by pid {pid} ({owner})")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The reference's reason for a waiting iteration (`deriveIterationReason` without hooks).
+fn waiting_reason(actions: &[Value]) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for a in actions {
+        let k = a.get("kind").and_then(Value::as_str).unwrap_or("unknown");
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    match kinds.as_slice() {
+        [] => "no-pending-effects".into(),
+        ["breakpoint"] => "breakpoint-waiting".into(),
+        ["sleep"] => "sleep-waiting".into(),
+        [k] => format!("{k}-pending"),
+        _ => {
+            kinds.sort_unstable();
+            format!("mixed-pending:{}", kinds.join(","))
+        }
+    }
+}
+
+/// Drops keys a JS object would not have had (`undefined` never serialises as `null`).
+fn clean_action(mut a: Value) -> Value {
+    if let Value::Object(m) = &mut a {
+        m.retain(|k, v| !(v.is_null() && k != "taskDef"));
+    }
+    a
+}
+
+/// What the iteration ended in, in the reference's terms.
+struct Outcome {
+    status: &'static str,
+    reason: String,
+    next_actions: Option<Vec<Value>>,
+    payload: Option<Value>,
+    completion_proof: Option<String>,
+    cache_reason: Option<&'static str>,
+}
+
+fn terminal_outcome(ev: Option<&StoredEvent>, run_json: &Value) -> Outcome {
+    let ty = ev.map(|e| e.body.kind.clone());
+    let data = ev.map(|e| &e.body.data);
+    let mut out = Outcome {
+        status: "failed",
+        reason: "failed".into(),
+        next_actions: None,
+        payload: None,
+        completion_proof: None,
+        cache_reason: None,
+    };
+    match ty {
+        Some(EventType::RunCompleted) => {
+            out.status = "completed";
+            out.reason = "completed".into();
+            out.completion_proof = Some(runs::completion_proof(run_json));
+        }
+        Some(EventType::RunHalted) => {
+            out.status = "halted";
+            out.reason = data
+                .and_then(|d| d.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or("halted")
+                .to_owned();
+            out.payload = data
+                .and_then(|d| d.get("payload"))
+                .filter(|p| p.is_object())
+                .cloned();
+        }
+        Some(EventType::ProcessRuntimeError) => {
+            let msg = data
+                .and_then(|d| d.pointer("/error/message"))
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            out.reason = format!("process-error: {msg}");
+        }
+        _ => {}
+    }
+    out
+}
+
+pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let Some(run_dir) = cli.run_dir() else {
+        eprintln!("{}", usage::USAGE);
+        return Ok(1);
+    };
+    cli.verbose(
+        "run:iterate",
+        &[
+            ("runDir", Some(run_dir.display().to_string())),
+            (
+                "iteration",
+                cli.args.number("--iteration").map(|n| n.to_string()),
+            ),
+            ("json", Some(cli.args.json().to_string())),
+            ("verbose", Some("true".into())),
+        ],
+    );
+    match iterate(cli, &run_dir).await {
+        Ok(code) => Ok(code),
+        Err(msg) => {
+            eprintln!("[run:iterate] Error: {msg}");
+            Ok(1)
+        }
+    }
+}
+
+async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String> {
+    let run = Run::open(run_dir)?;
+    let run_json = run.metadata()?;
+    if run_json
+        .pointer("/entrypoint/importPath")
+        .and_then(Value::as_str)
+        == Some("bare-run")
+    {
+        return Err(
+            "Run has no process assigned. Use run:assign-process to attach a process before iterating."
+                .into(),
+        );
+    }
+    // Checks the engine would make anyway, made before `RUN_ITERATION` is appended so a run
+    // that cannot iterate is left unchanged.
+    if run_json.get("layoutVersion").and_then(Value::as_str) != Some("2026.01-storage-preview") {
+        return Err("Run layout version is not supported by this runtime".into());
+    }
+    if let Some(import) = run_json
+        .pointer("/entrypoint/importPath")
+        .and_then(Value::as_str)
+    {
+        let entry = crate::compat::paths::resolve(&run.dir, import);
+        if let Err(e) = std::fs::metadata(&entry) {
+            return Err(format!(
+                "process file {} cannot be opened: {}",
+                entry.display(),
+                output::io_message("open", &entry, &e)
+            ));
+        }
+    }
+    let _guard = lock::acquire(&run.dir, cli.lock_timeout())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (count, finished) = run
+        .inspect(|_, idx| {
+            let terminal = idx
+                .last_lifecycle
+                .as_ref()
+                .is_some_and(|m| m.event_type != "RUN_CREATED");
+            (idx.iterations, terminal && idx.pending().next().is_none())
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let iteration = cli.args.number("--iteration").unwrap_or(count + 1);
+    if cli.args.verbose() {
+        eprintln!(
+            "[run:iterate] Starting iteration {iteration} for run {}",
+            run.id
+        );
+    }
+    if !finished {
+        let mut data = Map::new();
+        data.insert("iteration".into(), json!(count + 1));
+        run.append(EventType::RunIteration, data, &run_json, cli.env)
+            .await
+            .map_err(|e| match e.downcast_ref::<JournalError>() {
+                Some(j) => journal_message(j),
+                None => format!("{e:#}"),
+            })?;
+    }
+    let engine = run.engine().map_err(|e| format!("{e:#}"))?;
+    let it = engine
+        .iterate(&run.id)
+        .await
+        .map_err(|e| engine_message(&e))?;
+    let last_lifecycle = async {
+        let seq = run
+            .inspect(|_, idx| idx.last_lifecycle.as_ref().map_or(0, |m| m.seq))
+            .await?;
+        run.event(seq).await
+    };
+    let outcome = match it.status {
+        IterationStatus::Waiting => {
+            let actions: Vec<Value> = it.next_actions.into_iter().map(clean_action).collect();
+            Outcome {
+                status: "waiting",
+                reason: waiting_reason(&actions),
+                next_actions: Some(actions),
+                payload: None,
+                completion_proof: None,
+                cache_reason: None,
+            }
+        }
+        IterationStatus::Completed => Outcome {
+            status: "completed",
+            reason: "completed".into(),
+            next_actions: None,
+            payload: None,
+            completion_proof: Some(runs::completion_proof(&run_json)),
+            cache_reason: Some("post_completion"),
+        },
+        IterationStatus::Halted => {
+            let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
+            let mut o = terminal_outcome(ev.as_ref(), &run_json);
+            o.reason = it.reason.clone().unwrap_or(o.reason);
+            o.cache_reason = Some("post_halt");
+            o
+        }
+        IterationStatus::Failed => {
+            let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
+            let runtime_error = ev
+                .as_ref()
+                .is_some_and(|e| e.body.kind == EventType::ProcessRuntimeError);
+            Outcome {
+                status: "failed",
+                reason: it.reason.clone().unwrap_or_else(|| "failed".into()),
+                next_actions: None,
+                payload: None,
+                completion_proof: None,
+                cache_reason: Some(if runtime_error {
+                    "post_process_runtime_error"
+                } else {
+                    "post_failure"
+                }),
+            }
+        }
+        IterationStatus::None => {
+            let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
+            terminal_outcome(ev.as_ref(), &run_json)
+        }
+    };
+    // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
+    // reason after a terminal event, else only when it no longer matches the journal.
+    let cache = match outcome.cache_reason {
+        Some(reason) => run.write_state_cache(reason).await.map(drop),
+        None => run
+            .journal
+            .state(&run.id)
+            .await
+            .map(drop)
+            .map_err(Into::into),
+    };
+    if let Err(e) = cache {
+        eprintln!("[run:iterate] warning: state cache not updated: {e:#}");
+    }
+    if outcome.reason.starts_with("process-error: ") {
+        eprintln!("[run:iterate] {}", outcome.reason);
+    }
+    if cli.args.verbose() {
+        for w in &it.warnings {
+            eprintln!("[run:iterate] Warning: {w}");
+        }
+    }
+
+    let process_id = run_json
+        .get("processId")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if cli.args.json() {
+        let mut m = Map::new();
+        m.insert("iteration".into(), json!(iteration));
+        m.insert("iterationCount".into(), json!(count));
+        m.insert("status".into(), json!(outcome.status));
+        m.insert("action".into(), json!("none"));
+        m.insert("reason".into(), json!(outcome.reason));
+        if let Some(a) = &outcome.next_actions {
+            m.insert("nextActions".into(), Value::Array(a.clone()));
+        }
+        if let Some(p) = &outcome.completion_proof {
+            m.insert("completionProof".into(), json!(p));
+        }
+        if let Some(p) = &outcome.payload {
+            m.insert("payload".into(), p.clone());
+        }
+        if !it.warnings.is_empty() {
+            m.insert("warnings".into(), json!(it.warnings));
+        }
+        m.insert(
+            "metadata".into(),
+            json!({"runId": run.id, "processId": process_id, "hookStatus": "no-hooks-configured"}),
+        );
+        output::line(&output::pretty(&Value::Object(m)));
+    } else {
+        let progress = if count > 0 {
+            format!(" ({count} completed)")
+        } else {
+            String::new()
+        };
+        output::line(&format!(
+            "[run:iterate] iteration={iteration}{progress} status={} action=none reason={}",
+            outcome.status, outcome.reason
+        ));
+        if let Some(p) = &outcome.completion_proof {
+            output::line(&format!("[run:iterate] completionProof={p}"));
+        }
+    }
+    Ok(if outcome.status == "halted" { 1 } else { 0 })
+}

@@ -1,0 +1,382 @@
+//! One run directory as the commands see it: its journal and engine (filesystem layout, the runs
+//! root being the directory's parent), `run.json`, the state cache, and the reference's
+//! serialisations of events, effect records, iteration metadata and the completion proof.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use babysitter_common::EnvMap;
+use babysitter_journal::fs::FsStore;
+use babysitter_journal::index::{EffectIndex, EffectRecord};
+use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent, StoredEvent, jsjson};
+use babysitter_journal::{Head, state_cache};
+use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use sha2::Digest as _;
+
+use super::output::io_message;
+use super::paths;
+
+/// An opened run: `<root>/<id>` with its journal.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub dir: PathBuf,
+    pub root: PathBuf,
+    pub id: String,
+    pub journal: Journal,
+}
+
+impl Run {
+    /// Opens the run at `dir` (which need not exist yet). Its last path segment is the run id,
+    /// which must be a valid id (`[A-Za-z0-9._-]`, at most 128 characters).
+    pub fn open(dir: &Path) -> Result<Run, String> {
+        let dir = paths::normalize(dir);
+        let id = dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(|| format!("{} is not a run directory", dir.display()))?;
+        babysitter_journal::validate_id("run id", &id).map_err(|e| e.to_string())?;
+        let root = dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let journal = Journal::new(Arc::new(FsStore::new(&root)), JournalOptions::default());
+        Ok(Run {
+            dir,
+            root,
+            id,
+            journal,
+        })
+    }
+
+    /// `run.json`, with Node's wording for a missing or unreadable file.
+    pub fn metadata(&self) -> Result<Value, String> {
+        let path = self.dir.join("run.json");
+        let bytes = std::fs::read(&path).map_err(|e| io_message("open", &path, &e))?;
+        let v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?;
+        if !v.is_object() {
+            return Err(format!("{} is not a JSON object", path.display()));
+        }
+        Ok(v)
+    }
+
+    /// An engine over this run's runs root (one JS thread: a CLI call drives one run once).
+    pub fn engine(&self) -> anyhow::Result<Engine> {
+        let mut opts = EngineOptions::new(&self.root);
+        opts.js_threads = 1;
+        opts.cached_runs = 1;
+        opts.warm = false;
+        Ok(Engine::new(self.journal.clone(), opts)?)
+    }
+
+    /// Every event, in order.
+    pub async fn events(&self) -> anyhow::Result<Vec<StoredEvent>> {
+        Ok(self.journal.read(&self.id, 1, 0).await?)
+    }
+
+    /// One event by sequence number.
+    pub async fn event(&self, seq: u64) -> anyhow::Result<Option<StoredEvent>> {
+        if seq == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .journal
+            .read(&self.id, seq, seq)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// `state/state.json` as stored (`None` when absent), without rebuilding it.
+    pub fn read_state_cache(&self) -> Result<Option<Value>, String> {
+        let path = self.dir.join("state").join("state.json");
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| format!("{} is not valid JSON: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_message("open", &path, &e)),
+        }
+    }
+
+    /// Rebuilds `state/state.json` from the journal at its head, naming why (the reference's
+    /// `rebuildReason`: `post_effect_resolution`, `post_completion`, `cli_manual`, …).
+    pub async fn write_state_cache(&self, reason: &str) -> anyhow::Result<Value> {
+        let now = babysitter_journal::journal::now_iso();
+        let doc = self
+            .journal
+            .inspect(&self.id, |h, idx| {
+                state_cache::build(idx, h, &now, Some(reason))
+            })
+            .await?;
+        self.journal
+            .store()
+            .write_state_cache(&self.id, Bytes::from(jsjson::to_file_string(&doc)))
+            .await?;
+        Ok(doc)
+    }
+
+    /// Head and a closure over the effect index.
+    pub async fn inspect<R>(&self, f: impl FnOnce(&Head, &EffectIndex) -> R) -> anyhow::Result<R> {
+        Ok(self.journal.inspect(&self.id, f).await?)
+    }
+
+    /// Appends one CLI-written event at the head, with `harness` / `sessionId` appended to its
+    /// data the way babysitter's `appendEvent` does (F5).
+    pub async fn append(
+        &self,
+        kind: EventType,
+        data: Map<String, Value>,
+        run_json: &Value,
+        env: &EnvMap,
+    ) -> anyhow::Result<StoredEvent> {
+        let head = self.journal.head(&self.id).await?;
+        let ev = new_event(kind, data, run_json, env);
+        let mut committed = self
+            .journal
+            .append(&self.id, head.seq + 1, vec![ev])
+            .await?;
+        committed
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("the journal committed no event"))
+    }
+}
+
+/// A 6.0.0 event stamped now, with `harness` (from `run.json`) and `sessionId` (the ambient
+/// `AGENT_SESSION_ID`) added after the caller's keys when absent.
+pub fn new_event(
+    kind: EventType,
+    mut data: Map<String, Value>,
+    run_json: &Value,
+    env: &EnvMap,
+) -> NewEvent {
+    if let Some(h) = run_json
+        .get("harness")
+        .and_then(Value::as_str)
+        .filter(|h| !h.trim().is_empty())
+        && !data.contains_key("harness")
+    {
+        data.insert("harness".into(), json!(h));
+    }
+    if let Some(s) = env.get_non_empty("AGENT_SESSION_ID")
+        && !data.contains_key("sessionId")
+    {
+        data.insert("sessionId".into(), json!(s));
+    }
+    let mut ev = NewEvent::new(kind, Value::Object(data));
+    ev.recorded_at = Some(babysitter_journal::journal::now_iso());
+    ev
+}
+
+/// `run.json.completionProof`, or the derived one for runs that have none (spec §5.6).
+pub fn completion_proof(run_json: &Value) -> String {
+    if let Some(p) = run_json.get("completionProof").and_then(Value::as_str) {
+        return p.to_owned();
+    }
+    let run_id = run_json.get("runId").and_then(Value::as_str).unwrap_or("");
+    hex::encode(sha2::Sha256::digest(
+        format!("{run_id}:babysitter-completion-secret-v1").as_bytes(),
+    ))
+}
+
+/// `{seq, ulid, type, recordedAt, filename, path, data}` (`serializeJournalEvent`).
+pub fn serialize_event(e: &StoredEvent) -> Value {
+    let file = e.file_name();
+    let mut data = e.body.data.clone();
+    // `ensureIterationMetadata`: an object-valued `data.iteration` always carries `metadata`.
+    if let Some(Value::Object(it)) = data.get_mut("iteration")
+        && it.get("metadata").is_none()
+    {
+        it.insert("metadata".into(), Value::Null);
+    }
+    json!({
+        "seq": e.seq,
+        "ulid": e.ulid,
+        "type": e.body.kind.as_str(),
+        "recordedAt": e.body.recorded_at,
+        "filename": file,
+        "path": format!("journal/{file}"),
+        "data": data,
+    })
+}
+
+/// `[run:…] … last=<TYPE>#<seq6> <recordedAt>` summary.
+pub fn event_summary(e: Option<&StoredEvent>) -> String {
+    match e {
+        None => "none".into(),
+        Some(e) => format!(
+            "{}#{:06} {}",
+            e.body.kind.as_str(),
+            e.seq,
+            e.body.recorded_at
+        ),
+    }
+}
+
+/// A `task:list` entry (`toTaskListEntry`), keys in the reference's order, undefined ones left
+/// out, refs run-relative POSIX.
+pub fn task_entry(r: &EffectRecord, run_dir: &Path) -> Value {
+    let mut m = Map::new();
+    m.insert("effectId".into(), json!(r.effect_id));
+    m.insert("taskId".into(), json!(r.task_id));
+    m.insert("stepId".into(), json!(r.step_id));
+    m.insert("status".into(), json!(r.status.as_str()));
+    if let Some(k) = &r.kind {
+        m.insert("kind".into(), json!(k));
+    }
+    if let Some(l) = &r.label {
+        m.insert("label".into(), json!(l));
+    }
+    if let Some(l) = &r.labels {
+        m.insert("labels".into(), json!(l));
+    }
+    let default_def = format!("tasks/{}/task.json", r.effect_id);
+    let refs = [
+        (
+            "taskDefRef",
+            Some(r.task_def_ref.as_deref().unwrap_or(&default_def)),
+        ),
+        ("inputsRef", r.inputs_ref.as_deref()),
+        ("resultRef", r.result_ref.as_deref()),
+        ("stdoutRef", r.stdout_ref.as_deref()),
+        ("stderrRef", r.stderr_ref.as_deref()),
+    ];
+    for (k, v) in refs {
+        m.insert(
+            k.into(),
+            paths::normalize_ref(run_dir, v).map_or(Value::Null, Value::String),
+        );
+    }
+    if let Some(t) = &r.requested_at {
+        m.insert("requestedAt".into(), json!(t));
+    }
+    if let Some(t) = &r.resolved_at {
+        m.insert("resolvedAt".into(), json!(t));
+    }
+    Value::Object(m)
+}
+
+/// Pending effects counted per kind, kinds in `localeCompare` order.
+pub fn pending_by_kind(idx: &EffectIndex) -> Map<String, Value> {
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    for r in idx.pending() {
+        let k = r.kind.clone().unwrap_or_else(|| "unknown".into());
+        match counts.iter_mut().find(|(kk, _)| *kk == k) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((k, 1)),
+        }
+    }
+    counts.sort_by(|a, b| babysitter_orchestrator::engine::identity::locale_compare(&a.0, &b.0));
+    counts.into_iter().map(|(k, n)| (k, json!(n))).collect()
+}
+
+/// The reference's `mergeMetadataSources` + `formatIterationMetadata` for commands that read the
+/// stored cache: pending counts (live when given, else the cache's), then the cache's
+/// `stateVersion`, `journalHead` and, when it names a rebuild reason, `stateRebuilt`.
+pub fn merged_metadata(
+    snapshot: Option<&Value>,
+    pending_override: Option<Map<String, Value>>,
+) -> Option<Value> {
+    let mut m = Map::new();
+    match pending_override {
+        Some(p) => {
+            m.insert("pendingEffectsByKind".into(), Value::Object(p));
+        }
+        None => {
+            if let Some(p) = snapshot.and_then(|s| s.get("pendingEffectsByKind")) {
+                m.insert("pendingEffectsByKind".into(), p.clone());
+            }
+        }
+    }
+    if let Some(s) = snapshot {
+        if let Some(v) = s.get("stateVersion") {
+            m.insert("stateVersion".into(), v.clone());
+        }
+        m.insert(
+            "journalHead".into(),
+            s.get("journalHead").cloned().unwrap_or(Value::Null),
+        );
+        if let Some(r) = s
+            .get("rebuildReason")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+        {
+            m.insert("stateRebuilt".into(), json!(true));
+            m.insert("stateRebuildReason".into(), json!(r));
+        }
+    }
+    (!m.is_empty()).then_some(Value::Object(m))
+}
+
+/// Metadata of a cache the command has just rebuilt (`run:halt`, `run:rebuild-state`).
+pub fn rebuilt_metadata(doc: &Value) -> Value {
+    let mut m = Map::new();
+    m.insert(
+        "pendingEffectsByKind".into(),
+        doc.get("pendingEffectsByKind")
+            .cloned()
+            .unwrap_or(json!({})),
+    );
+    m.insert(
+        "stateVersion".into(),
+        doc.get("stateVersion").cloned().unwrap_or(json!(0)),
+    );
+    m.insert(
+        "journalHead".into(),
+        doc.get("journalHead").cloned().unwrap_or(Value::Null),
+    );
+    m.insert("stateRebuilt".into(), json!(true));
+    if let Some(r) = doc.get("rebuildReason").filter(|r| !r.is_null()) {
+        m.insert("stateRebuildReason".into(), r.clone());
+    }
+    Value::Object(m)
+}
+
+/// The text form of iteration metadata (`formatIterationMetadata`).
+pub fn metadata_text(meta: Option<&Value>) -> Vec<String> {
+    let mut parts = Vec::new();
+    let Some(m) = meta else { return parts };
+    if let Some(v) = m.get("stateVersion") {
+        parts.push(format!("stateVersion={v}"));
+    }
+    if let Some(h) = m.get("journalHead").filter(|h| h.is_object())
+        && let Some(seq) = h.get("seq").and_then(Value::as_u64)
+    {
+        parts.push(format!("journalHead=#{seq:06}"));
+        if let Some(u) = h.get("ulid").and_then(Value::as_str) {
+            parts.push(format!("journalHead.ulid={u}"));
+        }
+    }
+    if m.get("stateRebuilt").and_then(Value::as_bool) == Some(true) {
+        let reason = m
+            .get("stateRebuildReason")
+            .and_then(Value::as_str)
+            .map(|r| format!("({r})"))
+            .unwrap_or_default();
+        parts.push(format!("stateRebuilt=true{reason}"));
+    }
+    if let Some(Value::Object(p)) = m.get("pendingEffectsByKind") {
+        let mut entries: Vec<(&String, u64)> = p
+            .iter()
+            .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+            .collect();
+        entries.sort_by(|a, b| babysitter_orchestrator::engine::identity::locale_compare(a.0, b.0));
+        parts.push(format!(
+            "pending[total]={}",
+            entries.iter().map(|(_, n)| n).sum::<u64>()
+        ));
+        for (k, n) in entries {
+            parts.push(format!("pending[{k}]={n}"));
+        }
+    }
+    parts
+}
+
+/// SHA-256 hex of a file's bytes (`processCodeHash`).
+pub fn hash_file(path: &Path) -> Option<String> {
+    std::fs::read(path)
+        .ok()
+        .map(|b| hex::encode(sha2::Sha256::digest(&b)))
+}

@@ -1,0 +1,29 @@
+//! Help text: the reference's agent-facing usage lines for the commands this build implements.
+
+pub const USAGE: &str = "Usage:
+  babysitter run:create --process-id <id> [--entry <path#export>] [--inputs <file>] [--run-id <id>] [--process-revision <rev>] [--request <id>] [--prompt <text>] [--harness <name>] [--session-id <id>] [--non-interactive] [--json] [--dry-run]
+  babysitter run:status <runDir> [--json] [--tree]
+  babysitter run:events <runDir> [--json] [--limit <n>] [--reverse] [--filter-type <type>]
+  babysitter run:rebuild-state <runDir> [--json] [--dry-run]
+  babysitter run:halt <runDir> [--reason <text>] [--final-status completed|failed] [--force] [--json] [--dry-run]
+  babysitter run:iterate <runDir> [--json] [--verbose] [--iteration <n>]
+  babysitter task:post <runDir> <effectId> --status <ok|error> [--json] [--dry-run] [--value <file>] [--value-inline <json>] [--error <file>] [--stdout-ref <ref>] [--stderr-ref <ref>] [--stdout-file <file>] [--stderr-file <file>] [--started-at <iso8601>] [--finished-at <iso8601>] [--metadata <file>] [--invocation-key <key>]
+  babysitter task:list <runDir> [--pending] [--kind <kind>] [--json]
+  babysitter task:show <runDir> <effectId> [--json]
+  babysitter task:cancel <runDir> <effectId> [--reason <text>] [--json]
+  babysitter health [--json] [--verbose]
+  babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
+  babysitter version
+
+Global flags:
+  --runs-dir <dir>   Override the runs directory (advanced compatibility flag).
+  --json             Emit JSON output when supported by the command.
+  --dry-run          Describe planned mutations without changing on-disk state.
+  --verbose          Log resolved paths and options to stderr for debugging.
+  --help, -h         Show this help text.
+  --version, -v      Show CLI version.
+  Value flags also accept the --flag=value form.
+
+Runs storage defaults:
+  global scope       ~/.a5c/runs
+  repo scope         <repo>/.a5c/runs (set BABYSITTER_RUNS_SCOPE=repo)";

@@ -1,0 +1,246 @@
+//! Shared helpers for the black-box compatibility tests: a sandbox project in a temp dir (repo
+//! scope, a private HOME and TMPDIR, no ambient harness variables) and the real `babysitter`
+//! binary run inside it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+pub fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/babysitter-v6")
+}
+
+pub const GOLDEN_RUN: &str = "01JGOLDENRUN0000000000000";
+
+/// Copies a directory tree; copies are writable (the fixture files are read-only).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::write(&target, std::fs::read(entry.path()).unwrap()).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir` with the SHA-256 of its bytes, sorted (to prove a command changed
+/// nothing).
+pub fn snapshot(dir: &Path) -> Vec<(String, String)> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let p = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                walk(base, &p, out);
+            } else {
+                use sha2::Digest as _;
+                out.push((
+                    p.strip_prefix(base).unwrap().display().to_string(),
+                    hex::encode(sha2::Sha256::digest(std::fs::read(&p).unwrap())),
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    #[track_caller]
+    pub fn ok(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "expected exit 0\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn fails(self) -> Self {
+        assert_eq!(
+            self.code, 1,
+            "expected exit 1\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// A project directory (`.git` marks the repo root) with runs in `<project>/.a5c/runs`.
+pub struct Sandbox {
+    pub tmp: tempfile::TempDir,
+    pub project: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("project");
+        std::fs::create_dir_all(project.join(".git")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("home")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("tmp")).unwrap();
+        let env = vec![
+            ("HOME".into(), tmp.path().join("home").display().to_string()),
+            (
+                "TMPDIR".into(),
+                tmp.path().join("tmp").display().to_string(),
+            ),
+            ("BABYSITTER_RUNS_SCOPE".into(), "repo".into()),
+        ];
+        Sandbox { tmp, project, env }
+    }
+
+    /// A sandbox with the fixture's `processes/demo.mjs` and an inputs file.
+    pub fn with_demo() -> Self {
+        let s = Self::new();
+        copy_dir(&fixture().join("processes"), &s.project.join("processes"));
+        std::fs::copy(
+            fixture().join("runs").join(GOLDEN_RUN).join("inputs.json"),
+            s.project.join("inputs.json"),
+        )
+        .unwrap();
+        s
+    }
+
+    pub fn runs(&self) -> PathBuf {
+        self.project.join(".a5c").join("runs")
+    }
+
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.runs().join(id)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.project.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    pub fn cmd_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Out {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_babysitter"));
+        c.args(args)
+            .current_dir(&self.project)
+            .env_clear()
+            .stdin(Stdio::null());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Out {
+        self.cmd_env(args, &[])
+    }
+
+    /// `run:create` of `processes/<file>` with the fixture inputs; returns the run id.
+    pub fn create(&self, id: &str, entry: &str) -> String {
+        let out = self
+            .cmd(&[
+                "run:create",
+                "--process-id",
+                "golden/demo",
+                "--entry",
+                entry,
+                "--inputs",
+                "inputs.json",
+                "--run-id",
+                id,
+                "--prompt",
+                "golden sample",
+                "--json",
+            ])
+            .ok();
+        assert_eq!(out.json()["runId"], id);
+        id.to_owned()
+    }
+
+    pub fn iterate(&self, id: &str) -> Value {
+        self.cmd(&["run:iterate", id, "--json"]).ok().json()
+    }
+
+    pub fn pending(&self, id: &str) -> Vec<Value> {
+        let v = self
+            .cmd(&["task:list", id, "--pending", "--json"])
+            .ok()
+            .json();
+        v["tasks"].as_array().unwrap().clone()
+    }
+
+    pub fn post_inline(&self, id: &str, effect: &str, value: &str) -> Out {
+        self.cmd(&[
+            "task:post",
+            id,
+            effect,
+            "--status",
+            "ok",
+            "--value-inline",
+            value,
+            "--json",
+        ])
+    }
+
+    /// The journal's event types, in order.
+    pub fn event_types(&self, id: &str) -> Vec<String> {
+        let v = self.cmd(&["run:events", id, "--json"]).ok().json();
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    pub fn journal_len(&self, id: &str) -> usize {
+        std::fs::read_dir(self.run_dir(id).join("journal"))
+            .unwrap()
+            .count()
+    }
+}
+
+/// Keys of a JSON object, in order.
+pub fn keys(v: &Value) -> Vec<&str> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+pub fn read_json(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
