@@ -1,0 +1,32 @@
+//! babysitter-transport-proxy: lets a harness speak its own LLM protocol to an upstream that
+//! speaks another one, without losing anything in translation.
+//!
+//! Why it is shaped this way: every protocol is decoded into one lossless [`canonical`] model
+//! (system prompts, images also inside tool results, tools and tool choice, the parallel-tool
+//! flag, reasoning with opaque signatures, a *total* stop-reason table, usage with set-not-add
+//! merging) and encoded from it. Adding a protocol then costs one decoder and one encoder per
+//! direction instead of one translator per pair, and the fidelity rules of the spec
+//! (`transport-proxy.md` §3.2, §11, §12) live in one place.
+//!
+//! Layout:
+//! * [`canonical`] — the model, the stop-reason table and usage merging (pure, no IO);
+//! * [`anthropic`], [`openai_chat`] — serde types of each wire protocol, request/response
+//!   conversion to and from canonical, and one explicit streaming state machine per direction;
+//! * [`sse`] — incremental server-sent-events parsing and frame writing;
+//! * [`error`] — the proxy's errors and their rendering in each protocol's own envelope;
+//! * [`config`] — the typed route / upstream configuration (secrets never logged);
+//! * [`server`] — the axum front (`/v1/messages`, `/v1/chat/completions`, `/health`) and the
+//!   reqwest upstream client.
+//!
+//! First-version scope (spec §0.1): Anthropic front ⇒ Chat upstream, and Chat front ⇒ Anthropic
+//! upstream, streaming and not. Responses, Gemini, retries and metrics come later.
+#![forbid(unsafe_code)]
+
+pub mod anthropic;
+pub mod canonical;
+pub mod config;
+pub mod error;
+pub mod openai_chat;
+pub mod pipeline;
+pub mod server;
+pub mod sse;
