@@ -580,3 +580,15 @@ async fn process_env_is_what_the_run_is_configured_with() {
         "nothing of the host environment leaks in"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_answers_even_without_its_process_file() {
+    let (h, its) =
+        run("export async function process(inputs, ctx) { await ctx.task(work, {}); return 5; }")
+            .await;
+    assert_eq!(its.last().unwrap().output, Some(json!(5)));
+    std::fs::remove_file(h.entry_path("main.mjs")).unwrap();
+    let again = h.engine.iterate(support::RUN).await.unwrap();
+    assert_eq!(again.status, IterationStatus::None);
+    assert_eq!(again.output, Some(json!(5)));
+}

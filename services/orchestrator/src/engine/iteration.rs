@@ -154,7 +154,6 @@ impl Engine {
     pub async fn iterate(&self, run_id: &str) -> Result<Iteration, EngineError> {
         let journal = self.journal().clone();
         let files = journal.run_files(run_id).await?;
-        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
         let mut warnings = Vec::new();
         // Only what this iteration needs from the index: no copy of thousands of records.
         let (mut head, pending, terminal) = journal
@@ -193,6 +192,9 @@ impl Engine {
                 head,
             });
         }
+
+        // Resolved only now: a finished run answers even if its process file has moved.
+        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
 
         // B1: a pending sleep whose time has passed is resolved, not skipped forever.
         let now = self.now_ms();
