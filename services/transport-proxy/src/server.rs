@@ -126,8 +126,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProxyError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { "body".to_owned() } else { path };
-        ProxyError::invalid(field, e.into_inner().to_string())
+        let message = e.into_inner().to_string();
+        // serde reports a missing field at its parent: name the field itself.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(name, _)| name.to_owned());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => name,
+            (".", None) => "body".to_owned(),
+            (_, Some(name)) => format!("{path}.{name}"),
+            (_, None) => path,
+        };
+        ProxyError::invalid(field, message)
     })
 }
 
