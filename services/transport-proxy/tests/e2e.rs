@@ -491,3 +491,37 @@ async fn errors_keep_status_and_protocol_envelope() {
         .unwrap_or_default();
     assert_eq!(health["ok"], true);
 }
+
+/// The official Python `anthropic` and `openai` SDKs drive the proxy (tests/sdk_clients.py):
+/// tool-call and tool-result turns, streaming and not. Needs the venv that
+/// `scripts/ensure-sdk-venv.sh` creates (`.ci/run` does); skips, saying why, without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_clients_drive_the_proxy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("../../.ci-work/venv-sdk/bin/python");
+    if !std::fs::metadata(&python).is_ok_and(|m| m.is_file()) {
+        eprintln!(
+            "SKIPPED: {} missing; run scripts/ensure-sdk-venv.sh",
+            python.display()
+        );
+        return;
+    }
+    let fx = start(Some("proxy-token"), "fake-gpt", 1 << 20).await;
+    let out = tokio::process::Command::new(&python)
+        .arg(root.join("tests/sdk_clients.py"))
+        .arg(&fx.proxy)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running python: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "sdk script failed\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok: ")).count(),
+        8,
+        "{stdout}"
+    );
+}
