@@ -48,7 +48,10 @@ struct Args {
 const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--json] [--runs-dir DIR] [--concurrency N]\n       babysitter run --resume <runId> [--yes] [--json] [--runs-dir DIR]";
 
 fn parse(args: &[String]) -> Result<Args> {
-    let mut a = Args { concurrency: 4, ..Args::default() };
+    let mut a = Args {
+        concurrency: 4,
+        ..Args::default()
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -56,7 +59,10 @@ fn parse(args: &[String]) -> Result<Args> {
             _ => (arg.as_str(), None),
         };
         let mut value = |name: &str| -> Result<String> {
-            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| anyhow!("{name} requires a value"))
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| anyhow!("{name} requires a value"))
         };
         match flag {
             "--inputs" => a.inputs = Some(PathBuf::from(value("--inputs")?)),
@@ -64,7 +70,9 @@ fn parse(args: &[String]) -> Result<Args> {
             "--resume" => a.resume = Some(value("--resume")?),
             "--harness" => a.harness = Some(value("--harness")?),
             "--concurrency" => {
-                a.concurrency = value("--concurrency")?.parse().context("--concurrency must be a positive number")?;
+                a.concurrency = value("--concurrency")?
+                    .parse()
+                    .context("--concurrency must be a positive number")?;
                 if a.concurrency == 0 {
                     bail!("--concurrency must be at least 1");
                 }
@@ -94,7 +102,11 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("babysitter run: cannot start the runtime: {e}");
@@ -117,8 +129,13 @@ fn runs_dir(args: &Args, env: &EnvMap) -> Result<PathBuf> {
         (None, Some(d)) => PathBuf::from(d),
         (None, None) => PathBuf::from(".a5c/runs"),
     };
-    let dir = if dir.is_absolute() { dir } else { std::env::current_dir()?.join(dir) };
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the runs directory {}", dir.display()))?;
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        std::env::current_dir()?.join(dir)
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the runs directory {}", dir.display()))?;
     Ok(dir)
 }
 
@@ -128,7 +145,11 @@ fn relative(path: &Path, base: &Path) -> String {
     let b: Vec<_> = base.components().collect();
     let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
     let mut parts: Vec<String> = vec!["..".to_owned(); b.len() - common];
-    parts.extend(p[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    parts.extend(
+        p[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
     parts.join("/")
 }
 
@@ -138,25 +159,37 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         Some((f, e)) if !e.is_empty() => (f, e),
         _ => (spec, "process"),
     };
-    let entry = std::fs::canonicalize(file).with_context(|| format!("process file {file} not found"))?;
-    let source = std::fs::read(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
+    let entry =
+        std::fs::canonicalize(file).with_context(|| format!("process file {file} not found"))?;
+    let source =
+        std::fs::read(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
     let inputs = match &args.inputs {
         Some(p) => {
-            let raw = std::fs::read(p).with_context(|| format!("inputs file {} not found", p.display()))?;
-            Some(serde_json::from_slice::<Value>(&raw).with_context(|| format!("inputs file {} is not valid JSON", p.display()))?)
+            let raw = std::fs::read(p)
+                .with_context(|| format!("inputs file {} not found", p.display()))?;
+            Some(
+                serde_json::from_slice::<Value>(&raw)
+                    .with_context(|| format!("inputs file {} is not valid JSON", p.display()))?,
+            )
         }
         None => None,
     };
     let run_id = ulid::Ulid::generate().to_string();
     let run_dir = runs.join(&run_id);
     let import_path = relative(&entry, &run_dir);
-    let process_id = entry.file_stem().and_then(|s| s.to_str()).unwrap_or("process").to_owned();
+    let process_id = entry
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("process")
+        .to_owned();
     use sha2::Digest;
     let mut proof = [0u8; 16];
     for (i, b) in proof.iter_mut().enumerate() {
         *b = ulid::Ulid::generate().random().to_le_bytes()[i];
     }
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
     let mut run = serde_json::Map::new();
     run.insert("runId".into(), json!(run_id));
     run.insert("request".into(), json!(process_id));
@@ -164,21 +197,44 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     if let Some(h) = &args.harness {
         run.insert("harness".into(), json!(h));
     }
-    run.insert("entrypoint".into(), json!({"importPath": import_path, "exportName": export}));
+    run.insert(
+        "entrypoint".into(),
+        json!({"importPath": import_path, "exportName": export}),
+    );
     run.insert("processPath".into(), json!(import_path));
     run.insert("layoutVersion".into(), json!("2026.01-storage-preview"));
     run.insert("createdAt".into(), json!(now));
-    run.insert("cwd".into(), json!(std::env::current_dir()?.display().to_string()));
+    run.insert(
+        "cwd".into(),
+        json!(std::env::current_dir()?.display().to_string()),
+    );
     run.insert("completionProof".into(), json!(hex::encode(proof)));
-    run.insert("processCodeHash".into(), json!(hex::encode(sha2::Sha256::digest(&source))));
+    run.insert(
+        "processCodeHash".into(),
+        json!(hex::encode(sha2::Sha256::digest(&source))),
+    );
     run.insert("sdkVersion".into(), json!("6.0.0"));
     let journal = engine.journal();
-    journal.create_run(&run_id, RunFiles { run_json: Value::Object(run), inputs_json: inputs.clone() }).await?;
+    journal
+        .create_run(
+            &run_id,
+            RunFiles {
+                run_json: Value::Object(run),
+                inputs_json: inputs.clone(),
+            },
+        )
+        .await?;
     let mut data = serde_json::Map::new();
     data.insert("runId".into(), json!(run_id));
     data.insert("processId".into(), json!(process_id));
-    data.insert("entrypoint".into(), json!({"importPath": import_path, "exportName": export}));
-    data.insert("processCodeHash".into(), json!(hex::encode(sha2::Sha256::digest(&source))));
+    data.insert(
+        "entrypoint".into(),
+        json!({"importPath": import_path, "exportName": export}),
+    );
+    data.insert(
+        "processCodeHash".into(),
+        json!(hex::encode(sha2::Sha256::digest(&source))),
+    );
     if inputs.is_some() {
         data.insert("inputsRef".into(), json!("inputs.json"));
     }
@@ -194,7 +250,11 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
     let engine = Engine::new(journal, EngineOptions::new(&runs))?;
     let run_id = match &args.resume {
         Some(id) => {
-            engine.journal().run_files(id).await.with_context(|| format!("run {id} not found in {}", runs.display()))?;
+            engine
+                .journal()
+                .run_files(id)
+                .await
+                .with_context(|| format!("run {id} not found in {}", runs.display()))?;
             id.clone()
         }
         None => create_run(&engine, &runs, &args).await?,
@@ -222,16 +282,41 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
         }
         match it.status {
             IterationStatus::Completed => {
-                ui.finished(&run_id, "completed", it.output.as_ref(), None, &engine, &started).await;
+                ui.finished(
+                    &run_id,
+                    "completed",
+                    it.output.as_ref(),
+                    None,
+                    &engine,
+                    &started,
+                )
+                .await;
                 return Ok(ExitCode::SUCCESS);
             }
             IterationStatus::None => {
-                ui.finished(&run_id, it.reason.as_deref().unwrap_or("finished"), it.output.as_ref(), None, &engine, &started).await;
+                ui.finished(
+                    &run_id,
+                    it.reason.as_deref().unwrap_or("finished"),
+                    it.output.as_ref(),
+                    None,
+                    &engine,
+                    &started,
+                )
+                .await;
                 return Ok(ExitCode::SUCCESS);
             }
             IterationStatus::Failed | IterationStatus::Halted => {
-                ui.finished(&run_id, it.status.as_str(), None, it.error.as_ref().or(it.reason.as_ref().map(|_| &Value::Null)), &engine, &started)
-                    .await;
+                ui.finished(
+                    &run_id,
+                    it.status.as_str(),
+                    None,
+                    it.error
+                        .as_ref()
+                        .or(it.reason.as_ref().map(|_| &Value::Null)),
+                    &engine,
+                    &started,
+                )
+                .await;
                 if let Some(r) = &it.reason {
                     ui.warn(r);
                 }
@@ -268,7 +353,10 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
             commit(&engine, &run_id, id, Ok(answer), None, None).await?;
             ui.effect_done(a, true, None);
         }
-        let work: Vec<Value> = runnable.into_iter().filter(|a| a["kind"] != "breakpoint").collect();
+        let work: Vec<Value> = runnable
+            .into_iter()
+            .filter(|a| a["kind"] != "breakpoint")
+            .collect();
         let sem = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
         let mut tasks = tokio::task::JoinSet::new();
         for a in work {
@@ -316,19 +404,37 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
     }
 }
 
-async fn commit(engine: &Engine, run_id: &str, effect_id: &str, outcome: Result<Value, Value>, stdout: Option<String>, stderr: Option<String>) -> Result<()> {
-    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+async fn commit(
+    engine: &Engine,
+    run_id: &str,
+    effect_id: &str,
+    outcome: Result<Value, Value>,
+    stdout: Option<String>,
+    stderr: Option<String>,
+) -> Result<()> {
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string();
     engine
         .commit_result(
             run_id,
-            Commit { effect_id: effect_id.to_owned(), outcome, stdout, stderr, started_at: None, finished_at: Some(now) },
+            Commit {
+                effect_id: effect_id.to_owned(),
+                outcome,
+                stdout,
+                stderr,
+                started_at: None,
+                finished_at: Some(now),
+            },
         )
         .await?;
     Ok(())
 }
 
 fn interrupted(ui: &Ui, run_id: &str) -> ExitCode {
-    ui.warn(&format!("stopped; the run is resumable: babysitter run --resume {run_id}"));
+    ui.warn(&format!(
+        "stopped; the run is resumable: babysitter run --resume {run_id}"
+    ));
     ExitCode::from(130)
 }
 

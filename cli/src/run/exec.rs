@@ -29,8 +29,13 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
     let def = &action["taskDef"];
     match action["kind"].as_str().unwrap_or_default() {
         "shell" => {
-            let command = def["shell"]["command"].as_str().context("shell task without shell.command")?;
-            let timeout = def["shell"]["timeout"].as_u64().map(Duration::from_millis).unwrap_or(DEFAULT_TIMEOUT);
+            let command = def["shell"]["command"]
+                .as_str()
+                .context("shell task without shell.command")?;
+            let timeout = def["shell"]["timeout"]
+                .as_u64()
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_TIMEOUT);
             let expected = def["shell"]["expectedExitCode"].as_i64().unwrap_or(0);
             let mut cmd = Command::new("sh");
             cmd.arg("-c").arg(command);
@@ -41,16 +46,30 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
             Ok(finish(r, expected, command))
         }
         "node" => {
-            let entry = def["node"]["entry"].as_str().context("node task without node.entry")?;
-            let timeout = def["node"]["timeoutMs"].as_u64().map(Duration::from_millis).unwrap_or(DEFAULT_TIMEOUT);
+            let entry = def["node"]["entry"]
+                .as_str()
+                .context("node task without node.entry")?;
+            let timeout = def["node"]["timeoutMs"]
+                .as_u64()
+                .map(Duration::from_millis)
+                .unwrap_or(DEFAULT_TIMEOUT);
             let mut cmd = Command::new("node");
             cmd.arg(entry);
             if let Some(args) = def["node"]["args"].as_array() {
-                cmd.args(args.iter().map(|a| a.as_str().map(str::to_owned).unwrap_or_else(|| a.to_string())));
+                cmd.args(args.iter().map(|a| {
+                    a.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| a.to_string())
+                }));
             }
             if let Some(env) = def["node"]["env"].as_object() {
                 for (k, v) in env {
-                    cmd.env(k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
+                    cmd.env(
+                        k,
+                        v.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| v.to_string()),
+                    );
                 }
             }
             if let Some(cwd) = def["node"]["cwd"].as_str() {
@@ -64,7 +83,10 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
                     .as_str()
                     .and_then(|p| std::fs::read(run_dir.join(p)).ok())
                     .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-                let from_stdout = done.stdout.as_deref().and_then(|s| serde_json::from_str::<Value>(s.trim()).ok());
+                let from_stdout = done
+                    .stdout
+                    .as_deref()
+                    .and_then(|s| serde_json::from_str::<Value>(s.trim()).ok());
                 if let Some(v) = from_file.or(from_stdout) {
                     done.outcome = Ok(v);
                 }
@@ -73,7 +95,9 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
         }
         // No hook dispatcher is configured in a local run: the hook ran nothing.
         "hook" => Ok(Done {
-            outcome: Ok(json!({"hookType": def["hook"]["hookType"], "success": true, "executedHooks": []})),
+            outcome: Ok(
+                json!({"hookType": def["hook"]["hookType"], "success": true, "executedHooks": []}),
+            ),
             stdout: None,
             stderr: None,
         }),
@@ -105,7 +129,11 @@ fn finish(r: Ran, expected: i64, what: &str) -> Done {
         Err(json!({"name": "CommandError", "message": message,
                    "data": {"exitCode": code.unwrap_or(-1), "stdout": r.stdout, "stderr": r.stderr, "error": message}}))
     };
-    Done { outcome, stdout: Some(r.stdout), stderr: Some(r.stderr) }
+    Done {
+        outcome,
+        stdout: Some(r.stdout),
+        stderr: Some(r.stderr),
+    }
 }
 
 async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
@@ -133,9 +161,18 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     s
 }
 
-async fn run(mut cmd: Command, action: &Value, run_dir: &Path, timeout: Duration, stop: &CancellationToken) -> Result<Ran> {
+async fn run(
+    mut cmd: Command,
+    action: &Value,
+    run_dir: &Path,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<Ran> {
     cmd.env("BABYSITTER_RUN_DIR", run_dir)
-        .env("BABYSITTER_EFFECT_ID", action["effectId"].as_str().unwrap_or_default())
+        .env(
+            "BABYSITTER_EFFECT_ID",
+            action["effectId"].as_str().unwrap_or_default(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -158,7 +195,10 @@ async fn run(mut cmd: Command, action: &Value, run_dir: &Path, timeout: Duration
             if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
                 let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
-            child.wait().await.context("waiting for the killed command")?
+            child
+                .wait()
+                .await
+                .context("waiting for the killed command")?
         }
     };
     let stdout = match out {
@@ -169,5 +209,10 @@ async fn run(mut cmd: Command, action: &Value, run_dir: &Path, timeout: Duration
         Some(h) => h.await.unwrap_or_default(),
         None => String::new(),
     };
-    Ok(Ran { code: status.code(), stdout, stderr, timed_out })
+    Ok(Ran {
+        code: status.code(),
+        stdout,
+        stderr,
+        timed_out,
+    })
 }

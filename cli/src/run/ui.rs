@@ -16,7 +16,10 @@ pub struct Ui {
 }
 
 fn label(a: &Value) -> String {
-    let l = a["label"].as_str().or(a["taskDef"]["title"].as_str()).unwrap_or("");
+    let l = a["label"]
+        .as_str()
+        .or(a["taskDef"]["title"].as_str())
+        .unwrap_or("");
     format!("{} {}", a["kind"].as_str().unwrap_or("task"), l)
 }
 
@@ -37,14 +40,21 @@ impl Ui {
     }
 
     fn paint(&self, code: &str, s: &str) -> String {
-        if self.color { format!("\x1b[{code}m{s}\x1b[0m") } else { s.to_owned() }
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
     }
 
     pub fn run_started(&self, run_id: &str, dir: &Path) {
         if self.json {
             self.event(json!({"event": "run.started", "runId": run_id, "runDir": dir.display().to_string()}));
         } else {
-            self.line(&self.paint("1", "▶"), &format!("run {run_id} ({})", dir.display()));
+            self.line(
+                &self.paint("1", "▶"),
+                &format!("run {run_id} ({})", dir.display()),
+            );
         }
     }
 
@@ -61,14 +71,22 @@ impl Ui {
         if self.json {
             self.event(json!({"event": "effect.completed", "effectId": a["effectId"], "kind": a["kind"], "ok": ok, "durationMs": ms}));
         } else {
-            let mark = if ok { self.paint("32", "✓") } else { self.paint("31", "✗") };
-            let took = ms.map(|m| format!(" ({:.1}s)", m as f64 / 1000.0)).unwrap_or_default();
+            let mark = if ok {
+                self.paint("32", "✓")
+            } else {
+                self.paint("31", "✗")
+            };
+            let took = ms
+                .map(|m| format!(" ({:.1}s)", m as f64 / 1000.0))
+                .unwrap_or_default();
             self.line(&mark, &format!("{}{took}", label(a)));
         }
     }
 
     pub fn sleeping(&self, effect_id: &str, until_ms: i64) {
-        let iso = chrono::DateTime::from_timestamp_millis(until_ms).map(|d| d.to_rfc3339()).unwrap_or_default();
+        let iso = chrono::DateTime::from_timestamp_millis(until_ms)
+            .map(|d| d.to_rfc3339())
+            .unwrap_or_default();
         if self.json {
             self.event(json!({"event": "effect.sleeping", "effectId": effect_id, "until": iso}));
         } else {
@@ -109,7 +127,9 @@ impl Ui {
     ) {
         let effects = engine
             .journal()
-            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect::<Vec<_>>())
+            .inspect(run_id, |_, idx| {
+                idx.effects.values().cloned().collect::<Vec<_>>()
+            })
             .await
             .unwrap_or_default();
         if self.json {
@@ -117,8 +137,15 @@ impl Ui {
                               "effects": effects.len()}));
             return;
         }
-        let mark = if status == "completed" { self.paint("32", "■") } else { self.paint("31", "■") };
-        self.line(&mark, &format!("run {run_id} {status} ({} effects)", effects.len()));
+        let mark = if status == "completed" {
+            self.paint("32", "■")
+        } else {
+            self.paint("31", "■")
+        };
+        self.line(
+            &mark,
+            &format!("run {run_id} {status} ({} effects)", effects.len()),
+        );
         let n = effects.len();
         for (i, r) in effects.iter().enumerate() {
             let branch = if i + 1 == n { "└─" } else { "├─" };
@@ -130,12 +157,21 @@ impl Ui {
             let _ = started;
             self.line(
                 &format!("  {branch}"),
-                &format!("{state} {} {} [{}]", r.kind.as_deref().unwrap_or("task"), r.label.as_deref().unwrap_or(&r.task_id), r.step_id),
+                &format!(
+                    "{state} {} {} [{}]",
+                    r.kind.as_deref().unwrap_or("task"),
+                    r.label.as_deref().unwrap_or(&r.task_id),
+                    r.step_id
+                ),
             );
         }
         if let Some(o) = output {
             let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", serde_json::to_string_pretty(o).unwrap_or_default());
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(o).unwrap_or_default()
+            );
         }
         if let Some(e) = error.filter(|e| !e.is_null()) {
             self.line(&self.paint("31", "error:"), &e.to_string());
@@ -146,7 +182,9 @@ impl Ui {
 /// Asks for a breakpoint's answer: `--yes` approves; a terminal prompts; otherwise `None`.
 pub fn ask_breakpoint(a: &Value, yes: bool, interactive: bool) -> Result<Option<Value>> {
     if yes {
-        return Ok(Some(json!({"approved": true, "response": "approved with --yes"})));
+        return Ok(Some(
+            json!({"approved": true, "response": "approved with --yes"}),
+        ));
     }
     if !interactive {
         return Ok(None);
@@ -156,7 +194,13 @@ pub fn ask_breakpoint(a: &Value, yes: bool, interactive: bool) -> Result<Option<
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "? {title}");
     if !payload.is_null() {
-        let _ = writeln!(err, "  {}", serde_json::to_string_pretty(payload).unwrap_or_default().replace('\n', "\n  "));
+        let _ = writeln!(
+            err,
+            "  {}",
+            serde_json::to_string_pretty(payload)
+                .unwrap_or_default()
+                .replace('\n', "\n  ")
+        );
     }
     let _ = write!(err, "  approve? [y/n] ");
     let _ = err.flush();

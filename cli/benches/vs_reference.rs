@@ -1,0 +1,217 @@
+//! `babysitter` CLI vs the reference's published CLI (npm `@a5c-ai/babysitter-sdk`), side by
+//! side in one run: per-command latency of `run:iterate`, `task:list`, `task:post`, and the whole
+//! CLI-driven loop for N = 10, 50, 200 sequential tasks and a parallel fan-out of 200.
+//! Prints its figures (`cargo bench -p babysitter-cli --bench vs_reference`).
+//!
+//! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
+//! `BABYSITTER_BENCH_N` (e.g. `10,50`) to shorten the run — the reference's N = 200 loop takes
+//! about seven minutes on this machine.
+
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use tokio::time::{Duration, Instant};
+
+const SEQ: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('trivial-step', (args, taskCtx) => ({ kind: 'node', title: `step ${args.i}`, description: 'trivial step; result is posted by the driver', node: { entry: 'scripts/noop.js', args: ['--i', String(args.i)] }, io: { inputJsonPath: `tasks/${taskCtx.effectId}/input.json`, outputJsonPath: `tasks/${taskCtx.effectId}/result.json` }, labels: ['bench'] }));\n\
+export async function process(inputs, ctx) { let sum = 0; for (let i = 0; i < inputs.n; i++) { const r = await ctx.task(step, { i }, { label: `step-${i}` }); sum += r.value; } return { mode: 'sequential', n: inputs.n, sum }; }\n";
+
+const PAR: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('trivial-par-step', (args) => ({ kind: 'node', title: `step ${args.i}`, node: { entry: 'scripts/noop.js', args: ['--i', String(args.i)] }, labels: ['bench'] }));\n\
+export async function process(inputs, ctx) { const rs = await ctx.parallel.all(Array.from({ length: inputs.n }, (_, i) => () => ctx.task(step, { i }, { label: `par-${i}` }))); return { mode: 'parallel', n: inputs.n, sum: rs.reduce((a, r) => a + r.value, 0) }; }\n";
+
+#[derive(Default)]
+struct Times {
+    iterate: Vec<Duration>,
+    list: Vec<Duration>,
+    post: Vec<Duration>,
+    total: Duration,
+}
+
+fn mean(v: &[Duration]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.iter().map(Duration::as_secs_f64).sum::<f64>() / v.len() as f64 * 1000.0
+}
+
+fn run(cmd: &[String], cwd: &Path) -> (Value, Duration) {
+    let t = Instant::now();
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .current_dir(cwd)
+        .output()
+        .expect("spawn cli");
+    let took = t.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
+    if v.is_null() && !out.status.success() {
+        panic!(
+            "{:?} failed: {}{}",
+            cmd,
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (v, took)
+}
+
+/// Drives one run to completion through a CLI binary (`cli` = argv prefix).
+fn drive(cli: &[String], source: &str, n: u64) -> Times {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("process.mjs"), source).unwrap();
+    std::fs::write(dir.path().join("inputs.json"), format!("{{\"n\": {n}}}")).unwrap();
+    // The reference imports the SDK with Node's resolution: make it resolvable from here.
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.ci-work/ref-cli/node_modules/@a5c-ai/babysitter-sdk");
+    if sdk.is_dir() {
+        let link = dir.path().join("node_modules/@a5c-ai");
+        std::fs::create_dir_all(&link).unwrap();
+        std::os::unix::fs::symlink(sdk.canonicalize().unwrap(), link.join("babysitter-sdk"))
+            .unwrap();
+    }
+    let runs = dir.path().join(".a5c/runs");
+    let arg = |s: &str| s.to_owned();
+    let mut cmd: Vec<String> = cli.to_vec();
+    cmd.extend([
+        arg("run:create"),
+        arg("--process-id"),
+        arg("bench/p"),
+        arg("--entry"),
+        format!("{}#process", dir.path().join("process.mjs").display()),
+        arg("--inputs"),
+        arg("inputs.json"),
+        arg("--runs-dir"),
+        runs.display().to_string(),
+        arg("--json"),
+    ]);
+    let start = Instant::now();
+    let (created, _) = run(&cmd, dir.path());
+    let run_dir = created["runDir"].as_str().expect("runDir").to_owned();
+    let mut t = Times::default();
+    let with = |extra: &[&str]| -> Vec<String> {
+        let mut c = cli.to_vec();
+        c.extend(extra.iter().map(|s| s.to_string()));
+        c.extend([arg("--runs-dir"), runs.display().to_string(), arg("--json")]);
+        c
+    };
+    std::fs::write(dir.path().join("value.json"), "{\"value\": 1}").unwrap();
+    let value = dir.path().join("value.json").display().to_string();
+    loop {
+        let (it, took) = run(&with(&["run:iterate", &run_dir]), dir.path());
+        t.iterate.push(took);
+        match it["status"].as_str() {
+            Some("waiting") => {}
+            Some("completed") => break,
+            other => panic!("unexpected iterate status {other:?}: {it}"),
+        }
+        let (list, took) = run(&with(&["task:list", &run_dir, "--pending"]), dir.path());
+        t.list.push(took);
+        let tasks = list["tasks"].as_array().cloned().unwrap_or_default();
+        assert!(!tasks.is_empty(), "waiting without pending tasks");
+        for task in tasks {
+            let id = task["effectId"].as_str().unwrap();
+            let (_, took) = run(
+                &with(&[
+                    "task:post",
+                    &run_dir,
+                    id,
+                    "--status",
+                    "ok",
+                    "--value",
+                    &value,
+                ]),
+                dir.path(),
+            );
+            t.post.push(took);
+        }
+    }
+    t.total = start.elapsed();
+    t
+}
+
+fn reference_cli(repo: &Path) -> Option<Vec<String>> {
+    let prefix = repo.join(".ci-work/ref-cli");
+    let bin = prefix.join("node_modules/.bin/babysitter");
+    if !bin.is_file() {
+        eprintln!(
+            "installing the reference CLI (npm @a5c-ai/babysitter-sdk@0.0.187) into {}",
+            prefix.display()
+        );
+        let ok = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg("@a5c-ai/babysitter-sdk@0.0.187")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok || !bin.is_file() {
+            eprintln!("the reference CLI could not be installed; printing our figures only");
+            return None;
+        }
+    }
+    Some(vec![bin.display().to_string()])
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let repo: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap();
+    let ours = vec![env!("CARGO_BIN_EXE_babysitter").to_owned()];
+    let reference = reference_cli(&repo);
+    let ns: Vec<u64> = std::env::var("BABYSITTER_BENCH_N")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10, 50, 200]);
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
+        "scenario",
+        "iterate",
+        "list",
+        "post",
+        "loop",
+        "ref iter",
+        "ref list",
+        "ref post",
+        "ref loop"
+    );
+    let mut cases: Vec<(String, &str, u64)> = ns
+        .iter()
+        .map(|n| (format!("sequential N={n}"), SEQ, *n))
+        .collect();
+    cases.push(("parallel fan-out 200".into(), PAR, 200));
+    for (name, src, n) in cases {
+        let a = drive(&ours, src, n);
+        let b = reference.as_ref().map(|r| drive(r, src, n));
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        match b {
+            Some(b) => println!(
+                "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:.0}x {:.0}x {:.0}x {:.0}x",
+                mean(&a.iterate),
+                mean(&a.list),
+                mean(&a.post),
+                ms(a.total),
+                mean(&b.iterate),
+                mean(&b.list),
+                mean(&b.post),
+                ms(b.total),
+                mean(&b.iterate) / mean(&a.iterate),
+                mean(&b.list) / mean(&a.list),
+                mean(&b.post) / mean(&a.post),
+                ms(b.total) / ms(a.total)
+            ),
+            None => println!(
+                "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | (reference not available)",
+                mean(&a.iterate),
+                mean(&a.list),
+                mean(&a.post),
+                ms(a.total)
+            ),
+        }
+    }
+}
