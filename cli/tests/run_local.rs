@@ -8,7 +8,10 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn babysitter() -> Command {
@@ -18,29 +21,57 @@ fn babysitter() -> Command {
 }
 
 fn events(stdout: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 #[test]
 fn quickstart_runs_end_to_end_without_keys() {
     let runs = tempfile::tempdir().unwrap();
     let out = babysitter()
-        .args(["run", "examples/quickstart/process.mjs", "--inputs", "examples/quickstart/inputs.json", "--yes", "--json", "--runs-dir"])
+        .args([
+            "run",
+            "examples/quickstart/process.mjs",
+            "--inputs",
+            "examples/quickstart/inputs.json",
+            "--yes",
+            "--json",
+            "--runs-dir",
+        ])
         .arg(runs.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ev = events(&out.stdout);
-    let done: Vec<&Value> = ev.iter().filter(|e| e["event"] == "effect.completed").collect();
-    assert_eq!(done.len(), 6, "shell, 3 node counts, 2 shells after... {ev:?}");
+    let done: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["event"] == "effect.completed")
+        .collect();
+    assert_eq!(
+        done.len(),
+        6,
+        "shell, 3 node counts, 2 shells after... {ev:?}"
+    );
     assert!(done.iter().all(|e| e["ok"] == true));
     let finished = ev.iter().find(|e| e["event"] == "run.finished").unwrap();
     assert_eq!(finished["status"], "completed");
     assert_eq!(finished["output"]["greeting"], "hello, babysitter");
     assert_eq!(finished["output"]["published"], true);
-    let readme_words = std::fs::read_to_string(repo().join("README.md")).unwrap().split_whitespace().count();
+    let readme_words = std::fs::read_to_string(repo().join("README.md"))
+        .unwrap()
+        .split_whitespace()
+        .count();
     assert_eq!(finished["output"]["words"]["README.md"], readme_words);
-    assert!(ev.iter().any(|e| e["event"] == "effect.sleeping"), "the sleep was a real effect");
+    assert!(
+        ev.iter().any(|e| e["event"] == "effect.sleeping"),
+        "the sleep was a real effect"
+    );
     // The run is an ordinary babysitter run directory.
     let run_id = ev[0]["runId"].as_str().unwrap();
     let journal = runs.path().join(run_id).join("journal");
@@ -58,11 +89,22 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
          export async function process(inputs, ctx) { return (await ctx.task(wait, { mark: inputs.mark })).stdout.trim(); }\n";
     std::fs::write(&process, src).unwrap();
     let inputs = dir.path().join("inputs.json");
-    std::fs::write(&inputs, serde_json::json!({"mark": mark.display().to_string()}).to_string())
+    std::fs::write(
+        &inputs,
+        serde_json::json!({"mark": mark.display().to_string()}).to_string(),
+    )
     .unwrap();
     let runs = dir.path().join("runs");
     let mut child = babysitter()
-        .args(["run", process.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--json", "--runs-dir", runs.to_str().unwrap()])
+        .args([
+            "run",
+            process.to_str().unwrap(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--json",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -84,9 +126,26 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     std::fs::write(&mark, "").unwrap();
-    let out = babysitter().args(["run", "--resume", &run_id, "--json", "--runs-dir", runs.to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let finished = events(&out.stdout).into_iter().find(|e| e["event"] == "run.finished").unwrap();
+    let out = babysitter()
+        .args([
+            "run",
+            "--resume",
+            &run_id,
+            "--json",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let finished = events(&out.stdout)
+        .into_iter()
+        .find(|e| e["event"] == "run.finished")
+        .unwrap();
     assert_eq!(finished["output"], "ready");
 }
 
@@ -101,18 +160,40 @@ fn agent_tasks_say_they_need_the_harness_launcher() {
          export async function process(inputs, ctx) { return ctx.task(plan, {}); }\n",
     )
     .unwrap();
-    let out = babysitter().args(["run", process.to_str().unwrap(), "--runs-dir"]).arg(dir.path().join("runs")).output().unwrap();
+    let out = babysitter()
+        .args(["run", process.to_str().unwrap(), "--runs-dir"])
+        .arg(dir.path().join("runs"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("kind `agent`") && err.contains("harness launcher") && err.contains("--resume"), "{err}");
+    assert!(
+        err.contains("kind `agent`")
+            && err.contains("harness launcher")
+            && err.contains("--resume"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bad_invocations_are_explained() {
-    let out = babysitter().args(["run", "no/such/process.mjs"]).output().unwrap();
+    let out = babysitter()
+        .args(["run", "no/such/process.mjs"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/process.mjs"));
-    let out = babysitter().args(["run", "examples/quickstart/process.mjs", "--inputs", "Cargo.toml", "--runs-dir", "/tmp/never-used-runs"]).output().unwrap();
+    let out = babysitter()
+        .args([
+            "run",
+            "examples/quickstart/process.mjs",
+            "--inputs",
+            "Cargo.toml",
+            "--runs-dir",
+            "/tmp/never-used-runs",
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not valid JSON"));
     let out = babysitter().args(["run", "--bogus"]).output().unwrap();
