@@ -174,6 +174,53 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// Writes several files atomically with two filesystem syncs instead of one fsync each: every
+/// file goes to a temp file, one `syncfs` makes all of them durable, each is renamed into place
+/// (a crash leaves whole files or none, never an empty one), and a second `syncfs` makes the
+/// renames durable. A single file uses the per-file fsync path.
+fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
+    if files.len() < 2 {
+        for (path, bytes) in files {
+            write_atomic(path, bytes)?;
+        }
+        return Ok(());
+    }
+    let mut staged = Vec::with_capacity(files.len());
+    let result = (|| {
+        for (path, bytes) in files {
+            let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let tmp = path.with_file_name(format!(
+                "{}.tmp-{}-{n}",
+                path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
+                std::process::id()
+            ));
+            let io = |e| JournalError::io(path.display(), e);
+            let mut f = File::create(&tmp).map_err(io)?;
+            staged.push((tmp, path.clone()));
+            f.write_all(bytes).map_err(io)?;
+        }
+        if let Some((tmp, _)) = staged.first() {
+            let f = File::open(tmp).map_err(|e| JournalError::io(tmp.display(), e))?;
+            rustix::fs::syncfs(&f).map_err(|e| JournalError::io(tmp.display(), e.into()))?;
+        }
+        for (tmp, path) in &staged {
+            fs::rename(tmp, path).map_err(|e| JournalError::io(path.display(), e))?;
+        }
+        // And the renames (directory entries, new directories) in one more sync.
+        if let Some((_, path)) = staged.first() {
+            let f = File::open(path).map_err(|e| JournalError::io(path.display(), e))?;
+            rustix::fs::syncfs(&f).map_err(|e| JournalError::io(path.display(), e.into()))?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for (tmp, _) in &staged {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+    result
+}
+
 fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -422,10 +469,11 @@ impl JournalStore for FsStore {
                     head,
                 });
             }
-            for (name, bytes) in &files {
-                let path = journal_dir.join(name);
-                write_atomic(&path, bytes)?;
-            }
+            let staged: Vec<(PathBuf, &[u8])> = files
+                .iter()
+                .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
+                .collect();
+            write_all_atomic(&staged)?;
             fsync_dir(&journal_dir)
         })
         .await
@@ -628,6 +676,23 @@ impl JournalStore for FsStore {
                 fs::create_dir_all(parent).map_err(|e| JournalError::io(parent.display(), e))?;
             }
             write_atomic(&path, &content)
+        })
+        .await
+    }
+
+    async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
+        let dir = self.existing_run_dir(run_id)?;
+        self.blocking(move |_| {
+            let mut staged = Vec::with_capacity(files.len());
+            for (file, bytes) in &files {
+                let path = dir.join(file.path());
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent)
+                        .map_err(|e| JournalError::io(parent.display(), e))?;
+                }
+                staged.push((path, bytes.as_ref()));
+            }
+            write_all_atomic(&staged)
         })
         .await
     }

@@ -557,6 +557,27 @@ impl Journal {
         spawn_whole(async move { store.put_run_file(&run_id, &file, content).await }).await
     }
 
+    /// Stores several run files at once (one durability sync on the filesystem), with the same
+    /// JSON rule as [`Journal::put_run_file`].
+    pub async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let mut out = Vec::with_capacity(files.len());
+        for (file, content) in files {
+            let content = if file.name().ends_with(".json") {
+                let value: Value = serde_json::from_slice(&content).map_err(|e| {
+                    JournalError::invalid("run file", format!("{file} is not valid JSON: {e}"))
+                })?;
+                Bytes::from(jsjson::to_file_string(&value))
+            } else {
+                content
+            };
+            out.push((file, content));
+        }
+        let store = self.inner.store.clone();
+        let run_id = run_id.to_owned();
+        spawn_whole(async move { store.put_run_files(&run_id, out).await }).await
+    }
+
     pub async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
         validate_id("run id", run_id)?;
         self.inner.store.get_run_file(run_id, file).await

@@ -218,6 +218,14 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     /// Writes a run file (`tasks/<effectId>/<name>` or `state/<name>`), replacing it.
     async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()>;
 
+    /// Writes several run files; backends may make them durable together (one sync).
+    async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
+        for (file, content) in files {
+            self.put_run_file(run_id, &file, content).await?;
+        }
+        Ok(())
+    }
+
     /// Reads a run file; [`JournalError::RunFileNotFound`] when absent.
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes>;
 

@@ -523,6 +523,26 @@ pub async fn run_files(f: Factory) {
             "{bad}: {r:?}"
         );
     }
+    let batch: Vec<(RunFile, Bytes)> = (0..3)
+        .map(|i| {
+            (
+                RunFile::task(&format!("E{i}"), "task.json").unwrap(),
+                Bytes::from(format!("{{\"i\":{i}}}")),
+            )
+        })
+        .collect();
+    j.put_run_files(&id, batch).await.unwrap();
+    for i in 0..3 {
+        let got = journal(&f)
+            .get_run_file(&id, &RunFile::task(&format!("E{i}"), "task.json").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            &got[..],
+            format!("{{\n  \"i\": {i}\n}}\n").as_bytes(),
+            "batched files are written in babysitter's form"
+        );
+    }
     let missing = j
         .get_run_file(&id, &RunFile::task(effect, "result.json").unwrap())
         .await;

@@ -460,16 +460,18 @@ impl Engine {
         let journal = self.journal();
         let now = self.now_ms();
         let mut events = Vec::new();
-        // task.json first, then the request events: a reader never finds a request without its task.
+        // task.json first (all of them, one durability sync), then the request events: a reader
+        // never finds a request without its task.
+        let mut task_files = Vec::with_capacity(report.requests.len());
         for r in &report.requests {
-            journal
-                .put_run_file(
-                    run_id,
-                    &RunFile::task(&r.effect_id, "task.json")?,
-                    Bytes::from(r.task_json.clone()),
-                )
-                .await?;
+            task_files.push((
+                RunFile::task(&r.effect_id, "task.json")?,
+                Bytes::from(r.task_json.clone()),
+            ));
             events.push(self.event(EventType::EffectRequested, request_data(r), now));
+        }
+        if !task_files.is_empty() {
+            journal.put_run_files(run_id, task_files).await?;
         }
         self.emit_logs(run_id, &report).await?;
         let requested: Vec<String> = report
