@@ -189,19 +189,15 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
             run.id
         );
     }
-    if !finished {
+    // B2: `RUN_ITERATION` is journaled in the same append as the iteration's own events.
+    let marker = (!finished).then(|| {
         let mut data = Map::new();
         data.insert("iteration".into(), json!(count + 1));
-        run.append(EventType::RunIteration, data, &run_json, cli.env)
-            .await
-            .map_err(|e| match e.downcast_ref::<JournalError>() {
-                Some(j) => journal_message(j),
-                None => format!("{e:#}"),
-            })?;
-    }
+        crate::compat::runs::new_event(EventType::RunIteration, data, &run_json, cli.env)
+    });
     let engine = run.engine().map_err(|e| format!("{e:#}"))?;
     let it = engine
-        .iterate(&run.id)
+        .iterate_with(&run.id, marker)
         .await
         .map_err(|e| engine_message(&e))?;
     let last_lifecycle = async {

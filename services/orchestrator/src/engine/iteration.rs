@@ -152,6 +152,18 @@ fn terminal_status(ty: &str) -> IterationStatus {
 impl Engine {
     /// Runs one iteration of `run_id`.
     pub async fn iterate(&self, run_id: &str) -> Result<Iteration, EngineError> {
+        self.iterate_with(run_id, None).await
+    }
+
+    /// [`Engine::iterate`], journaling `marker` (e.g. babysitter's `RUN_ITERATION`) in the same
+    /// append as the iteration's own events — one durable write instead of two. A finished run
+    /// gets no marker.
+    pub async fn iterate_with(
+        &self,
+        run_id: &str,
+        marker: Option<NewEvent>,
+    ) -> Result<Iteration, EngineError> {
+        let mut marker = marker;
         let journal = self.journal().clone();
         let files = journal.run_files(run_id).await?;
         let mut warnings = Vec::new();
@@ -240,6 +252,9 @@ impl Engine {
             warnings.push("Process code changed since last recorded process hash; replay may need journal reconstruction.".into());
         }
         if !pre.is_empty() {
+            if let Some(m) = marker.take() {
+                pre.insert(0, m);
+            }
             let committed = journal.append(run_id, head.seq + 1, pre).await?;
             if let Some(last) = committed.last() {
                 head = Head {
@@ -260,7 +275,7 @@ impl Engine {
                 self.fail_run(run_id, head, &e, warnings).await
             }
             Ok((report, warm)) => {
-                self.finish(run_id, &info, head, report, warm, warnings)
+                self.finish(run_id, &info, head, report, warm, warnings, marker)
                     .await
             }
             Err(EngineError::Host(e)) => self.fail_run(run_id, head, &e, warnings).await,
@@ -456,10 +471,11 @@ impl Engine {
         report: DriveReport,
         warm: bool,
         warnings: Vec<String>,
+        marker: Option<NewEvent>,
     ) -> Result<Iteration, EngineError> {
         let journal = self.journal();
         let now = self.now_ms();
-        let mut events = Vec::new();
+        let mut events: Vec<NewEvent> = marker.into_iter().collect();
         // task.json first (all of them, one durability sync), then the request events: a reader
         // never finds a request without its task.
         let mut task_files = Vec::with_capacity(report.requests.len());
