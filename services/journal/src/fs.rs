@@ -156,13 +156,18 @@ fn head_of(entries: &[Entry]) -> Head {
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// babysitter's atomic write: temp file next to the target, fsync, rename over it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// `<name>.tmp-<pid>-<n>` next to `path`: never ends in `.json`, so loaders skip it.
+fn tmp_path(path: &Path) -> PathBuf {
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = path.with_file_name(format!(
+    path.with_file_name(format!(
         "{}.tmp-{}-{n}",
         path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
         std::process::id()
-    ));
+    ))
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
     let io = |e| JournalError::io(path.display(), e);
     let mut f = File::create(&tmp).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
@@ -188,12 +193,7 @@ fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
     let mut staged = Vec::with_capacity(files.len());
     let result = (|| {
         for (path, bytes) in files {
-            let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-            let tmp = path.with_file_name(format!(
-                "{}.tmp-{}-{n}",
-                path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
-                std::process::id()
-            ));
+            let tmp = tmp_path(path);
             let io = |e| JournalError::io(path.display(), e);
             let mut f = File::create(&tmp).map_err(io)?;
             staged.push((tmp, path.clone()));

@@ -3,7 +3,7 @@
 //! one `EFFECT_RESOLVED`. Failed shell effects are committed as `ok` with
 //! `{success:false, exitCode, stdout, stderr, error}` (the reference's F15).
 
-use babysitter_journal::index::EffectStatus;
+use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{EventType, Head, NewEvent};
 use bytes::Bytes;
@@ -40,28 +40,67 @@ fn error_doc(e: &Value) -> Value {
 }
 
 impl Engine {
-    /// Commits the result of a pending effect; returns the new head.
-    pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
-        let journal = self.journal();
-        let (head, record) = journal
+    /// The head and the record of an effect that must still be pending.
+    async fn pending_record(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+    ) -> Result<(Head, EffectRecord), EngineError> {
+        let (head, record) = self
+            .journal()
             .inspect(run_id, |h, idx| {
-                (h.clone(), idx.effects.get(&c.effect_id).cloned())
+                (h.clone(), idx.effects.get(effect_id).cloned())
             })
             .await?;
         let record = record.ok_or_else(|| EngineError::InvalidRun {
             run_id: run_id.to_owned(),
-            reason: format!("effect {} was not requested", c.effect_id),
+            reason: format!("effect {effect_id} was not requested"),
         })?;
         if record.status != EffectStatus::Requested {
             return Err(EngineError::InvalidRun {
                 run_id: run_id.to_owned(),
                 reason: format!(
-                    "effect {} is not pending (status {})",
-                    c.effect_id,
+                    "effect {effect_id} is not pending (status {})",
                     record.status.as_str()
                 ),
             });
         }
+        Ok((head, record))
+    }
+
+    /// Writes the effect's `result.json`, then journals `event` right after `head`.
+    async fn settle_effect(
+        &self,
+        run_id: &str,
+        effect_id: &str,
+        head: Head,
+        result: Map<String, Value>,
+        event: NewEvent,
+    ) -> Result<Head, EngineError> {
+        let journal = self.journal();
+        journal
+            .put_run_file(
+                run_id,
+                &RunFile::task(effect_id, "result.json")?,
+                Bytes::from(Value::Object(result).to_string()),
+            )
+            .await?;
+        let mut event = event;
+        event.recorded_at = Some(iso(self.now_ms()));
+        let committed = journal.append(run_id, head.seq + 1, vec![event]).await?;
+        Ok(committed
+            .last()
+            .map(|e| Head {
+                seq: e.seq,
+                ulid: e.ulid.clone(),
+            })
+            .unwrap_or(head))
+    }
+
+    /// Commits the result of a pending effect; returns the new head.
+    pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
+        let journal = self.journal();
+        let (head, record) = self.pending_record(run_id, &c.effect_id).await?;
         let mut outcome = c.outcome.clone();
         if record.kind.as_deref() == Some("shell")
             && let Err(e) = &outcome
@@ -132,13 +171,6 @@ impl Engine {
             doc.insert("value".into(), identity::key_sorted_clone(v));
         }
         doc.insert("sdkVersion".into(), json!("6.0.0"));
-        journal
-            .put_run_file(
-                run_id,
-                &RunFile::task(id, "result.json")?,
-                Bytes::from(Value::Object(doc).to_string()),
-            )
-            .await?;
         let mut data = Map::new();
         data.insert("effectId".into(), json!(id));
         data.insert(
@@ -171,16 +203,8 @@ impl Engine {
             };
             data.insert("breakpointId".into(), json!(bp_id));
         }
-        let mut ev = NewEvent::new(EventType::EffectResolved, Value::Object(data));
-        ev.recorded_at = Some(iso(self.now_ms()));
-        let committed = journal.append(run_id, head.seq + 1, vec![ev]).await?;
-        Ok(committed
-            .last()
-            .map(|e| Head {
-                seq: e.seq,
-                ulid: e.ulid.clone(),
-            })
-            .unwrap_or(head))
+        let event = NewEvent::new(EventType::EffectResolved, Value::Object(data));
+        self.settle_effect(run_id, id, head, doc, event).await
     }
 }
 
@@ -193,25 +217,7 @@ impl Engine {
         effect_id: &str,
         reason: Option<&str>,
     ) -> Result<Head, EngineError> {
-        let journal = self.journal();
-        let (head, record) = journal
-            .inspect(run_id, |h, idx| {
-                (h.clone(), idx.effects.get(effect_id).cloned())
-            })
-            .await?;
-        let record = record.ok_or_else(|| EngineError::InvalidRun {
-            run_id: run_id.to_owned(),
-            reason: format!("effect {effect_id} was not requested"),
-        })?;
-        if record.status != EffectStatus::Requested {
-            return Err(EngineError::InvalidRun {
-                run_id: run_id.to_owned(),
-                reason: format!(
-                    "effect {effect_id} is not pending (status {})",
-                    record.status.as_str()
-                ),
-            });
-        }
+        let (head, record) = self.pending_record(run_id, effect_id).await?;
         let message = reason.unwrap_or("Effect cancelled");
         let mut doc = Map::new();
         doc.insert("schemaVersion".into(), json!("2026.01.results-v1"));
@@ -233,27 +239,13 @@ impl Engine {
         }
         doc.insert("metadata".into(), Value::Object(meta));
         doc.insert("sdkVersion".into(), json!("6.0.0"));
-        journal
-            .put_run_file(
-                run_id,
-                &RunFile::task(effect_id, "result.json")?,
-                Bytes::from(Value::Object(doc).to_string()),
-            )
-            .await?;
         let mut data = Map::new();
         data.insert("effectId".into(), json!(effect_id));
         if let Some(r) = reason {
             data.insert("reason".into(), json!(r));
         }
-        let mut ev = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
-        ev.recorded_at = Some(iso(self.now_ms()));
-        let committed = journal.append(run_id, head.seq + 1, vec![ev]).await?;
-        Ok(committed
-            .last()
-            .map(|e| Head {
-                seq: e.seq,
-                ulid: e.ulid.clone(),
-            })
-            .unwrap_or(head))
+        let event = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
+        self.settle_effect(run_id, effect_id, head, doc, event)
+            .await
     }
 }
