@@ -8,20 +8,24 @@
 //! - [`lock`]: whole-command exclusion on a run, waiting quietly with one message.
 //! - [`output`]: Node-exact JSON and the reference's error forms.
 //! - [`run`], [`task`], [`health`]: the commands, one module per verb.
+//! - [`hook`], [`session`]: `hook:run` (the stop hook, §6.1) and the session-file commands (§6.2–6.3).
 //!
 //! Behaviour fixes of the reference kept here (formats unchanged, §11.2): `run:iterate` appends
 //! `RUN_ITERATION` and reports true counts (B2), `hookStatus` never claims hooks ran (B12),
 //! `task:post` exits 0 when an error result was committed (B7), `run:halt` on a terminal run is a
-//! no-op unless `--force` (B18), no `node_modules` symlink in the user's tree (B17), `run:create`
+//! no-op unless `--force` (B18), the stop hook's ambiguous missing-session recovery blocks with
+//! an explanation instead of silently ending the loop (B20), no `node_modules` symlink in the user's tree (B17), `run:create`
 //! refuses to overwrite an existing run.
 
 mod args;
 mod health;
+mod hook;
 mod lock;
 mod output;
 mod paths;
 mod run;
 mod runs;
+mod session;
 mod task;
 mod usage;
 
@@ -155,13 +159,9 @@ const NOT_YET: &[&str] = &[
     "run:recover-process-error",
     "log",
     "hook:log",
-    "hook:run",
     "skill:discover",
     "skill:fetch-remote",
-    "session:init",
-    "session:associate",
     "session:resume",
-    "session:state",
     "session:update",
     "session:check-iteration",
     "session:last-message",
@@ -223,6 +223,10 @@ const IMPLEMENTED: &[&str] = &[
     "task:list",
     "task:show",
     "health",
+    "hook:run",
+    "session:init",
+    "session:associate",
+    "session:state",
     "version",
 ];
 
@@ -254,6 +258,10 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "task:post" => task::post::run(cli).await,
         "task:cancel" => task::cancel::run(cli).await,
         "health" => health::run(cli).await,
+        "hook:run" => hook::run(cli).await,
+        "session:init" => session::init(cli).await,
+        "session:associate" => session::associate(cli).await,
+        "session:state" => session::state(cli).await,
         other => {
             unknown_command(other).report_pretty(cli.args.json());
             Ok(1)
