@@ -508,7 +508,12 @@ fn compat_hook_no_session_allows_the_stop() {
     assert_eq!(out.stdout.trim_end(), "{}");
     let out = h.stop(&payload("never-initialised", "")).ok();
     assert_eq!(out.stdout.trim_end(), "{}");
-    assert!(!h.state_dir().join("never-initialised.md").exists());
+    assert!(
+        !h.state_dir()
+            .join("never-initialised.md")
+            .try_exists()
+            .unwrap()
+    );
 }
 
 #[test]
@@ -570,7 +575,7 @@ fn compat_hook_missing_session_recovery_single_and_ambiguous() {
         assert_eq!(e["reason"], "ambiguous_session_recovery");
         assert_eq!(e["candidateRunIds"], json!(["amb-a", "amb-b"]));
     }
-    assert!(!h.state_dir().join("sess-amb.md").exists());
+    assert!(!h.state_dir().join("sess-amb.md").try_exists().unwrap());
 }
 
 #[test]

@@ -13,7 +13,9 @@
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use babysitter_journal::EventType;
 use babysitter_journal::index::EffectRecord;
@@ -439,7 +441,7 @@ impl StopHook<'_, '_> {
         let mut file = match file {
             Some(f) => f,
             None => match self.recover(&sid, &path).await? {
-                Recovery::Recovered(f) => f,
+                Recovery::Recovered(f) => *f,
                 Recovery::Done(code) => return Ok(code),
             },
         };
@@ -777,7 +779,7 @@ impl StopHook<'_, '_> {
                     path.display(),
                     run.id
                 );
-                Ok(Recovery::Recovered(file))
+                Ok(Recovery::Recovered(Box::new(file)))
             }
             n => {
                 let ids: Vec<String> = candidates.iter().map(|(r, _)| r.id.clone()).collect();
@@ -807,7 +809,7 @@ impl StopHook<'_, '_> {
 }
 
 enum Recovery {
-    Recovered(SessionFile),
+    Recovered(Box<SessionFile>),
     Done(u8),
 }
 

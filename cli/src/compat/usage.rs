@@ -12,6 +12,10 @@ pub const USAGE: &str = "Usage:
   babysitter task:show <runDir> <effectId> [--json]
   babysitter task:cancel <runDir> <effectId> [--reason <text>] [--json]
   babysitter health [--json] [--verbose]
+  babysitter hook:run --hook-type <stop|session-end> [--harness <name>] [--state-dir <dir>] [--json]   (hook JSON on stdin)
+  babysitter session:init --session-id <id> [--state-dir <dir>] [--max-iterations <n>] [--run-id <id>] [--prompt <text>] [--json]
+  babysitter session:associate --session-id <id> --run-id <id> [--state-dir <dir>] [--force] [--json]
+  babysitter session:state --session-id <id> [--state-dir <dir>] [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
