@@ -198,6 +198,8 @@ struct RunFacts {
     pending_kinds: String,
     only_breakpoints: bool,
     current_effect: Option<String>,
+    /// The last lifecycle event is `RUN_COMPLETED` / `RUN_HALTED` / `RUN_FAILED` (no back-off).
+    sealed: bool,
     /// The run's journal events, for back-off counting.
     events: Vec<(String, Option<String>)>,
 }
@@ -244,6 +246,17 @@ async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
                 .then_with(|| a.effect_id.cmp(&b.effect_id))
         })
         .map(|r| r.effect_id.clone());
+    let sealed = evs
+        .iter()
+        .rev()
+        .map(|e| e.body.kind.as_str())
+        .find(|t| {
+            matches!(
+                *t,
+                "RUN_CREATED" | "RUN_COMPLETED" | "RUN_HALTED" | "RUN_FAILED"
+            )
+        })
+        .is_some_and(|t| t != "RUN_CREATED");
     let events = evs
         .iter()
         .map(|e| {
@@ -262,6 +275,7 @@ async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
         pending_kinds: kinds.join(", "),
         only_breakpoints,
         current_effect,
+        sealed,
         events,
     })
 }
@@ -461,7 +475,7 @@ impl StopHook<'_, '_> {
                     iteration,
                     "approve",
                     "max_iterations_reached",
-                    Map::new(),
+                    state_fields("", "", false),
                 )
                 .await;
             }
@@ -520,7 +534,7 @@ impl StopHook<'_, '_> {
                     iteration,
                     "approve",
                     "run_state_unknown",
-                    Map::new(),
+                    state_fields("", "", promise.is_some()),
                 )
                 .await;
                 allow();
@@ -535,7 +549,11 @@ impl StopHook<'_, '_> {
                 iteration,
                 "approve",
                 "breakpoint_waiting",
-                Map::new(),
+                state_fields(
+                    facts.state.as_str(),
+                    &facts.pending_kinds,
+                    promise.is_some(),
+                ),
             )
             .await;
             allow();
@@ -548,7 +566,11 @@ impl StopHook<'_, '_> {
                 iteration,
                 "approve",
                 "external_waiting",
-                Map::new(),
+                state_fields(
+                    facts.state.as_str(),
+                    &facts.pending_kinds,
+                    promise.is_some(),
+                ),
             )
             .await;
             allow();
@@ -566,7 +588,11 @@ impl StopHook<'_, '_> {
                 iteration,
                 "approve",
                 "completion_proof_matched",
-                Map::new(),
+                state_fields(
+                    facts.state.as_str(),
+                    &facts.pending_kinds,
+                    promise.is_some(),
+                ),
             )
             .await;
             self.deactivate(&mut file, &path, "completion_proof_matched");
@@ -581,7 +607,7 @@ impl StopHook<'_, '_> {
         if let Err(m) = file.write(&path) {
             eprintln!("[hook:run] stop: cannot update the session file: {m}");
         }
-        let backoff = if waiting {
+        let backoff = if waiting && !facts.sealed {
             match &facts.current_effect {
                 Some(effect) => Some(self.backoff(&run, effect, &facts).await),
                 None => None,
@@ -589,10 +615,11 @@ impl StopHook<'_, '_> {
         } else {
             None
         };
-        let mut extra = Map::new();
-        extra.insert("runState".into(), json!(facts.state.as_str()));
-        extra.insert("pendingKinds".into(), json!(facts.pending_kinds));
-        extra.insert("hasPromise".into(), json!(promise.is_some()));
+        let mut extra = state_fields(
+            facts.state.as_str(),
+            &facts.pending_kinds,
+            promise.is_some(),
+        );
         if let Some(b) = &backoff {
             extra.insert("effectId".into(), json!(b.effect_id));
             extra.insert("hookBackoffFireCount".into(), json!(b.fire_count));
@@ -703,11 +730,16 @@ impl StopHook<'_, '_> {
                 Err(_) => break,
             }
         }
-        let actual = start.elapsed().as_secs_f64().min(planned);
+        // The planned delay, or the time actually slept when the effect resolved early.
+        let delay_seconds = if interrupted {
+            (start.elapsed().as_secs_f64().min(planned) * 1000.0).round() / 1000.0
+        } else {
+            planned
+        };
         Backoff {
             effect_id: effect_id.to_owned(),
             fire_count,
-            delay_seconds: (actual * 1000.0).round() / 1000.0,
+            delay_seconds,
             interrupted,
         }
     }
@@ -788,8 +820,7 @@ impl StopHook<'_, '_> {
                     ids.join(", ")
                 );
                 for (run, state) in &candidates {
-                    let mut extra = Map::new();
-                    extra.insert("runState".into(), json!(state.as_str()));
+                    let mut extra = state_fields(state.as_str(), "", false);
                     extra.insert("candidateRunIds".into(), json!(ids));
                     self.journal(run, sid, 0, "block", "ambiguous_session_recovery", extra)
                         .await;
@@ -818,6 +849,15 @@ struct Backoff {
     fire_count: u32,
     delay_seconds: f64,
     interrupted: bool,
+}
+
+/// `runState`, `pendingKinds`, `hasPromise`: carried by every `STOP_HOOK_INVOKED`.
+fn state_fields(run_state: &str, pending_kinds: &str, has_promise: bool) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("runState".into(), json!(run_state));
+    m.insert("pendingKinds".into(), json!(pending_kinds));
+    m.insert("hasPromise".into(), json!(has_promise));
+    m
 }
 
 /// The block `reason` and `systemMessage` for iteration `next`.
