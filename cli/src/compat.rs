@@ -162,9 +162,6 @@ const NOT_YET: &[&str] = &[
     "skill:discover",
     "skill:fetch-remote",
     "session:resume",
-    "session:update",
-    "session:check-iteration",
-    "session:last-message",
     "session:iteration-message",
     "session:whoami",
     "session:cleanup",
@@ -227,6 +224,9 @@ const IMPLEMENTED: &[&str] = &[
     "session:init",
     "session:associate",
     "session:state",
+    "session:update",
+    "session:check-iteration",
+    "session:last-message",
     "version",
 ];
 
@@ -262,6 +262,9 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "session:init" => session::init(cli).await,
         "session:associate" => session::associate(cli).await,
         "session:state" => session::state(cli).await,
+        "session:update" => session::update(cli).await,
+        "session:check-iteration" => session::check_iteration(cli).await,
+        "session:last-message" => session::last_message(cli).await,
         other => {
             unknown_command(other).report_pretty(cli.args.json());
             Ok(1)

@@ -667,3 +667,125 @@ fn compat_hook_session_commands_errors() {
     let err: Value = serde_json::from_str(&out.stderr).unwrap();
     assert_eq!(err["error"], "RUN_STILL_ACTIVE");
 }
+
+#[test]
+fn compat_hook_session_update_check_iteration_last_message() {
+    let h = Hook::new();
+    h.session_init("sess-u", "run-u", &["--max-iterations", "7"]);
+    let v = h
+        .cmd(&[
+            "session:update",
+            "--session-id",
+            "sess-u",
+            "--iteration",
+            "6",
+            "--last-iteration-at",
+            "2026-11-30T07:04:00Z",
+            "--iteration-times",
+            "3, x,0,12",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(keys(&v), ["success", "state", "stateFile"]);
+    assert_eq!(v["success"], true);
+    assert_eq!(v["state"]["iteration"], 6);
+    assert_eq!(v["state"]["iterationTimes"], json!([3, 12]));
+    let text = h.session_file("sess-u");
+    assert!(text.contains("\niteration: 6\n"), "{text}");
+    assert!(
+        text.contains("\nlast_iteration_at: \"2026-11-30T07:04:00Z\"\niteration_times: 3,12\n"),
+        "{text}"
+    );
+
+    let v = h
+        .cmd(&[
+            "session:check-iteration",
+            "--session-id",
+            "sess-u",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        keys(&v),
+        [
+            "found",
+            "shouldContinue",
+            "nextIteration",
+            "updatedIterationTimes",
+            "iteration",
+            "maxIterations",
+            "runId",
+            "prompt"
+        ]
+    );
+    assert_eq!(v["shouldContinue"], true);
+    assert_eq!(v["nextIteration"], 7);
+    // iteration >= 5: the seconds since last_iteration_at are appended.
+    assert_eq!(v["updatedIterationTimes"].as_array().unwrap().len(), 3);
+    assert_eq!(v["runId"], "run-u");
+    assert_eq!(v["prompt"], PROMPT);
+
+    h.cmd(&[
+        "session:update",
+        "--session-id",
+        "sess-u",
+        "--iteration",
+        "7",
+    ])
+    .ok();
+    let v = h
+        .cmd(&[
+            "session:check-iteration",
+            "--session-id",
+            "sess-u",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(v["shouldContinue"], false);
+    assert_eq!(v["reason"], "max_iterations_reached");
+    assert_eq!(v["stopMessage"], "Max iterations (7) reached");
+    let v = h
+        .cmd(&["session:check-iteration", "--session-id", "gone", "--json"])
+        .ok()
+        .json();
+    assert_eq!(v["found"], false);
+    assert_eq!(v["reason"], "session_not_found");
+
+    let transcript = h.s.write(
+        "t.jsonl",
+        &format!(
+            "{}\nnot json\n{}\n",
+            json!({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": "old"}]}}),
+            json!({"role": "assistant", "content": [{"type": "tool_use"}, {"type": "text", "text": "a"}, {"type": "text", "text": "b <promise> X  Y </promise>"}]})
+        ),
+    );
+    let v = h
+        .cmd(&[
+            "session:last-message",
+            "--transcript-path",
+            transcript.to_str().unwrap(),
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        v,
+        json!({"found": true, "text": "a\nb <promise> X  Y </promise>", "hasPromise": true, "promiseValue": "X Y"})
+    );
+    let v = h
+        .cmd(&[
+            "session:last-message",
+            "--transcript-path",
+            "missing.jsonl",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        v,
+        json!({"found": false, "text": null, "hasPromise": false, "promiseValue": null, "error": "TRANSCRIPT_NOT_FOUND"})
+    );
+}

@@ -332,7 +332,7 @@ fn prior_fires(events: &[(String, Option<String>)], effect_id: &str) -> u32 {
 }
 
 /// The first `<promise>…</promise>`, trimmed, whitespace runs collapsed (F17).
-pub fn extract_promise(text: &str) -> Option<String> {
+pub(super) fn extract_promise(text: &str) -> Option<String> {
     let start = text.find("<promise>")? + "<promise>".len();
     let len = text[start..].find("</promise>")?;
     Some(
@@ -343,42 +343,34 @@ pub fn extract_promise(text: &str) -> Option<String> {
     )
 }
 
-/// The text of the last assistant entry of a JSONL transcript.
-fn transcript_text(path: &Path) -> Option<String> {
-    let raw = std::fs::read_to_string(path).ok()?;
-    for line in raw.lines().rev() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let is_assistant = [
-            v.get("role"),
-            v.get("type"),
-            v.get("message").and_then(|m| m.get("role")),
-        ]
-        .into_iter()
-        .flatten()
-        .any(|r| r.as_str() == Some("assistant"));
-        if !is_assistant {
-            continue;
-        }
-        let content = v
-            .get("message")
-            .and_then(|m| m.get("content"))
-            .or_else(|| v.get("content"));
-        return match content {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(blocks)) => Some(
-                blocks
-                    .iter()
-                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                    .filter_map(|b| b.get("text").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ),
-            _ => Some(String::new()),
-        };
-    }
-    None
+/// The text of the last assistant entry of a JSONL transcript (`role`, `type` or
+/// `message.role` is `assistant`): its `text` blocks joined by `\n`; `None` when there is no
+/// assistant entry, its content is not a block array, or it has no text block.
+pub(super) fn transcript_text(raw: &str) -> Option<String> {
+    let last = raw
+        .split('\n')
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| {
+            v.get("role").and_then(Value::as_str) == Some("assistant")
+                || v.get("type").and_then(Value::as_str) == Some("assistant")
+                || v.get("message")
+                    .and_then(|m| m.get("role"))
+                    .and_then(Value::as_str)
+                    == Some("assistant")
+        })?;
+    let content = match last.get("message") {
+        Some(m) if m.is_object() => m.get("content"),
+        _ => last.get("content"),
+    };
+    let parts: Vec<&str> = content?
+        .as_array()?
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("\n"))
 }
 
 fn positive_env(cli: &Cli<'_>, name: &str, fallback: f64) -> f64 {
@@ -484,23 +476,18 @@ impl StopHook<'_, '_> {
             return Ok(0);
         }
         let now = session::now_ts();
-        let mut times = file.state.iteration_times.clone();
-        if iteration >= 5
-            && let (Ok(last), Ok(cur)) = (
-                chrono::DateTime::parse_from_rfc3339(&file.state.last_iteration_at),
-                chrono::DateTime::parse_from_rfc3339(&now),
+        let times = if iteration >= 5 {
+            session::update_iteration_times(
+                &file.state.iteration_times,
+                &file.state.last_iteration_at,
+                &now,
             )
-        {
-            let secs = (cur - last).num_seconds();
-            if secs > 0 {
-                times.push(secs.unsigned_abs());
-                let excess = times.len().saturating_sub(10);
-                times.drain(..excess);
-            }
-        }
+        } else {
+            file.state.iteration_times.clone()
+        };
         let text = str_field(&self.payload, "transcript_path")
-            .and_then(|p| transcript_text(&paths::resolve(&self.cli.cwd, p)))
-            .filter(|t| !t.is_empty())
+            .and_then(|p| std::fs::read_to_string(paths::resolve(&self.cli.cwd, p)).ok())
+            .and_then(|raw| transcript_text(&raw))
             .or_else(|| {
                 ["last_assistant_message", "last_response", "prompt_response"]
                     .iter()

@@ -49,6 +49,25 @@ pub fn now_ts() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// `iterationTimes` with the seconds since `last` appended when positive, the last 10 kept.
+pub fn update_iteration_times(times: &[u64], last: &str, now: &str) -> Vec<u64> {
+    let (Ok(last), Ok(now)) = (
+        chrono::DateTime::parse_from_rfc3339(last),
+        chrono::DateTime::parse_from_rfc3339(now),
+    ) else {
+        return times.to_vec();
+    };
+    let secs = now.timestamp() - last.timestamp();
+    if secs <= 0 {
+        return times.to_vec();
+    }
+    let mut out = times.to_vec();
+    out.push(secs.unsigned_abs());
+    let excess = out.len().saturating_sub(10);
+    out.drain(..excess);
+    out
+}
+
 /// `<stateDir>` from `--state-dir`, `BABYSITTER_STATE_DIR`, else `~/.a5c/state`.
 pub fn state_dir(env: &EnvMap, cwd: &Path, flag: Option<&str>) -> PathBuf {
     let explicit = flag
@@ -531,6 +550,183 @@ pub async fn state(cli: &Cli<'_>) -> anyhow::Result<u8> {
             &[format!("Error: failed to read state file: {m}")],
         )),
     }
+}
+
+/// `session:update --session-id [--iteration n] [--last-iteration-at iso] [--iteration-times csv]`
+/// → `{success: true, state, stateFile}`.
+pub async fn update(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let (sid, dir) = match scope(cli, false) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let path = session_file_path(&dir, &sid);
+    let mut file = match SessionFile::read(&path) {
+        Ok(Some(f)) => f,
+        other => {
+            let message = match other {
+                Err(m) => m,
+                _ => format!("Session state file not found: {}", path.display()),
+            };
+            return Ok(session_error(
+                cli,
+                json!({"error": "SESSION_NOT_FOUND", "message": message}),
+                &[format!("Error: session not found: {message}")],
+            ));
+        }
+    };
+    if let Some(n) = cli.args.number("--iteration") {
+        file.state.iteration = n;
+    }
+    if let Some(t) = cli.args.value("--last-iteration-at") {
+        file.state.last_iteration_at = t.to_owned();
+    }
+    if let Some(csv) = cli.args.value("--iteration-times") {
+        file.state.iteration_times = csv
+            .split(',')
+            .filter_map(|v| leading_int(v.trim()))
+            .filter(|n| *n > 0)
+            .collect();
+    }
+    if let Err(m) = file.write(&path) {
+        return Ok(session_error(
+            cli,
+            json!({"error": "FS_ERROR", "message": m}),
+            &[format!("Error: failed to update state file: {m}")],
+        ));
+    }
+    let state_file = path.display().to_string();
+    if cli.args.json() {
+        output::line(&output::pretty(&json!({
+            "success": true,
+            "state": file.state.to_json(),
+            "stateFile": state_file,
+        })));
+    } else {
+        output::line("[session:update] updated");
+        output::line(&format!("  stateFile: {state_file}"));
+    }
+    Ok(0)
+}
+
+/// `session:check-iteration --session-id` (only the max-iteration rule; `active` is ignored).
+pub async fn check_iteration(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let (sid, dir) = match scope(cli, false) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let path = session_file_path(&dir, &sid);
+    let json_out = cli.args.json();
+    let Ok(Some(file)) = SessionFile::read(&path) else {
+        if json_out {
+            output::line(&output::pretty(&json!({
+                "found": false,
+                "shouldContinue": false,
+                "reason": "session_not_found",
+                "iteration": 0,
+                "maxIterations": 0,
+                "runId": "",
+                "prompt": "",
+                "stopMessage": "Session not found",
+            })));
+        } else {
+            output::line("[session:check-iteration] shouldContinue=false reason=session_not_found");
+        }
+        return Ok(0);
+    };
+    let st = &file.state;
+    if st.max_iterations > 0 && st.iteration >= st.max_iterations {
+        if json_out {
+            output::line(&output::pretty(&json!({
+                "found": true,
+                "shouldContinue": false,
+                "reason": "max_iterations_reached",
+                "iteration": st.iteration,
+                "maxIterations": st.max_iterations,
+                "runId": st.run_id,
+                "prompt": file.prompt,
+                "stopMessage": format!("Max iterations ({}) reached", st.max_iterations),
+            })));
+        } else {
+            output::line(&format!(
+                "[session:check-iteration] shouldContinue=false reason=max_iterations_reached iteration={}",
+                st.iteration
+            ));
+        }
+        return Ok(0);
+    }
+    let times = if st.iteration >= 5 {
+        update_iteration_times(&st.iteration_times, &st.last_iteration_at, &now_ts())
+    } else {
+        st.iteration_times.clone()
+    };
+    if json_out {
+        output::line(&output::pretty(&json!({
+            "found": true,
+            "shouldContinue": true,
+            "nextIteration": st.iteration + 1,
+            "updatedIterationTimes": times,
+            "iteration": st.iteration,
+            "maxIterations": st.max_iterations,
+            "runId": st.run_id,
+            "prompt": file.prompt,
+        })));
+    } else {
+        output::line(&format!(
+            "[session:check-iteration] shouldContinue=true nextIteration={}",
+            st.iteration + 1
+        ));
+    }
+    Ok(0)
+}
+
+/// `session:last-message --transcript-path f` → `{found, text, hasPromise, promiseValue, error?}`.
+pub async fn last_message(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let raw_path = cli.args.value("--transcript-path").unwrap_or("");
+    let path = paths::resolve_input_path(raw_path, &cli.cwd);
+    let mut found = false;
+    let mut text: Option<String> = None;
+    let mut promise: Option<String> = None;
+    let mut error: Option<&str> = None;
+    match std::fs::read(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => error = Some("TRANSCRIPT_NOT_FOUND"),
+        Err(_) => error = Some("TRANSCRIPT_PARSE_ERROR"),
+        Ok(bytes) => {
+            let raw = String::from_utf8_lossy(&bytes);
+            if let Some(t) = super::hook::transcript_text(&raw) {
+                found = true;
+                promise = super::hook::extract_promise(&t);
+                text = Some(t);
+            }
+        }
+    }
+    if cli.args.json() {
+        let mut v = json!({
+            "found": found,
+            "text": text,
+            "hasPromise": promise.is_some(),
+            "promiseValue": promise,
+        });
+        if let (Some(e), Some(m)) = (error, v.as_object_mut()) {
+            m.insert("error".into(), json!(e));
+        }
+        output::line(&output::pretty(&v));
+    } else if error == Some("TRANSCRIPT_NOT_FOUND") {
+        output::line(&format!(
+            "[session:last-message] error=TRANSCRIPT_NOT_FOUND path={}",
+            path.display()
+        ));
+    } else {
+        let pv = promise
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|p| format!(" promiseValue={p}"))
+            .unwrap_or_default();
+        output::line(&format!(
+            "[session:last-message] found={found} hasPromise={}{pv}",
+            promise.is_some()
+        ));
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

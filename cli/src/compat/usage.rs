@@ -16,6 +16,9 @@ pub const USAGE: &str = "Usage:
   babysitter session:init --session-id <id> [--state-dir <dir>] [--max-iterations <n>] [--run-id <id>] [--prompt <text>] [--json]
   babysitter session:associate --session-id <id> --run-id <id> [--state-dir <dir>] [--force] [--json]
   babysitter session:state --session-id <id> [--state-dir <dir>] [--json]
+  babysitter session:update --session-id <id> [--state-dir <dir>] [--iteration <n>] [--last-iteration-at <iso8601>] [--iteration-times <csv>] [--json]
+  babysitter session:check-iteration --session-id <id> [--state-dir <dir>] [--json]
+  babysitter session:last-message --transcript-path <file> [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
