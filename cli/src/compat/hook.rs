@@ -57,25 +57,22 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .value("--harness")
         .filter(|s| !s.is_empty())
         .unwrap_or("claude-code");
-    match hook_type {
-        "stop" | "session-end" => {}
-        "session-start" | "user-prompt-submit" | "pre-tool-use" => {
-            CliError::new(
-                "NotImplementedError",
-                format!("hook:run --hook-type {hook_type} is not implemented by this babysitter build yet"),
-                Category::Configuration,
-            )
-            .details(json!({"command": "hook:run", "hookType": hook_type, "program": "babysitter"}))
-            .report(json_errors);
-            return Ok(1);
-        }
-        other => {
-            return Ok(hook_error(
-                json_errors,
-                "UNKNOWN_HOOK_TYPE",
-                &format!("Unknown hook type: {other}. Supported: {HOOK_TYPES}"),
-            ));
-        }
+    let not_implemented = || {
+        CliError::new(
+            "NotImplementedError",
+            format!(
+                "hook:run --hook-type {hook_type} is not implemented by this babysitter build yet"
+            ),
+            Category::Configuration,
+        )
+        .details(json!({"command": "hook:run", "hookType": hook_type, "program": "babysitter"}))
+        .report(json_errors);
+        1
+    };
+    // The reference's order: harness-agnostic hook types first, then the harness, then the
+    // adapter's hook types.
+    if matches!(hook_type, "user-prompt-submit" | "pre-tool-use") {
+        return Ok(not_implemented());
     }
     if !HARNESSES.contains(&harness) {
         return Ok(hook_error(
@@ -86,6 +83,17 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
                 HARNESSES.join(", ")
             ),
         ));
+    }
+    match hook_type {
+        "stop" | "session-end" => {}
+        "session-start" => return Ok(not_implemented()),
+        other => {
+            return Ok(hook_error(
+                json_errors,
+                "UNKNOWN_HOOK_TYPE",
+                &format!("Unknown hook type: {other}. Supported: {HOOK_TYPES}"),
+            ));
+        }
     }
     let mut raw = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut raw) {
@@ -151,12 +159,19 @@ fn allow() {
     output::line("{}");
 }
 
-fn block(reason: &str, system_message: &str) {
-    output::line(&output::compact(&json!({
-        "decision": "block",
-        "reason": reason,
-        "systemMessage": system_message,
-    })));
+/// The block decision in the harness's shape: Cursor takes `{followup_message}`, the others
+/// `{decision, reason, systemMessage}` (adapters-and-hooks §2.1).
+fn block(harness: &str, reason: &str, system_message: &str) {
+    let v = if harness == "cursor" {
+        json!({"followup_message": system_message})
+    } else {
+        json!({
+            "decision": "block",
+            "reason": reason,
+            "systemMessage": system_message,
+        })
+    };
+    output::line(&output::compact(&v));
 }
 
 fn str_field<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a str> {
@@ -623,7 +638,7 @@ impl StopHook<'_, '_> {
             proof.is_some(),
             &file.prompt,
         );
-        block(&reason, &system);
+        block(&self.harness, &reason, &system);
         Ok(0)
     }
 
@@ -819,7 +834,7 @@ impl StopHook<'_, '_> {
                 let system = format!(
                     "\u{1F504} Babysitter | Ambiguous session: {n} runs claim this session — re-associate one"
                 );
-                block(&reason, &system);
+                block(&self.harness, &reason, &system);
                 Ok(Recovery::Done(0))
             }
         }
