@@ -788,4 +788,9 @@ fn compat_hook_session_update_check_iteration_last_message() {
         v,
         json!({"found": false, "text": null, "hasPromise": false, "promiseValue": null, "error": "TRANSCRIPT_NOT_FOUND"})
     );
+    let out = h.cmd(&["session:last-message", "--json"]).fails();
+    assert_eq!(
+        out.stderr,
+        "{\"error\":\"MISSING_TRANSCRIPT_PATH\",\"message\":\"--transcript-path is required for session:last-message\"}\n"
+    );
 }

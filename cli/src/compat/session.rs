@@ -681,7 +681,22 @@ pub async fn check_iteration(cli: &Cli<'_>) -> anyhow::Result<u8> {
 
 /// `session:last-message --transcript-path f` → `{found, text, hasPromise, promiseValue, error?}`.
 pub async fn last_message(cli: &Cli<'_>) -> anyhow::Result<u8> {
-    let raw_path = cli.args.value("--transcript-path").unwrap_or("");
+    let Some(raw_path) = cli
+        .args
+        .value("--transcript-path")
+        .filter(|p| !p.is_empty())
+    else {
+        let message = "--transcript-path is required for session:last-message";
+        if cli.args.json() {
+            eprintln!(
+                "{}",
+                output::compact(&json!({"error": "MISSING_TRANSCRIPT_PATH", "message": message}))
+            );
+        } else {
+            eprintln!("{message}");
+        }
+        return Ok(1);
+    };
     let path = paths::resolve_input_path(raw_path, &cli.cwd);
     let mut found = false;
     let mut text: Option<String> = None;
