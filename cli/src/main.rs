@@ -7,6 +7,15 @@ use std::process::ExitCode;
 mod compat;
 mod run;
 
+/// Journal settings for CLI processes: every command opens the run anew, so snapshots come
+/// often (an open reads the latest snapshot plus at most this many events).
+pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
+    babysitter_journal::JournalOptions {
+        snapshot_every: 64,
+        ..Default::default()
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env = babysitter_common::EnvMap::from_process();

@@ -24,7 +24,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
-use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+use babysitter_journal::{EventType, Journal, NewEvent};
 use babysitter_orchestrator::engine::commit::Commit;
 use babysitter_orchestrator::engine::{Engine, EngineOptions, Iteration, IterationStatus};
 use serde_json::{Value, json};
@@ -246,7 +246,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
 
 async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
     let runs = runs_dir(&args, env)?;
-    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+    let journal = Journal::new(Arc::new(FsStore::new(&runs)), crate::cli_journal_options());
     let engine = Engine::new(journal, EngineOptions::new(&runs))?;
     let run_id = match &args.resume {
         Some(id) => {

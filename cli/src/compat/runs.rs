@@ -8,7 +8,7 @@ use std::sync::Arc;
 use babysitter_common::EnvMap;
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
-use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent, StoredEvent, jsjson};
+use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
 use babysitter_journal::{Head, state_cache};
 use babysitter_orchestrator::engine::{Engine, EngineOptions};
 use bytes::Bytes;
@@ -41,7 +41,7 @@ impl Run {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
-        let journal = Journal::new(Arc::new(FsStore::new(&root)), JournalOptions::default());
+        let journal = Journal::new(Arc::new(FsStore::new(&root)), crate::cli_journal_options());
         Ok(Run {
             dir,
             root,
