@@ -5,7 +5,7 @@
 //!
 //! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
 //! `BABYSITTER_BENCH_N` (e.g. `10,50`) to shorten the run — the reference's N = 200 loop takes
-//! about seven minutes on this machine.
+//! about five minutes on this machine; `BABYSITTER_BENCH_OURS_ONLY=1` skips the reference.
 
 #![allow(clippy::print_stdout)]
 
@@ -163,7 +163,12 @@ async fn main() {
         .canonicalize()
         .unwrap();
     let ours = vec![env!("CARGO_BIN_EXE_babysitter").to_owned()];
-    let reference = reference_cli(&repo);
+    // `BABYSITTER_BENCH_OURS_ONLY=1`: skip the reference (its N = 200 loop takes minutes).
+    let reference = if std::env::var("BABYSITTER_BENCH_OURS_ONLY").is_ok() {
+        None
+    } else {
+        reference_cli(&repo)
+    };
     let ns: Vec<u64> = std::env::var("BABYSITTER_BENCH_N")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
