@@ -271,6 +271,8 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
         });
     }
     let interactive = std::io::stdin().is_terminal();
+    let spinner = ui.spinner();
+    let _stop_spinner = scopeguard(spinner);
     let mut started: HashMap<String, tokio::time::Instant> = HashMap::new();
     loop {
         if stop.is_cancelled() {
@@ -429,6 +431,21 @@ async fn commit(
         )
         .await?;
     Ok(())
+}
+
+/// Aborts the spinner task when the driver returns, whichever way.
+struct SpinnerGuard(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for SpinnerGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
+
+fn scopeguard(h: Option<tokio::task::JoinHandle<()>>) -> SpinnerGuard {
+    SpinnerGuard(h)
 }
 
 fn interrupted(ui: &Ui, run_id: &str) -> ExitCode {

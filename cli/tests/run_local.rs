@@ -199,3 +199,28 @@ fn bad_invocations_are_explained() {
     let out = babysitter().args(["run", "--bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_failing_shell_task_arrives_as_a_value_and_a_throwing_process_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = dir.path().join("p.mjs");
+    std::fs::write(
+        &process,
+        "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+         const sh = defineTask('sh', () => ({ kind: 'shell', title: 'fails', shell: { command: 'echo oops >&2; exit 4' } }));\n\
+         export async function process(inputs, ctx) { const r = await ctx.task(sh, {}); throw new Error(`exit ${r.exitCode}: ${r.stderr.trim()}`); }\n",
+    )
+    .unwrap();
+    let out = babysitter()
+        .args(["run", process.to_str().unwrap(), "--json", "--runs-dir"])
+        .arg(dir.path().join("runs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let finished = events(&out.stdout)
+        .into_iter()
+        .find(|e| e["event"] == "run.finished")
+        .unwrap();
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["error"]["message"], "exit 4: oops");
+}

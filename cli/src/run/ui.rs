@@ -13,7 +13,18 @@ use tokio::time::{Duration, Instant};
 pub struct Ui {
     json: bool,
     color: bool,
+    /// Effects running now and whether the spinner line is on screen (shared with the ticker).
+    spin: std::sync::Arc<std::sync::Mutex<Spin>>,
 }
+
+#[derive(Default)]
+struct Spin {
+    /// Label by effect id.
+    running: std::collections::BTreeMap<String, String>,
+    shown: bool,
+}
+
+const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 fn label(a: &Value) -> String {
     let l = a["label"]
@@ -25,7 +36,49 @@ fn label(a: &Value) -> String {
 
 impl Ui {
     pub fn new(json: bool, color: bool) -> Self {
-        Self { json, color }
+        Self {
+            json,
+            color,
+            spin: Default::default(),
+        }
+    }
+
+    /// On a terminal, redraws a spinner line naming the running effects until the returned
+    /// handle is dropped (aborted).
+    pub fn spinner(&self) -> Option<tokio::task::JoinHandle<()>> {
+        if self.json || !self.color {
+            return None;
+        }
+        let spin = self.spin.clone();
+        Some(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tick = 0usize;
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                tick += 1;
+                let Ok(mut st) = spin.lock() else { return };
+                let mut err = std::io::stderr().lock();
+                if st.running.is_empty() {
+                    // Clear once, then leave the line alone (a breakpoint prompt may be on it).
+                    if st.shown {
+                        let _ = write!(err, "\r\x1b[2K");
+                        st.shown = false;
+                    }
+                } else {
+                    let names: Vec<&str> = st.running.values().map(String::as_str).collect();
+                    let _ = write!(
+                        err,
+                        "\r\x1b[2K\x1b[36m{}\x1b[0m {} running ({:.0}s): {}",
+                        SPINNER[tick % SPINNER.len()],
+                        names.len(),
+                        started.elapsed().as_secs_f64(),
+                        names.join(", ")
+                    );
+                    st.shown = true;
+                }
+                let _ = err.flush();
+            }
+        }))
     }
 
     fn event(&self, v: Value) {
@@ -35,8 +88,19 @@ impl Ui {
     }
 
     fn line(&self, mark: &str, text: &str) {
+        // Holding the spinner state keeps the ticker from drawing mid-line.
+        let mut st = self.spin.lock().ok();
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{mark} {text}");
+        // Clear a spinner line first so permanent lines stay clean.
+        let clear = if st.as_ref().is_some_and(|s| s.shown) {
+            "\r\x1b[2K"
+        } else {
+            ""
+        };
+        let _ = writeln!(err, "{clear}{mark} {text}");
+        if let Some(st) = st.as_mut() {
+            st.shown = false;
+        }
     }
 
     fn paint(&self, code: &str, s: &str) -> String {
@@ -59,6 +123,12 @@ impl Ui {
     }
 
     pub fn effect_started(&self, a: &Value) {
+        if let Ok(mut st) = self.spin.lock() {
+            st.running.insert(
+                a["effectId"].as_str().unwrap_or_default().to_owned(),
+                label(a),
+            );
+        }
         if self.json {
             self.event(json!({"event": "effect.started", "effectId": a["effectId"], "kind": a["kind"], "label": a["label"]}));
         } else {
@@ -67,6 +137,10 @@ impl Ui {
     }
 
     pub fn effect_done(&self, a: &Value, ok: bool, elapsed: Option<Duration>) {
+        if let Ok(mut st) = self.spin.lock() {
+            st.running
+                .remove(a["effectId"].as_str().unwrap_or_default());
+        }
         let ms = elapsed.map(|d| d.as_millis() as u64);
         if self.json {
             self.event(json!({"event": "effect.completed", "effectId": a["effectId"], "kind": a["kind"], "ok": ok, "durationMs": ms}));
