@@ -166,6 +166,18 @@ fn tmp_path(path: &Path) -> PathBuf {
     ))
 }
 
+/// Atomic replace without fsync, for derived files (state cache, snapshots): after a crash
+/// they may be missing or stale, never torn, and they are rebuilt from the journal.
+fn write_derived(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let io = |e| JournalError::io(path.display(), e);
+    fs::write(&tmp, bytes).map_err(io)?;
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
     let io = |e| JournalError::io(path.display(), e);
@@ -620,7 +632,7 @@ impl JournalStore for FsStore {
         self.blocking(move |_| {
             let sdir = snapshot_dir(&dir);
             fs::create_dir_all(&sdir).map_err(|e| JournalError::io(sdir.display(), e))?;
-            write_atomic(&sdir.join(format!("{seq:020}.json")), &bytes)
+            write_derived(&sdir.join(format!("{seq:020}.json")), &bytes)
         })
         .await
     }
@@ -731,7 +743,7 @@ impl JournalStore for FsStore {
         self.blocking(move |_| {
             let sdir = dir.join("state");
             fs::create_dir_all(&sdir).map_err(|e| JournalError::io(sdir.display(), e))?;
-            write_atomic(&sdir.join("state.json"), &content)
+            write_derived(&sdir.join("state.json"), &content)
         })
         .await
     }
