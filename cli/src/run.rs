@@ -427,6 +427,9 @@ async fn commit(
                 stderr,
                 started_at: None,
                 finished_at: Some(now),
+                metadata: None,
+                stdout_ref: None,
+                stderr_ref: None,
             },
         )
         .await?;

@@ -120,6 +120,9 @@ async fn drive(b: &Bench, run_id: &str) -> Figures {
                 stderr: None,
                 started_at: None,
                 finished_at: None,
+                metadata: None,
+                stdout_ref: None,
+                stderr_ref: None,
             };
             b.engine.commit_result(run_id, commit).await.unwrap();
         }

@@ -592,3 +592,69 @@ async fn a_finished_run_answers_even_without_its_process_file() {
     assert_eq!(again.status, IterationStatus::None);
     assert_eq!(again.output, Some(json!(5)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_records_metadata_and_log_refs_in_babysitter_order() {
+    use babysitter_orchestrator::engine::commit::Commit;
+    let s = src("export async function process(inputs, ctx) { return ctx.task(work, {}); }");
+    let h = Harness::new(&[("main.mjs", s.as_str())], None, true).await;
+    let it = h.engine.iterate(support::RUN).await.unwrap();
+    let id = it.next_actions[0]["effectId"].as_str().unwrap().to_owned();
+    h.engine
+        .commit_result(
+            support::RUN,
+            Commit {
+                effect_id: id.clone(),
+                outcome: Ok(json!({"b": 1, "a": 2})),
+                stdout: None,
+                stderr: None,
+                started_at: None,
+                finished_at: None,
+                metadata: Some(json!({"z": true, "m": 1})),
+                stdout_ref: Some("artifacts/out.log".into()),
+                stderr_ref: None,
+            },
+        )
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(
+        h.dir
+            .path()
+            .join("runs")
+            .join(support::RUN)
+            .join("tasks")
+            .join(&id)
+            .join("result.json"),
+    )
+    .unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let keys: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "schemaVersion",
+            "effectId",
+            "taskId",
+            "invocationKey",
+            "status",
+            "result",
+            "stdoutRef",
+            "metadata",
+            "value",
+            "sdkVersion"
+        ]
+    );
+    assert_eq!(doc["metadata"], json!({"m": 1, "z": true}));
+    let resolved = h
+        .journal()
+        .into_iter()
+        .find(|(t, _)| t == "EFFECT_RESOLVED")
+        .unwrap()
+        .1;
+    assert_eq!(resolved["stdoutRef"], "artifacts/out.log");
+}

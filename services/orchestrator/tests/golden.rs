@@ -143,6 +143,9 @@ async fn driving_a_fresh_run_reproduces_the_reference_effects() {
                     stderr: None,
                     started_at: Some("2025-01-01T00:00:00.000Z".into()),
                     finished_at: Some("2025-01-01T00:00:01.000Z".into()),
+                    metadata: None,
+                    stdout_ref: None,
+                    stderr_ref: None,
                 },
             )
             .await

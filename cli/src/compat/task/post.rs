@@ -9,8 +9,6 @@
 //!   reference's CLI builds it.
 //! - B7 fixed: exit 0 whenever the commit succeeded, also for an `error` result (the status is
 //!   in the output).
-//! - Not recorded yet (the engine's commit API has no field for them): `--metadata`,
-//!   `--stdout-ref`, `--stderr-ref`; a warning says so.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -267,15 +265,6 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             .ok_or_else(|| run_failed("Missing result payload for result status 'ok'".into()))?),
         _ => Err(error_payload.unwrap_or(Value::Null)),
     };
-    for (flag, given) in [
-        ("--metadata", metadata.is_some()),
-        ("--stdout-ref", a.value("--stdout-ref").is_some()),
-        ("--stderr-ref", a.value("--stderr-ref").is_some()),
-    ] {
-        if given {
-            eprintln!("[task:post] warning: {flag} is not recorded by this babysitter build yet");
-        }
-    }
     let started_at = a.value("--started-at").unwrap_or(&now).to_owned();
     let finished_at = a.value("--finished-at").unwrap_or(&now).to_owned();
     let engine = run.engine()?;
@@ -286,6 +275,9 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         stderr: stderr.clone(),
         started_at: Some(started_at.clone()),
         finished_at: Some(finished_at.clone()),
+        metadata: metadata.clone(),
+        stdout_ref: a.value("--stdout-ref").map(str::to_owned),
+        stderr_ref: a.value("--stderr-ref").map(str::to_owned),
     };
     if let Err(e) = engine.commit_result(&run.id, commit).await {
         let msg = match &e {
@@ -302,10 +294,12 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let result_ref = format!("tasks/{effect_id}/result.json");
     let stdout_ref = stdout
         .as_ref()
-        .map(|_| format!("tasks/{effect_id}/stdout.log"));
+        .map(|_| format!("tasks/{effect_id}/stdout.log"))
+        .or_else(|| a.value("--stdout-ref").map(str::to_owned));
     let stderr_ref = stderr
         .as_ref()
-        .map(|_| format!("tasks/{effect_id}/stderr.log"));
+        .map(|_| format!("tasks/{effect_id}/stderr.log"))
+        .or_else(|| a.value("--stderr-ref").map(str::to_owned));
     if a.json() {
         let mut committed = Map::new();
         committed.insert("resultRef".into(), json!(result_ref));

@@ -21,6 +21,11 @@ pub struct Commit {
     pub stderr: Option<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
+    /// Free JSON recorded in `result.json` (key-sorted), e.g. from `task:post --metadata`.
+    pub metadata: Option<Value>,
+    /// Run-relative refs to logs stored elsewhere (`--stdout-ref`); ignored when the text is given.
+    pub stdout_ref: Option<String>,
+    pub stderr_ref: Option<String>,
 }
 
 fn error_doc(e: &Value) -> Value {
@@ -118,8 +123,8 @@ impl Engine {
             }));
         }
         let id = &c.effect_id;
-        let mut stdout_ref = None;
-        let mut stderr_ref = None;
+        let mut stdout_ref = c.stdout_ref.clone().filter(|r| !r.is_empty());
+        let mut stderr_ref = c.stderr_ref.clone().filter(|r| !r.is_empty());
         if let Some(out) = &c.stdout {
             journal
                 .put_run_file(
@@ -166,6 +171,9 @@ impl Engine {
         }
         if let Some(t) = &c.finished_at {
             doc.insert("finishedAt".into(), json!(t));
+        }
+        if let Some(m) = &c.metadata {
+            doc.insert("metadata".into(), identity::key_sorted_clone(m));
         }
         if let Ok(v) = &outcome {
             doc.insert("value".into(), identity::key_sorted_clone(v));

@@ -141,6 +141,9 @@ impl Harness {
                     stderr: None,
                     started_at: None,
                     finished_at: None,
+                    metadata: None,
+                    stdout_ref: None,
+                    stderr_ref: None,
                 },
             )
             .await
