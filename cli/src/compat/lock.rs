@@ -14,11 +14,11 @@
 //! reference CLI that starts *during* one of our iterations is only excluded per append (its
 //! append fails cleanly with a sequence conflict rather than corrupting the run).
 
+use babysitter_journal::fs::{pid_alive, run_lock_holder};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
-use serde_json::Value;
 
 /// Default bound on the wait (the reference gives up after ~10 s as well).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,29 +43,9 @@ pub enum LockError {
     },
 }
 
-fn pid_alive(pid: i64) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    let Some(pid) = rustix::process::Pid::from_raw(raw) else {
-        return false;
-    };
-    match rustix::process::test_kill_process(pid) {
-        Ok(()) => true,
-        Err(e) => e == rustix::io::Errno::PERM,
-    }
-}
-
 /// The live holder of the reference's `run.lock`, if any.
 fn foreign_holder(run_dir: &Path) -> Option<(i64, String)> {
-    let bytes = std::fs::read(run_dir.join("run.lock")).ok()?;
-    let v: Value = serde_json::from_slice(&bytes).ok()?;
-    let pid = v.get("pid").and_then(Value::as_i64)?;
-    let owner = v
-        .get("owner")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_owned();
+    let (pid, owner) = run_lock_holder(run_dir)?;
     (pid != i64::from(std::process::id()) && pid_alive(pid)).then_some((pid, owner))
 }
 

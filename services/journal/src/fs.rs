@@ -323,20 +323,7 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 // Held by the reference CLI (our own writers are excluded by the flock above).
-                let holder = fs::read(&lock_file)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-                let pid = holder
-                    .as_ref()
-                    .and_then(|v| v.get("pid"))
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let owner = holder
-                    .as_ref()
-                    .and_then(|v| v.get("owner"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown")
-                    .to_owned();
+                let (pid, owner) = run_lock_holder(run_dir).unwrap_or((0, "unknown".to_owned()));
                 if !pid_alive(pid) {
                     tracing::warn!(run_id, pid, owner, "stale run.lock detected, taking over");
                     let _ = fs::remove_file(&lock_file);
@@ -357,7 +344,21 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
     }
 }
 
-fn pid_alive(pid: i64) -> bool {
+/// The pid and owner recorded in a run's babysitter `run.lock`, if it exists and parses.
+pub fn run_lock_holder(run_dir: &Path) -> Option<(i64, String)> {
+    let bytes = fs::read(run_dir.join("run.lock")).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    let pid = v.get("pid").and_then(Value::as_i64).unwrap_or(0);
+    let owner = v
+        .get("owner")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    Some((pid, owner))
+}
+
+/// Whether a process with this pid is alive (babysitter's stale-lock test, `kill(pid, 0)`).
+pub fn pid_alive(pid: i64) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
