@@ -110,6 +110,7 @@ async fn journal_binary_on_seaweedfs_via_aws_env() {
         recorded_at: String::new(),
         data_json: b"{}".to_vec().into(),
         sdk_version: None,
+        ulid: None,
     };
     let r = client
         .append(pb::AppendRequest {

@@ -14,6 +14,12 @@ pub struct NewEvent {
     /// babysitter SDK version stamped into the envelope (part of the checksum); unset for 0.0.187-style events.
     #[prost(string, optional, tag = "4")]
     pub sdk_version: ::core::option::Option<::prost::alloc::string::String>,
+    /// The event's ULID when the client sealed the event itself (a journal client that keeps its own
+    /// verified view, e.g. an orchestrator using this service as its store): it must be a valid ULID
+    /// greater than the head's, and the committed event then carries exactly the client's checksum.
+    /// Empty = the server assigns one.
+    #[prost(string, optional, tag = "5")]
+    pub ulid: ::core::option::Option<::prost::alloc::string::String>,
 }
 /// A committed, verified event.
 #[allow(clippy::all)]
@@ -256,6 +262,22 @@ pub struct CreateSnapshotRequest {
 pub struct CreateSnapshotResponse {
     #[prost(uint64, tag = "1")]
     pub seq: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetSnapshotRequest {
+    #[prost(string, tag = "1")]
+    pub run_id: ::prost::alloc::string::String,
+    /// 0 = the newest.
+    #[prost(uint64, tag = "2")]
+    pub at_most_seq: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetSnapshotResponse {
+    /// the snapshot document (format babysitter-rs/journal-snapshot/v1) as UTF-8 JSON; empty = none.
+    #[prost(bytes = "bytes", tag = "1")]
+    pub snapshot_json: ::prost::bytes::Bytes,
 }
 /// Generated client implementations.
 #[cfg(feature = "client")]
@@ -701,6 +723,37 @@ pub mod journal_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Returns the newest stored snapshot at or below `at_most_seq` (the derived effect index and
+        /// chain position, as JSON), so a remote client opens a long run without reading every event.
+        pub async fn get_snapshot(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetSnapshotRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetSnapshotResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/GetSnapshot",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "GetSnapshot",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -816,6 +869,15 @@ pub mod journal_service_server {
             request: tonic::Request<super::CreateSnapshotRequest>,
         ) -> std::result::Result<
             tonic::Response<super::CreateSnapshotResponse>,
+            tonic::Status,
+        >;
+        /// Returns the newest stored snapshot at or below `at_most_seq` (the derived effect index and
+        /// chain position, as JSON), so a remote client opens a long run without reading every event.
+        async fn get_snapshot(
+            &self,
+            request: tonic::Request<super::GetSnapshotRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetSnapshotResponse>,
             tonic::Status,
         >;
     }
@@ -1468,6 +1530,51 @@ pub mod journal_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = CreateSnapshotSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/GetSnapshot" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetSnapshotSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::GetSnapshotRequest>
+                    for GetSnapshotSvc<T> {
+                        type Response = super::GetSnapshotResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetSnapshotRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::get_snapshot(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetSnapshotSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

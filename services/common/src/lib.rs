@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod client;
 pub mod config;
 pub mod env;
 pub mod error;

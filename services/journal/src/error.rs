@@ -162,6 +162,16 @@ pub enum JournalError {
 
     #[error("journal is shutting down")]
     ShuttingDown,
+
+    /// A remote journal service refused or failed a call (see [`crate::remote`]).
+    #[error("journal service at {url}: {call} failed ({kind}): {message}")]
+    Remote {
+        url: String,
+        call: &'static str,
+        kind: babysitter_common::error::ErrorKind,
+        retryable: bool,
+        message: String,
+    },
 }
 
 impl JournalError {

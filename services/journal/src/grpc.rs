@@ -23,6 +23,8 @@ const EVENTS_PER_MESSAGE: usize = 256;
 /// Metadata keys carrying the head on an append conflict.
 pub const HEAD_SEQ_KEY: &str = "babysitter-journal-head-seq";
 pub const HEAD_ULID_KEY: &str = "babysitter-journal-head-ulid";
+/// Metadata key naming what a NotFound is about: `run`, `blob` or `run-file`.
+pub const MISSING_KEY: &str = "babysitter-journal-missing";
 
 /// `JournalService` over a [`Journal`].
 #[derive(Debug, Clone)]
@@ -63,9 +65,24 @@ impl From<JournalError> for Status {
             JournalError::EventTooLarge { .. } => {
                 status(ErrorKind::InvalidArgument, msg, false, &[])
             }
-            JournalError::RunNotFound { .. }
-            | JournalError::BlobNotFound { .. }
-            | JournalError::RunFileNotFound { .. } => status(ErrorKind::NotFound, msg, false, &[]),
+            JournalError::RunNotFound { .. } => status(
+                ErrorKind::NotFound,
+                msg,
+                false,
+                &[(MISSING_KEY, "run".into())],
+            ),
+            JournalError::BlobNotFound { .. } => status(
+                ErrorKind::NotFound,
+                msg,
+                false,
+                &[(MISSING_KEY, "blob".into())],
+            ),
+            JournalError::RunFileNotFound { .. } => status(
+                ErrorKind::NotFound,
+                msg,
+                false,
+                &[(MISSING_KEY, "run-file".into())],
+            ),
             JournalError::RunAlreadyExists { .. } => {
                 status(ErrorKind::AlreadyExists, msg, false, &[])
             }
@@ -97,6 +114,9 @@ impl From<JournalError> for Status {
                 status(ErrorKind::Unavailable, msg, true, &[])
             }
             JournalError::Io { .. } => status(ErrorKind::Unavailable, msg, true, &[]),
+            JournalError::Remote {
+                kind, retryable, ..
+            } => status(kind, msg, retryable, &[]),
             JournalError::ObjectStore { ref source, .. } => match source {
                 object_store::Error::NotFound { .. } => {
                     status(ErrorKind::NotFound, msg, false, &[])
@@ -151,6 +171,7 @@ fn from_pb(i: usize, e: pb::NewEvent) -> Result<NewEvent, Status> {
         recorded_at: (!e.recorded_at.is_empty()).then_some(e.recorded_at),
         data,
         sdk_version: e.sdk_version,
+        ulid: e.ulid.filter(|u| !u.is_empty()),
     })
 }
 
@@ -375,5 +396,26 @@ impl JournalService for JournalGrpcServer {
     ) -> Result<Response<pb::CreateSnapshotResponse>, Status> {
         let seq = self.journal.snapshot(&req.get_ref().run_id).await?;
         Ok(Response::new(pb::CreateSnapshotResponse { seq }))
+    }
+
+    async fn get_snapshot(
+        &self,
+        req: Request<pb::GetSnapshotRequest>,
+    ) -> Result<Response<pb::GetSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        crate::validate_id("run id", &r.run_id)?;
+        let at_most = (r.at_most_seq > 0).then_some(r.at_most_seq);
+        let snapshot = self
+            .journal
+            .store()
+            .latest_snapshot(&r.run_id, at_most)
+            .await?;
+        let snapshot_json = match snapshot {
+            Some(s) => serde_json::to_vec(&s)
+                .map_err(|e| status(ErrorKind::Internal, e.to_string(), false, &[]))?
+                .into(),
+            None => Default::default(),
+        };
+        Ok(Response::new(pb::GetSnapshotResponse { snapshot_json }))
     }
 }

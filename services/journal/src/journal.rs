@@ -55,6 +55,9 @@ pub struct NewEvent {
     pub recorded_at: Option<String>,
     pub data: Value,
     pub sdk_version: Option<String>,
+    /// `None` = the journal assigns the next ULID; `Some` = a client that seals events itself
+    /// (a remote journal's own view) fixes it: it must be a ULID after the head's.
+    pub ulid: Option<String>,
 }
 
 impl NewEvent {
@@ -65,6 +68,7 @@ impl NewEvent {
             recorded_at: None,
             data,
             sdk_version: Some(state_cache::SDK_VERSION.to_owned()),
+            ulid: None,
         }
     }
 }
@@ -308,7 +312,11 @@ impl Journal {
                 )));
             }
             let seq = chain.head.seq + 1;
-            let ulid = self.next_ulid(&chain.head.ulid);
+            let ulid = match ev.ulid {
+                Some(u) if crate::event::is_ulid(&u) => u,
+                Some(u) => return Err(refuse(format!("ulid `{u}` is not a ULID"))),
+                None => self.next_ulid(&chain.head.ulid),
+            };
             let body = EventBody {
                 kind: ev.kind,
                 recorded_at: ev.recorded_at.unwrap_or_else(now_iso),

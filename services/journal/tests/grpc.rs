@@ -48,6 +48,7 @@ fn new_event(ty: &str, data: serde_json::Value) -> pb::NewEvent {
         recorded_at: String::new(),
         data_json: serde_json::to_vec(&data).unwrap().into(),
         sdk_version: Some("6.0.0".into()),
+        ulid: None,
     }
 }
 
@@ -134,6 +135,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
                 recorded_at: String::new(),
                 data_json: b"{nope".to_vec().into(),
                 sdk_version: None,
+                ulid: None,
             }],
         })
         .await
