@@ -109,6 +109,38 @@ pub struct TokenEntry {
     pub token_file: Option<PathBuf>,
     /// The role of callers presenting this token.
     pub role: Role,
+    /// Who presents it (journaled with their decisions, e.g. as a breakpoint's approver).
+    /// Default: the role's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Namespaces this token may see and act in; empty = every namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+}
+
+/// The authenticated caller, recorded in the request extensions next to its [`Role`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    pub role: Role,
+    /// Empty = every namespace.
+    pub namespaces: Vec<String>,
+}
+
+impl Principal {
+    /// Everyone, when authentication is disabled.
+    pub fn anonymous_admin() -> Self {
+        Self {
+            name: "anonymous".into(),
+            role: Role::Admin,
+            namespaces: Vec::new(),
+        }
+    }
+
+    /// Whether this caller may see and act in `namespace`.
+    pub fn allows(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
+    }
 }
 
 /// `[server.auth]`: accepted tokens and services open without one.
@@ -169,7 +201,7 @@ pub struct Authenticator {
 }
 
 struct AuthInner {
-    tokens: Vec<(Vec<u8>, Role)>,
+    tokens: Vec<(Vec<u8>, Principal)>,
     public_services: Vec<String>,
 }
 
@@ -216,7 +248,15 @@ impl Authenticator {
             if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(AuthError::BadToken { index });
             }
-            tokens.push((token.into_bytes(), entry.role));
+            let principal = Principal {
+                name: entry
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| entry.role.as_str().to_owned()),
+                role: entry.role,
+                namespaces: entry.namespaces.clone(),
+            };
+            tokens.push((token.into_bytes(), principal));
         }
         Ok(Self {
             inner: Arc::new(AuthInner {
@@ -254,8 +294,13 @@ impl Authenticator {
     /// The role of the caller presenting `headers`: `Admin` when disabled, else the role of the
     /// matching token.
     pub fn authenticate(&self, headers: &http::HeaderMap) -> Result<Role, AuthFailure> {
+        self.principal(headers).map(|p| p.role)
+    }
+
+    /// The caller presenting `headers`: [`Principal::anonymous_admin`] when disabled.
+    pub fn principal(&self, headers: &http::HeaderMap) -> Result<Principal, AuthFailure> {
         if !self.is_enabled() {
-            return Ok(Role::Admin);
+            return Ok(Principal::anonymous_admin());
         }
         let value = headers
             .get(http::header::AUTHORIZATION)
@@ -268,9 +313,9 @@ impl Authenticator {
         let presented = token.trim().as_bytes();
         // Compare against every token so the time taken does not tell which one matched.
         let mut found = None;
-        for (token, role) in &self.inner.tokens {
+        for (token, principal) in &self.inner.tokens {
             if constant_time_eq(token, presented) && found.is_none() {
-                found = Some(*role);
+                found = Some(principal.clone());
             }
         }
         found.ok_or(AuthFailure::Invalid)
@@ -293,6 +338,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// for public services).
 pub fn caller_role<T>(request: &Request<T>) -> Option<Role> {
     request.extensions().get::<Role>().copied()
+}
+
+/// The caller as recorded by the [`AuthLayer`]; `None` when the layer did not run.
+pub fn caller<T>(request: &Request<T>) -> Option<Principal> {
+    request.extensions().get::<Principal>().cloned()
 }
 
 /// The caller's role if it is one of `allowed` (admin is always allowed), else
@@ -367,9 +417,10 @@ where
         if self.auth.is_public(req.uri().path()) {
             return Box::pin(self.inner.call(req));
         }
-        match self.auth.authenticate(req.headers()) {
-            Ok(role) => {
-                req.extensions_mut().insert(role);
+        match self.auth.principal(req.headers()) {
+            Ok(principal) => {
+                req.extensions_mut().insert(principal.role);
+                req.extensions_mut().insert(principal);
                 Box::pin(self.inner.call(req))
             }
             Err(failure) => {
@@ -443,6 +494,8 @@ mod tests {
             token: Some(Secret::new(token)),
             token_file: None,
             role,
+            name: None,
+            namespaces: Vec::new(),
         }
     }
 
@@ -464,6 +517,8 @@ mod tests {
                 token: None,
                 token_file: Some(file.path().to_owned()),
                 role: Role::Worker,
+                name: None,
+                namespaces: Vec::new(),
             },
         ]))
         .unwrap();
@@ -520,6 +575,8 @@ mod tests {
             token: Some(Secret::new("x")),
             token_file: Some("/x".into()),
             role: Role::Admin,
+            name: None,
+            namespaces: Vec::new(),
         };
         assert!(matches!(
             Authenticator::from_config(&config(vec![both])),
@@ -529,6 +586,8 @@ mod tests {
             token: None,
             token_file: Some("/nonexistent/token".into()),
             role: Role::Admin,
+            name: None,
+            namespaces: Vec::new(),
         };
         let err = Authenticator::from_config(&config(vec![missing])).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/token"), "{err}");

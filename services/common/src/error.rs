@@ -44,13 +44,15 @@ pub enum ErrorKind {
     Unauthenticated,
     /// A valid credential without the right role. `PermissionDenied`.
     PermissionDenied,
+    /// A worker's lease expired or belongs to another worker: drop the task. `FailedPrecondition`.
+    LeaseLost,
     /// A bug. `Internal`.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::InvalidArgument,
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
@@ -60,6 +62,7 @@ impl ErrorKind {
         ErrorKind::ResourceExhausted,
         ErrorKind::Unauthenticated,
         ErrorKind::PermissionDenied,
+        ErrorKind::LeaseLost,
         ErrorKind::Internal,
     ];
 
@@ -69,7 +72,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => Code::InvalidArgument,
             ErrorKind::NotFound => Code::NotFound,
             ErrorKind::AlreadyExists => Code::AlreadyExists,
-            ErrorKind::Conflict => Code::FailedPrecondition,
+            ErrorKind::Conflict | ErrorKind::LeaseLost => Code::FailedPrecondition,
             ErrorKind::Unavailable => Code::Unavailable,
             ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
             ErrorKind::ResourceExhausted => Code::ResourceExhausted,
@@ -108,6 +111,7 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource-exhausted",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission-denied",
+            ErrorKind::LeaseLost => "lease-lost",
             ErrorKind::Internal => "internal",
         }
     }

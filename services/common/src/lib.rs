@@ -19,6 +19,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod ids;
+pub mod main_support;
 pub mod server;
 pub mod telemetry;
 

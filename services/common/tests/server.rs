@@ -330,6 +330,8 @@ async fn auth_rejects_missing_and_wrong_tokens_and_records_the_role() {
         token: Some(Secret::new(token)),
         token_file: None,
         role,
+        name: None,
+        namespaces: Vec::new(),
     };
     let config = ServerConfig {
         auth: AuthConfig {

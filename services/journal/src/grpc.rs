@@ -134,7 +134,8 @@ fn to_head(h: &Head) -> pb::Head {
     }
 }
 
-fn to_pb(e: &StoredEvent) -> pb::Event {
+/// A committed event on the wire (also used by services that relay journal events).
+pub fn event_to_pb(e: &StoredEvent) -> pb::Event {
     pb::Event {
         seq: e.seq,
         ulid: e.ulid.clone(),
@@ -250,7 +251,7 @@ impl JournalService for JournalGrpcServer {
             })
             .unwrap_or_default();
         Ok(Response::new(pb::AppendResponse {
-            events: committed.iter().map(to_pb).collect(),
+            events: committed.iter().map(event_to_pb).collect(),
             head: Some(to_head(&head)),
         }))
     }
@@ -268,7 +269,7 @@ impl JournalService for JournalGrpcServer {
             .chunks(EVENTS_PER_MESSAGE)
             .map(|c| {
                 Ok(pb::ReadResponse {
-                    events: c.iter().map(to_pb).collect(),
+                    events: c.iter().map(event_to_pb).collect(),
                 })
             })
             .collect();
@@ -291,7 +292,7 @@ impl JournalService for JournalGrpcServer {
                     .chunks(EVENTS_PER_MESSAGE)
                     .map(|c| {
                         Ok(pb::WatchResponse {
-                            events: c.iter().map(to_pb).collect(),
+                            events: c.iter().map(event_to_pb).collect(),
                         })
                     })
                     .collect(),

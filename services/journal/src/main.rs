@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use babysitter_common::EnvMap;
-use babysitter_common::config::{ConfigLoader, dump_config};
+use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
 use babysitter_journal::Journal;
@@ -37,54 +37,18 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let env = EnvMap::from_process();
-    let config: JournalServiceConfig = match ConfigLoader::new("BABYSITTER_JOURNAL")
-        .file(args.config.clone())
-        .env(env.clone())
-        .overrides(args.set.clone())
-        .json_override(
-            json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}}),
-        )
-        .load()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("journal: invalid configuration: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if args.dump_config {
-        return match dump_config(&config) {
-            Ok(text) => {
-                #[allow(clippy::print_stdout)]
-                {
-                    print!("{text}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("journal: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("journal: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(config, env)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("journal: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let flags = json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}});
+    service_main(
+        "journal",
+        "BABYSITTER_JOURNAL",
+        CommonArgs {
+            config: args.config,
+            set: args.set,
+            flags,
+            dump_config: args.dump_config,
+        },
+        serve,
+    )
 }
 
 async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> {

@@ -1,0 +1,111 @@
+//! `orchestrator`: serves `RunService` and `WorkerService`. Parses flags, loads layered config,
+//! starts telemetry, opens the journal (in-process store or remote `JournalService`), recovers
+//! every unfinished run from it, serves, and on SIGTERM drains: readiness drops, in-flight RPCs
+//! and iterations (with their journal writes) finish, then the process exits.
+
+use std::process::ExitCode;
+
+use babysitter_common::EnvMap;
+use babysitter_common::main_support::{CommonArgs, service_main};
+use babysitter_common::server::{ServerBuilder, shutdown_signal};
+use babysitter_common::telemetry::init_telemetry;
+use babysitter_journal::Journal;
+use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::service::config::OrchestratorConfig;
+use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::queue::TaskQueue;
+use babysitter_orchestrator::service::runs::RunManager;
+use clap::Parser;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The babysitter-rs orchestrator service.
+#[derive(Debug, Parser)]
+#[command(name = "orchestrator", version)]
+struct Args {
+    /// TOML config file.
+    #[arg(long, env = "BABYSITTER_ORCHESTRATOR_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// In-process journal store URL (overrides journal.store.url).
+    #[arg(long)]
+    store: Option<String>,
+    /// Remote JournalService URL, e.g. http://127.0.0.1:50051 (overrides journal.remote).
+    #[arg(long)]
+    journal: Option<String>,
+    /// Address to listen on, e.g. 127.0.0.1:50052 (overrides server.listen-addr).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Any config key, e.g. `--set queue.lease-duration-ms=5000` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print the effective config as TOML and exit.
+    #[arg(long)]
+    dump_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let flags = json!({
+        "journal": {"remote": args.journal, "store": {"url": args.store}},
+        "server": {"listen-addr": args.listen},
+    });
+    service_main(
+        "orchestrator",
+        "BABYSITTER_ORCHESTRATOR",
+        CommonArgs {
+            config: args.config,
+            set: args.set,
+            flags,
+            dump_config: args.dump_config,
+        },
+        serve,
+    )
+}
+
+async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
+    let telemetry = init_telemetry("orchestrator", &config.telemetry, &env)?;
+    let store = config.open_journal_store(&env).await?;
+    tracing::info!(store = %store.describe(), "journal ready");
+    let journal = Journal::new(store, config.journal.limits.journal_options());
+    let runs_dir = config.runs_dir();
+    std::fs::create_dir_all(&runs_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
+    let mut options = EngineOptions::new(runs_dir);
+    options.memory_limit = config.engine.memory_limit_mib * 1024 * 1024;
+    options.cpu_limit = std::time::Duration::from_secs(config.engine.cpu_limit_secs.max(1));
+    options.cached_runs = config.engine.cached_runs.max(1);
+    options.js_threads = config.engine.js_threads.max(1);
+    let engine = Engine::new(journal, options)?;
+    let queue = TaskQueue::new(
+        config.queue.queue_config(),
+        ulid::Ulid::generate().to_string(),
+    );
+    let manager = RunManager::new(engine, queue, config.runs.manager_config());
+    let resumed = manager.recover().await?;
+    tracing::info!(resumed, "unfinished runs resumed");
+    manager.spawn_sweeper();
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_signal(shutdown.clone()));
+    let services = Services::new(manager.clone(), shutdown.clone());
+    let server = ServerBuilder::new("orchestrator", &config.server)
+        .add_service(
+            services.runs.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        )
+        .add_service(
+            services.workers.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        );
+    let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;
+    let addr = listener.local_addr()?;
+    // One machine-readable line so scripts and tests can find the port when listening on :0.
+    eprintln!("orchestrator listening on {addr}");
+    tracing::info!(%addr, "orchestrator serving");
+    server.serve_with_listener(listener, shutdown).await?;
+    manager.shutdown().await;
+    telemetry.shutdown().await?;
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! The `orchestrator` binary's configuration (env prefix `BABYSITTER_ORCHESTRATOR`), layered
+//! like every babysitter service: defaults → TOML → env → `--set` → flags.
+//!
+//! The journal is either in-process over a store URL (`[journal.store]`, the same keys as the
+//! `journal` binary) or remote (`journal.remote = "http://…"`: the orchestrator keeps its own
+//! verified view over the `JournalService`, see `babysitter_journal::remote`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use babysitter_common::EnvMap;
+use babysitter_common::auth::Secret;
+use babysitter_common::server::ServerConfig;
+use babysitter_common::telemetry::TelemetryConfig;
+use babysitter_journal::config::{LimitsConfig, StoreConfig, open_store};
+use babysitter_journal::remote::RemoteStore;
+use babysitter_journal::store::JournalStore;
+use serde::{Deserialize, Serialize};
+
+use super::bundle::BundleLimits;
+use super::queue::QueueConfig;
+use super::runs::ManagerConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct OrchestratorConfig {
+    /// Config format version. Since v0.1.
+    pub version: u32,
+    /// Listener, limits, auth (tokens per role and namespace). Since v0.1.
+    pub server: ServerConfig,
+    /// Log filter and format. Since v0.1.
+    pub telemetry: TelemetryConfig,
+    /// Where runs are journaled. Since v0.1.
+    pub journal: JournalConfig,
+    /// The process engine. Since v0.1.
+    pub engine: EngineConfig,
+    /// Task queue and leases. Since v0.1.
+    pub queue: QueueSettings,
+    /// Run manager. Since v0.1.
+    pub runs: RunsSettings,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        Self {
+            version: 1,
+            server: ServerConfig::with_listen_addr(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                50052,
+            ))),
+            telemetry: TelemetryConfig::default(),
+            journal: JournalConfig::default(),
+            engine: EngineConfig::default(),
+            queue: QueueSettings::default(),
+            runs: RunsSettings::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct JournalConfig {
+    /// URL of a remote `JournalService` (`http://127.0.0.1:50051`); unset = in-process store.
+    /// Since v0.1.
+    pub remote: Option<String>,
+    /// Bearer token for the remote journal, read from this file. Since v0.1.
+    pub token_file: Option<PathBuf>,
+    /// The in-process store (ignored with `remote`). Since v0.1.
+    pub store: StoreConfig,
+    /// Journal limits. Since v0.1.
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct EngineConfig {
+    /// Local directory where process bundles are materialized for the engine. Default: the
+    /// store's own directory for a `file://` store, else `./.babysitter/orchestrator/runs`.
+    /// Since v0.1.
+    pub runs_dir: Option<PathBuf>,
+    /// JS heap limit per run, MiB. Since v0.1.
+    pub memory_limit_mib: usize,
+    /// CPU time per iteration, seconds. Since v0.1.
+    pub cpu_limit_secs: u64,
+    /// Warm JS sessions kept. Since v0.1.
+    pub cached_runs: usize,
+    /// JS threads. Since v0.1.
+    pub js_threads: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            runs_dir: None,
+            memory_limit_mib: 256,
+            cpu_limit_secs: 30,
+            cached_runs: 1024,
+            js_threads: 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct QueueSettings {
+    /// Lease length without a heartbeat, ms. Since v0.1.
+    pub lease_duration_ms: u64,
+    /// Heartbeat period told to workers, ms. Since v0.1.
+    pub heartbeat_interval_ms: u64,
+    /// Longest long-poll, ms. Since v0.1.
+    pub max_poll_wait_ms: u64,
+    /// Attempts before a task fails. Since v0.1.
+    pub max_attempts: u32,
+    /// First retry backoff, ms (doubles per attempt). Since v0.1.
+    pub retry_backoff_ms: u64,
+    /// Largest retry backoff, ms. Since v0.1.
+    pub retry_backoff_max_ms: u64,
+    /// Tasks running at once per run. Since v0.1.
+    pub per_run_limit: usize,
+    /// Tasks running at once per namespace. Since v0.1.
+    pub per_namespace_limit: usize,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        let q = QueueConfig::default();
+        Self {
+            lease_duration_ms: q.lease_duration.as_millis() as u64,
+            heartbeat_interval_ms: q.heartbeat_interval.as_millis() as u64,
+            max_poll_wait_ms: q.max_poll_wait.as_millis() as u64,
+            max_attempts: q.max_attempts,
+            retry_backoff_ms: q.retry_backoff.as_millis() as u64,
+            retry_backoff_max_ms: q.retry_backoff_max.as_millis() as u64,
+            per_run_limit: q.per_run_limit,
+            per_namespace_limit: q.per_namespace_limit,
+        }
+    }
+}
+
+impl QueueSettings {
+    pub fn queue_config(&self) -> QueueConfig {
+        QueueConfig {
+            lease_duration: Duration::from_millis(self.lease_duration_ms.max(1)),
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms.max(1)),
+            max_poll_wait: Duration::from_millis(self.max_poll_wait_ms),
+            max_attempts: self.max_attempts.max(1),
+            retry_backoff: Duration::from_millis(self.retry_backoff_ms),
+            retry_backoff_max: Duration::from_millis(self.retry_backoff_max_ms),
+            per_run_limit: self.per_run_limit.max(1),
+            per_namespace_limit: self.per_namespace_limit.max(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct RunsSettings {
+    /// Lease expiry / routing check period, ms. Since v0.1.
+    pub sweep_interval_ms: u64,
+    /// Drop warm JS sessions of runs that wait on no worker. Since v0.1.
+    pub evict_idle_sessions: bool,
+    /// Most files in a process bundle. Since v0.1.
+    pub max_bundle_files: usize,
+    /// Largest process bundle, bytes. Since v0.1.
+    pub max_bundle_bytes: usize,
+}
+
+impl Default for RunsSettings {
+    fn default() -> Self {
+        let b = BundleLimits::default();
+        Self {
+            sweep_interval_ms: 1000,
+            evict_idle_sessions: true,
+            max_bundle_files: b.max_files,
+            max_bundle_bytes: b.max_total_bytes,
+        }
+    }
+}
+
+impl RunsSettings {
+    pub fn manager_config(&self) -> ManagerConfig {
+        ManagerConfig {
+            bundle_limits: BundleLimits {
+                max_files: self.max_bundle_files,
+                max_total_bytes: self.max_bundle_bytes,
+            },
+            sweep_interval: Duration::from_millis(self.sweep_interval_ms.max(10)),
+            evict_idle_sessions: self.evict_idle_sessions,
+            ..ManagerConfig::default()
+        }
+    }
+}
+
+impl OrchestratorConfig {
+    /// The journal store: remote service or in-process backend.
+    pub async fn open_journal_store(&self, env: &EnvMap) -> anyhow::Result<Arc<dyn JournalStore>> {
+        if let Some(url) = &self.journal.remote {
+            let token = match &self.journal.token_file {
+                Some(path) => Some(Secret::new(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "cannot read journal.token-file {}: {e}",
+                                path.display()
+                            )
+                        })?
+                        .trim(),
+                )),
+                None => None,
+            };
+            return Ok(Arc::new(RemoteStore::connect(url, token.as_ref())?));
+        }
+        open_store(&self.journal.store, &self.journal.limits, env)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", self.journal.store.url))
+    }
+
+    /// Where the engine reads process files.
+    pub fn runs_dir(&self) -> PathBuf {
+        if let Some(d) = &self.engine.runs_dir {
+            return d.clone();
+        }
+        match self.journal.store.url.strip_prefix("file://") {
+            Some(path) if self.journal.remote.is_none() => PathBuf::from(path),
+            _ => PathBuf::from("./.babysitter/orchestrator/runs"),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! `WorkerService`: register, long-poll, heartbeat, agent events, completion.
+
+use std::time::Duration;
+
+use babysitter_common::auth::Role;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::worker_service_server::{
+    WorkerService, WorkerServiceServer,
+};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{AgentEventHub, authorize, outcome_of, system_time_to_pb};
+use crate::service::ServiceError;
+use crate::service::queue::{Capabilities, LeaseVerdict};
+use crate::service::runs::RunManager;
+
+#[derive(Debug, Clone)]
+pub struct WorkerApi {
+    manager: RunManager,
+    hub: AgentEventHub,
+}
+
+impl WorkerApi {
+    pub(super) fn new(manager: RunManager, hub: AgentEventHub) -> Self {
+        Self { manager, hub }
+    }
+
+    pub fn into_service(self) -> WorkerServiceServer<Self> {
+        WorkerServiceServer::new(self)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+}
+
+fn duration_pb(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+const WORKER: &[Role] = &[Role::Worker];
+
+#[tonic::async_trait]
+impl WorkerService for WorkerApi {
+    async fn register_worker(
+        &self,
+        req: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let who = authorize(&req, WORKER)?;
+        let r = req.into_inner();
+        if r.worker_id.len() > 256 {
+            return Err(ServiceError::invalid("worker_id", "longer than 256 characters").into());
+        }
+        // A worker serves at most the namespaces its token allows.
+        let namespaces = if r.namespaces.is_empty() {
+            who.namespaces
+        } else {
+            if let Some(ns) = r.namespaces.iter().find(|n| !who.allows(n)) {
+                return Err(Status::permission_denied(format!(
+                    "this token may not serve namespace {ns}"
+                )));
+            }
+            r.namespaces
+        };
+        let caps = r.capabilities.unwrap_or_default();
+        let queue = self.manager.queue();
+        let id = queue.register(
+            &r.worker_id,
+            namespaces,
+            Capabilities {
+                task_kinds: caps.task_kinds,
+                harnesses: caps.harnesses.into_iter().map(|h| h.name).collect(),
+                labels: caps.labels.into_iter().collect(),
+                max_concurrency: caps.max_concurrency,
+            },
+        );
+        tracing::info!(worker_id = %id, agent = %r.agent_version, "worker registered");
+        let c = queue.config();
+        Ok(Response::new(pb::RegisterWorkerResponse {
+            worker_id: id,
+            lease_duration: Some(duration_pb(c.lease_duration)),
+            heartbeat_interval: Some(duration_pb(c.heartbeat_interval)),
+            max_poll_wait: Some(duration_pb(c.max_poll_wait)),
+        }))
+    }
+
+    async fn poll_tasks(
+        &self,
+        req: Request<pb::PollTasksRequest>,
+    ) -> Result<Response<pb::PollTasksResponse>, Status> {
+        authorize(&req, WORKER)?;
+        let r = req.into_inner();
+        let wait = r
+            .wait
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .unwrap_or_default();
+        let got = self
+            .manager
+            .queue()
+            .poll(&r.worker_id, r.max_tasks.clamp(1, 1000) as usize, wait)
+            .await
+            .map_err(ServiceError::from)?;
+        let tasks = got
+            .into_iter()
+            .map(|a| pb::TaskAssignment {
+                lease_id: a.lease_id,
+                lease_expires_at: Some(system_time_to_pb(a.expires_at)),
+                namespace: a.spec.namespace.clone(),
+                run_id: a.spec.run_id.clone(),
+                effect_id: a.spec.effect_id.clone(),
+                task_id: a.spec.task_id.clone(),
+                invocation_key: a.spec.invocation_key.clone(),
+                kind: a.spec.kind.clone(),
+                label: a.spec.label.clone(),
+                task_json: a.spec.task_json.clone(),
+                attempt: a.attempt,
+                timeout: a.spec.timeout.map(duration_pb),
+            })
+            .collect();
+        Ok(Response::new(pb::PollTasksResponse { tasks }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        authorize(&req, WORKER)?;
+        let r = req.into_inner();
+        let verdicts = self
+            .manager
+            .queue()
+            .heartbeat(&r.worker_id, &r.lease_ids)
+            .map_err(ServiceError::from)?;
+        let leases = r
+            .lease_ids
+            .into_iter()
+            .zip(verdicts)
+            .map(|(lease_id, v)| match v {
+                LeaseVerdict::Active { expires_at } => pb::LeaseStatus {
+                    lease_id,
+                    state: pb::LeaseState::Active as i32,
+                    expires_at: Some(system_time_to_pb(expires_at)),
+                    reason: String::new(),
+                },
+                LeaseVerdict::Cancelled { reason } => pb::LeaseStatus {
+                    lease_id,
+                    state: pb::LeaseState::Cancelled as i32,
+                    expires_at: None,
+                    reason,
+                },
+                LeaseVerdict::Lost { reason } => pb::LeaseStatus {
+                    lease_id,
+                    state: pb::LeaseState::Lost as i32,
+                    expires_at: None,
+                    reason,
+                },
+            })
+            .collect();
+        Ok(Response::new(pb::HeartbeatResponse { leases }))
+    }
+
+    async fn report_events(
+        &self,
+        req: Request<Streaming<pb::ReportEventsRequest>>,
+    ) -> Result<Response<pb::ReportEventsResponse>, Status> {
+        authorize(&req, WORKER)?;
+        let mut stream = req.into_inner();
+        let mut accepted = 0u64;
+        while let Some(msg) = stream.message().await? {
+            let Some((run_id, effect_id)) = self
+                .manager
+                .queue()
+                .lease_task(&msg.worker_id, &msg.lease_id)
+            else {
+                continue; // a lost lease: its events are dropped
+            };
+            accepted += msg.events.len() as u64;
+            self.hub.publish(&run_id, &effect_id, msg.events);
+        }
+        Ok(Response::new(pb::ReportEventsResponse {
+            accepted_events: accepted,
+        }))
+    }
+
+    async fn complete_task(
+        &self,
+        req: Request<pb::CompleteTaskRequest>,
+    ) -> Result<Response<pb::CompleteTaskResponse>, Status> {
+        authorize(&req, WORKER)?;
+        let r = req.into_inner();
+        let outcome = outcome_of(r.result)?;
+        let already = self
+            .manager
+            .complete_task(&r.worker_id, &r.lease_id, &r.effect_id, outcome)
+            .await?;
+        Ok(Response::new(pb::CompleteTaskResponse {
+            already_completed: already,
+        }))
+    }
+}

@@ -1,0 +1,788 @@
+//! The task queue: effects waiting for a worker, the leases they run under, and the workers.
+//!
+//! Rules it enforces (the worker protocol's promises, `proto/.../worker.proto`):
+//! - a task is leased to one worker at a time; the lease lasts `lease_duration` past the last
+//!   heartbeat; an expired lease puts the task back with `attempt + 1` after a backoff, and a task
+//!   whose attempts run out is handed to the run manager to fail (never parked forever);
+//! - a completion is accepted only under the live lease it names, by the worker holding it; a
+//!   repeat of an accepted completion is idempotent; a completion under an expired or foreign lease
+//!   is refused (`lease-lost`) — the journal's single `EFFECT_RESOLVED` per effect is the last line;
+//! - leases are named `<incarnation>:<run>:<effect>:<attempt>:<nonce>`: after an orchestrator
+//!   restart, a task recovered from the journal is held back for one lease duration so the worker
+//!   that was running it can adopt it again by heartbeat or completion instead of it running twice;
+//! - routing: a worker gets a task only if it serves the namespace, advertises the task kind, has
+//!   the harness the task names (`execution.harness`) and carries every label the task requires
+//!   (`execution.labels`, our extension); concurrency is capped per run and per namespace.
+//!
+//! Time is tokio's (`tokio::time::Instant`), so tests drive leases with paused time. State is one
+//! `std::sync::Mutex` held for microseconds: no await happens under it.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Queue and lease settings.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub lease_duration: Duration,
+    pub heartbeat_interval: Duration,
+    pub max_poll_wait: Duration,
+    /// Attempts before a task fails for good (each expired lease is one).
+    pub max_attempts: u32,
+    /// Backoff before attempt n+1 is offered: `base * 2^(n-1)`, capped.
+    pub retry_backoff: Duration,
+    pub retry_backoff_max: Duration,
+    /// Tasks leased at once per run / per namespace.
+    pub per_run_limit: usize,
+    pub per_namespace_limit: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(10),
+            max_poll_wait: Duration::from_secs(30),
+            max_attempts: 5,
+            retry_backoff: Duration::from_secs(1),
+            retry_backoff_max: Duration::from_secs(60),
+            per_run_limit: 256,
+            per_namespace_limit: 10_000,
+        }
+    }
+}
+
+/// What a task needs and carries: built by the run manager from `task.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    pub namespace: String,
+    pub run_id: String,
+    pub effect_id: String,
+    pub task_id: String,
+    pub invocation_key: String,
+    pub kind: String,
+    pub label: String,
+    pub task_json: Bytes,
+    /// `execution.harness`: only workers with this harness installed.
+    pub harness: Option<String>,
+    /// `execution.labels`: labels a worker must carry with exactly these values.
+    pub required_labels: BTreeMap<String, String>,
+    pub timeout: Option<Duration>,
+}
+
+/// A worker's advertised capabilities.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Capabilities {
+    pub task_kinds: Vec<String>,
+    pub harnesses: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub max_concurrency: u32,
+}
+
+/// A task handed to a worker.
+#[derive(Debug, Clone)]
+pub struct Assignment {
+    pub lease_id: String,
+    pub expires_at: SystemTime,
+    pub spec: Arc<TaskSpec>,
+    pub attempt: u32,
+}
+
+/// A lease as a heartbeat sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseVerdict {
+    Active { expires_at: SystemTime },
+    Cancelled { reason: String },
+    Lost { reason: String },
+}
+
+/// What a completion may do.
+#[derive(Debug, Clone)]
+pub enum Completion {
+    /// Journal it (then call [`TaskQueue::completed`] or [`TaskQueue::completion_failed`]).
+    Proceed(Arc<TaskSpec>),
+    /// This lease already completed the task: nothing to do.
+    AlreadyCompleted,
+}
+
+/// A task whose lease expired once too often: the run manager fails the effect.
+#[derive(Debug, Clone)]
+pub struct GaveUp {
+    pub spec: Arc<TaskSpec>,
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QueueError {
+    #[error("worker {0} is not registered (register again)")]
+    UnknownWorker(String),
+    #[error("lease {lease_id} is lost: {reason}")]
+    LeaseLost { lease_id: String, reason: String },
+    #[error("lease {lease_id} is for effect {leased}, not {named}")]
+    EffectMismatch {
+        lease_id: String,
+        leased: String,
+        named: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Queued {
+        not_before: Instant,
+        /// Recovered after a restart: a lease of an earlier incarnation may adopt it.
+        adoptable: bool,
+    },
+    Leased {
+        lease_id: String,
+        worker: String,
+        expires: Instant,
+    },
+    /// Its result is being journaled under `lease_id`.
+    Completing { lease_id: String, worker: String },
+}
+
+#[derive(Debug)]
+struct Task {
+    spec: Arc<TaskSpec>,
+    attempt: u32,
+    state: State,
+    /// FIFO position among queued tasks.
+    order: u64,
+    cancelled: Option<String>,
+}
+
+#[derive(Debug)]
+struct Worker {
+    namespaces: Vec<String>,
+    caps: Capabilities,
+    last_seen: Instant,
+}
+
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: HashMap<Key, Task>,
+    queued: BTreeMap<u64, Key>,
+    next_order: u64,
+    leases: HashMap<String, Key>,
+    /// Leases of this incarnation that expired or were replaced: their completions are refused.
+    dead_leases: HashSet<String>,
+    /// Leases whose completion was journaled (bounded, oldest dropped first).
+    completed: HashSet<String>,
+    completed_order: VecDeque<String>,
+    workers: HashMap<String, Worker>,
+    leased_per_run: HashMap<String, usize>,
+    leased_per_ns: HashMap<String, usize>,
+}
+
+/// Completed lease ids remembered for idempotent repeats.
+const COMPLETED_MEMORY: usize = 100_000;
+
+/// The queue. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TaskQueue {
+    inner: Arc<Mutex<Inner>>,
+    notify: Arc<Notify>,
+    config: Arc<QueueConfig>,
+    incarnation: Arc<str>,
+}
+
+fn lease_parts(lease_id: &str) -> Option<(&str, &str, &str)> {
+    let (incarnation, rest) = lease_id.split_once(':')?;
+    let mut it = rest.rsplitn(4, ':');
+    let _nonce = it.next()?;
+    let _attempt = it.next()?;
+    let effect = it.next()?;
+    let run = it.next()?;
+    Some((incarnation, run, effect))
+}
+
+impl TaskQueue {
+    /// `incarnation` names this orchestrator process in lease ids (a fresh ULID per start).
+    pub fn new(config: QueueConfig, incarnation: impl Into<Arc<str>>) -> Self {
+        Self {
+            inner: Default::default(),
+            notify: Arc::new(Notify::new()),
+            config: Arc::new(config),
+            incarnation: incarnation.into(),
+        }
+    }
+
+    pub fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers (or re-registers) a worker; returns its id.
+    pub fn register(&self, worker_id: &str, namespaces: Vec<String>, caps: Capabilities) -> String {
+        let id = if worker_id.is_empty() {
+            format!("w-{}", ulid::Ulid::generate())
+        } else {
+            worker_id.to_owned()
+        };
+        self.lock().workers.insert(
+            id.clone(),
+            Worker {
+                namespaces,
+                caps,
+                last_seen: Instant::now(),
+            },
+        );
+        self.notify.notify_waiters();
+        id
+    }
+
+    /// Queues a task unless it is already known (idempotent per run and effect).
+    /// `recovered`: rebuilt from the journal after a restart (held for adoption first).
+    pub fn enqueue(&self, spec: TaskSpec, recovered: bool) {
+        let key = (spec.run_id.clone(), spec.effect_id.clone());
+        let now = Instant::now();
+        let mut g = self.lock();
+        if g.tasks.contains_key(&key) {
+            return;
+        }
+        let order = g.next_order;
+        g.next_order += 1;
+        g.queued.insert(order, key.clone());
+        let not_before = if recovered {
+            now + self.config.lease_duration
+        } else {
+            now
+        };
+        g.tasks.insert(
+            key,
+            Task {
+                spec: Arc::new(spec),
+                attempt: 1,
+                state: State::Queued {
+                    not_before,
+                    adoptable: recovered,
+                },
+                order,
+                cancelled: None,
+            },
+        );
+        drop(g);
+        self.notify.notify_waiters();
+    }
+
+    /// Forgets a task resolved by other means (posted result, cancellation).
+    pub fn remove(&self, run_id: &str, effect_id: &str) {
+        let mut g = self.lock();
+        let key = (run_id.to_owned(), effect_id.to_owned());
+        if let Some(task) = g.tasks.remove(&key) {
+            g.queued.remove(&task.order);
+            if let State::Leased { lease_id, .. } | State::Completing { lease_id, .. } = task.state
+            {
+                g.leases.remove(&lease_id);
+                g.dead_leases.insert(lease_id);
+                release(&mut g, &task.spec);
+            }
+        }
+    }
+
+    /// Cancels a run's tasks: queued ones are dropped, leased ones are told at their next
+    /// heartbeat. Returns the effect ids that were queued or running.
+    pub fn cancel_run(&self, run_id: &str, reason: &str) -> Vec<String> {
+        let mut g = self.lock();
+        let keys: Vec<Key> = g
+            .tasks
+            .keys()
+            .filter(|(r, _)| r == run_id)
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for key in keys {
+            out.push(key.1.clone());
+            let leased = matches!(
+                g.tasks.get(&key).map(|t| &t.state),
+                Some(State::Leased { .. } | State::Completing { .. })
+            );
+            if leased {
+                if let Some(t) = g.tasks.get_mut(&key) {
+                    t.cancelled = Some(reason.to_owned());
+                }
+            } else if let Some(t) = g.tasks.remove(&key) {
+                g.queued.remove(&t.order);
+            }
+        }
+        out
+    }
+
+    /// Long-polls for up to `max` tasks for `worker_id`, waiting at most `wait`.
+    pub async fn poll(
+        &self,
+        worker_id: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Assignment>, QueueError> {
+        let deadline = Instant::now() + wait.min(self.config.max_poll_wait);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (got, next_ready) = self.try_assign(worker_id, max.max(1))?;
+            if !got.is_empty() || Instant::now() >= deadline {
+                return Ok(got);
+            }
+            let wake = next_ready.map_or(deadline, |t| t.min(deadline));
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn try_assign(
+        &self,
+        worker_id: &str,
+        max: usize,
+    ) -> Result<(Vec<Assignment>, Option<Instant>), QueueError> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        let worker = g
+            .workers
+            .get_mut(worker_id)
+            .ok_or_else(|| QueueError::UnknownWorker(worker_id.to_owned()))?;
+        worker.last_seen = now;
+        let mut out = Vec::new();
+        let mut next_ready: Option<Instant> = None;
+        let mut picked = Vec::new();
+        for (&order, key) in &g.queued {
+            if out.len() + picked.len() >= max {
+                break;
+            }
+            let Some(task) = g.tasks.get(key) else {
+                continue;
+            };
+            let State::Queued { not_before, .. } = task.state else {
+                continue;
+            };
+            if !serves(worker, &task.spec) {
+                continue;
+            }
+            if not_before > now {
+                next_ready = Some(next_ready.map_or(not_before, |t| t.min(not_before)));
+                continue;
+            }
+            let run_n = g
+                .leased_per_run
+                .get(&task.spec.run_id)
+                .copied()
+                .unwrap_or(0);
+            let ns_n = g
+                .leased_per_ns
+                .get(&task.spec.namespace)
+                .copied()
+                .unwrap_or(0);
+            let run_extra = picked
+                .iter()
+                .filter(|(_, k): &&(u64, Key)| k.0 == task.spec.run_id)
+                .count();
+            if run_n + run_extra >= self.config.per_run_limit
+                || ns_n + picked.len() >= self.config.per_namespace_limit
+            {
+                continue;
+            }
+            picked.push((order, key.clone()));
+        }
+        for (order, key) in picked {
+            g.queued.remove(&order);
+            let Some(task) = g.tasks.get_mut(&key) else {
+                continue;
+            };
+            let lease_id = format!(
+                "{}:{}:{}:{}:{:016x}",
+                self.incarnation,
+                key.0,
+                key.1,
+                task.attempt,
+                rand_u64()
+            );
+            let expires = now + self.config.lease_duration;
+            task.state = State::Leased {
+                lease_id: lease_id.clone(),
+                worker: worker_id.to_owned(),
+                expires,
+            };
+            let spec = task.spec.clone();
+            let attempt = task.attempt;
+            g.leases.insert(lease_id.clone(), key);
+            *g.leased_per_run.entry(spec.run_id.clone()).or_default() += 1;
+            *g.leased_per_ns.entry(spec.namespace.clone()).or_default() += 1;
+            out.push(Assignment {
+                lease_id,
+                expires_at: SystemTime::now() + self.config.lease_duration,
+                spec,
+                attempt,
+            });
+        }
+        Ok((out, next_ready))
+    }
+
+    /// Extends the worker's leases; says which were cancelled or lost.
+    pub fn heartbeat(
+        &self,
+        worker_id: &str,
+        lease_ids: &[String],
+    ) -> Result<Vec<LeaseVerdict>, QueueError> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        g.workers
+            .get_mut(worker_id)
+            .ok_or_else(|| QueueError::UnknownWorker(worker_id.to_owned()))?
+            .last_seen = now;
+        let mut out = Vec::with_capacity(lease_ids.len());
+        for lease_id in lease_ids {
+            self.adopt(g, worker_id, lease_id, now);
+            let verdict = match g.leases.get(lease_id).and_then(|k| g.tasks.get_mut(k)) {
+                Some(task) => match &mut task.state {
+                    State::Leased {
+                        worker, expires, ..
+                    } if worker == worker_id => match &task.cancelled {
+                        Some(reason) => LeaseVerdict::Cancelled {
+                            reason: reason.clone(),
+                        },
+                        None => {
+                            *expires = now + self.config.lease_duration;
+                            LeaseVerdict::Active {
+                                expires_at: SystemTime::now() + self.config.lease_duration,
+                            }
+                        }
+                    },
+                    State::Completing { worker, .. } if worker == worker_id => {
+                        LeaseVerdict::Active {
+                            expires_at: SystemTime::now() + self.config.lease_duration,
+                        }
+                    }
+                    _ => LeaseVerdict::Lost {
+                        reason: "the lease belongs to another worker".into(),
+                    },
+                },
+                None => LeaseVerdict::Lost {
+                    reason: if g.completed.contains(lease_id) {
+                        "the task was already completed".into()
+                    } else {
+                        "the lease expired or the task no longer exists".into()
+                    },
+                },
+            };
+            out.push(verdict);
+        }
+        Ok(out)
+    }
+
+    /// A lease of an earlier orchestrator incarnation re-attaches to its recovered task.
+    fn adopt(&self, g: &mut Inner, worker_id: &str, lease_id: &str, now: Instant) {
+        if g.leases.contains_key(lease_id) {
+            return;
+        }
+        let Some((incarnation, run, effect)) = lease_parts(lease_id) else {
+            return;
+        };
+        if incarnation == &*self.incarnation {
+            return;
+        }
+        let key = (run.to_owned(), effect.to_owned());
+        let Some(task) = g.tasks.get_mut(&key) else {
+            return;
+        };
+        if !matches!(
+            task.state,
+            State::Queued {
+                adoptable: true,
+                ..
+            }
+        ) {
+            return;
+        }
+        task.state = State::Leased {
+            lease_id: lease_id.to_owned(),
+            worker: worker_id.to_owned(),
+            expires: now + self.config.lease_duration,
+        };
+        let (order, spec) = (task.order, task.spec.clone());
+        g.queued.remove(&order);
+        g.leases.insert(lease_id.to_owned(), key);
+        *g.leased_per_run.entry(spec.run_id.clone()).or_default() += 1;
+        *g.leased_per_ns.entry(spec.namespace.clone()).or_default() += 1;
+    }
+
+    /// Checks a completion and, when it may proceed, marks the task as completing (no other
+    /// completion or expiry can take it meanwhile).
+    pub fn begin_completion(
+        &self,
+        worker_id: &str,
+        lease_id: &str,
+        effect_id: &str,
+    ) -> Result<Completion, QueueError> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        if let Some(w) = g.workers.get_mut(worker_id) {
+            w.last_seen = now;
+        }
+        if g.completed.contains(lease_id) {
+            return Ok(Completion::AlreadyCompleted);
+        }
+        self.adopt(g, worker_id, lease_id, now);
+        let lost = |reason: &str| QueueError::LeaseLost {
+            lease_id: lease_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let Some(key) = g.leases.get(lease_id).cloned() else {
+            return Err(lost(if g.dead_leases.contains(lease_id) {
+                "the lease expired; the task was given to another attempt"
+            } else {
+                "the lease is unknown or the task no longer exists"
+            }));
+        };
+        if key.1 != effect_id {
+            return Err(QueueError::EffectMismatch {
+                lease_id: lease_id.to_owned(),
+                leased: key.1,
+                named: effect_id.to_owned(),
+            });
+        }
+        let task = g
+            .tasks
+            .get_mut(&key)
+            .ok_or_else(|| lost("the task no longer exists"))?;
+        match &task.state {
+            State::Leased { worker, .. } if worker == worker_id => {
+                task.state = State::Completing {
+                    lease_id: lease_id.to_owned(),
+                    worker: worker_id.to_owned(),
+                };
+                Ok(Completion::Proceed(task.spec.clone()))
+            }
+            State::Completing { worker, .. } if worker == worker_id => {
+                // A retry racing the first call: the first one decides.
+                Err(lost("a completion under this lease is in progress"))
+            }
+            _ => Err(lost("the lease belongs to another worker")),
+        }
+    }
+
+    /// The completion under `lease_id` was journaled: the task is done.
+    pub fn completed(&self, lease_id: &str) {
+        let mut g = self.lock();
+        if let Some(key) = g.leases.remove(lease_id)
+            && let Some(task) = g.tasks.remove(&key)
+        {
+            release(&mut g, &task.spec);
+        }
+        if g.completed.insert(lease_id.to_owned()) {
+            g.completed_order.push_back(lease_id.to_owned());
+            if g.completed_order.len() > COMPLETED_MEMORY
+                && let Some(old) = g.completed_order.pop_front()
+            {
+                g.completed.remove(&old);
+            }
+        }
+        drop(g);
+        self.notify.notify_waiters();
+    }
+
+    /// Journaling the completion failed (e.g. the journal is unreachable): the lease stays live so
+    /// the worker's retry can complete it.
+    pub fn completion_failed(&self, lease_id: &str) {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        if let Some(task) = g.leases.get(lease_id).and_then(|k| g.tasks.get_mut(k))
+            && let State::Completing { lease_id, worker } = &task.state
+        {
+            task.state = State::Leased {
+                lease_id: lease_id.clone(),
+                worker: worker.clone(),
+                expires: now + self.config.lease_duration,
+            };
+        }
+    }
+
+    /// Puts tasks whose lease expired back in the queue (with backoff), and returns those whose
+    /// attempts ran out (removed from the queue). Call it periodically.
+    pub fn expire(&self) -> Vec<GaveUp> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        let expired: Vec<(String, Key)> = g
+            .leases
+            .iter()
+            .filter(|(_, key)| {
+                matches!(g.tasks.get(*key).map(|t| &t.state),
+                    Some(State::Leased { expires, .. }) if *expires <= now)
+            })
+            .map(|(l, k)| (l.clone(), k.clone()))
+            .collect();
+        let mut gave_up = Vec::new();
+        for (lease_id, key) in expired {
+            g.leases.remove(&lease_id);
+            g.dead_leases.insert(lease_id);
+            let Some(task) = g.tasks.get_mut(&key) else {
+                continue;
+            };
+            let spec = task.spec.clone();
+            if task.cancelled.is_some() || task.attempt >= self.config.max_attempts {
+                let attempts = task.attempt;
+                let cancelled = task.cancelled.is_some();
+                g.tasks.remove(&key);
+                release(g, &spec);
+                if !cancelled {
+                    gave_up.push(GaveUp { spec, attempts });
+                }
+                continue;
+            }
+            task.attempt += 1;
+            let shift = (task.attempt - 2).min(16);
+            let backoff = self
+                .config
+                .retry_backoff
+                .saturating_mul(1 << shift)
+                .min(self.config.retry_backoff_max);
+            let order = g.next_order;
+            g.next_order += 1;
+            task.order = order;
+            task.state = State::Queued {
+                not_before: now + backoff,
+                adoptable: false,
+            };
+            g.queued.insert(order, key);
+            release(g, &spec);
+        }
+        // Recovered tasks nobody adopted within the grace period are ordinary queued tasks now.
+        for task in g.tasks.values_mut() {
+            if let State::Queued {
+                not_before,
+                adoptable,
+            } = &mut task.state
+                && *adoptable
+                && *not_before <= now
+            {
+                *adoptable = false;
+            }
+        }
+        self.notify.notify_waiters();
+        gave_up
+    }
+
+    /// Queued tasks no live worker (seen within two lease durations) could ever take, with why.
+    pub fn unroutable(&self) -> Vec<(Arc<TaskSpec>, String)> {
+        let now = Instant::now();
+        let g = self.lock();
+        let live: Vec<&Worker> = g
+            .workers
+            .values()
+            .filter(|w| {
+                now.saturating_duration_since(w.last_seen) <= self.config.lease_duration * 2
+            })
+            .collect();
+        g.queued
+            .values()
+            .filter_map(|k| g.tasks.get(k))
+            .filter(|t| !live.iter().any(|w| serves(w, &t.spec)))
+            .map(|t| {
+                let why = match &t.spec.harness {
+                    Some(h) => format!(
+                        "no live worker can run a `{}` task with harness `{h}` in namespace `{}`",
+                        t.spec.kind, t.spec.namespace
+                    ),
+                    None => format!(
+                        "no live worker can run a `{}` task in namespace `{}`",
+                        t.spec.kind, t.spec.namespace
+                    ),
+                };
+                (t.spec.clone(), why)
+            })
+            .collect()
+    }
+
+    /// Tasks known for a run: (queued, leased).
+    pub fn counts_for_run(&self, run_id: &str) -> (usize, usize) {
+        let g = self.lock();
+        let mut queued = 0;
+        let mut leased = 0;
+        for ((r, _), t) in &g.tasks {
+            if r == run_id {
+                match t.state {
+                    State::Queued { .. } => queued += 1,
+                    _ => leased += 1,
+                }
+            }
+        }
+        (queued, leased)
+    }
+
+    /// The (run, effect) of a live lease `worker_id` holds, for relaying its agent events.
+    pub fn lease_task(&self, worker_id: &str, lease_id: &str) -> Option<(String, String)> {
+        let g = self.lock();
+        let key = g.leases.get(lease_id)?;
+        match &g.tasks.get(key)?.state {
+            State::Leased { worker, .. } | State::Completing { worker, .. }
+                if worker == worker_id =>
+            {
+                Some(key.clone())
+            }
+            _ => None,
+        }
+    }
+
+    pub fn is_known(&self, run_id: &str, effect_id: &str) -> bool {
+        self.lock()
+            .tasks
+            .contains_key(&(run_id.to_owned(), effect_id.to_owned()))
+    }
+}
+
+fn release(g: &mut Inner, spec: &TaskSpec) {
+    if let Some(n) = g.leased_per_run.get_mut(&spec.run_id) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            g.leased_per_run.remove(&spec.run_id);
+        }
+    }
+    if let Some(n) = g.leased_per_ns.get_mut(&spec.namespace) {
+        *n = n.saturating_sub(1);
+    }
+}
+
+fn serves(w: &Worker, spec: &TaskSpec) -> bool {
+    (w.namespaces.is_empty() || w.namespaces.contains(&spec.namespace))
+        && w.caps.task_kinds.contains(&spec.kind)
+        && spec
+            .harness
+            .as_ref()
+            .is_none_or(|h| w.caps.harnesses.iter().any(|x| x == h))
+        && spec
+            .required_labels
+            .iter()
+            .all(|(k, v)| w.caps.labels.get(k) == Some(v))
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;

@@ -1,0 +1,518 @@
+//! Everything that settles an effect or a run: worker completions, posted results, breakpoint
+//! decisions, tasks that ran out of attempts, cancellation and halting. Each write happens under
+//! the run's lock and only while its precondition holds (effect pending, run not finished), so
+//! races between these paths end in exactly one journaled outcome; the losers learn whether
+//! their result was the same (idempotent) or different (`Conflict`).
+
+use babysitter_journal::index::{EffectRecord, EffectStatus};
+use babysitter_journal::store::RunFile;
+use babysitter_journal::{EventType, NewEvent};
+use serde_json::{Map, Value, json};
+
+use super::{RunManager, RunStatus, RunSummary, lock};
+use crate::engine::commit::Commit;
+use crate::service::queue::{Completion, GaveUp};
+use crate::service::{Result, ServiceError};
+
+/// Model usage of a task (journaled as `COST_TRACKED`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// A task's result as executors report it.
+#[derive(Debug, Clone, Default)]
+pub struct TaskOutcome {
+    /// `Ok(value)` or `Err({name, message, stack?, data?})`.
+    pub outcome: Option<Result<Value, Value>>,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub metadata: Option<Value>,
+    pub usage: Option<Usage>,
+}
+
+/// A breakpoint decision.
+#[derive(Debug, Clone, Default)]
+pub struct Decision {
+    pub approved: bool,
+    pub feedback: Option<String>,
+    pub response: Option<String>,
+    pub option: Option<String>,
+    /// Who the client says decided.
+    pub approver: Option<String>,
+    /// The authenticated principal that sent the decision.
+    pub principal: String,
+}
+
+/// A waiting breakpoint.
+#[derive(Debug, Clone)]
+pub struct BreakpointInfo {
+    pub namespace: String,
+    pub run_id: String,
+    pub effect_id: String,
+    pub breakpoint_id: String,
+    pub label: String,
+    pub payload: Option<Value>,
+    pub requested_at: Option<String>,
+    pub auto_approval: Option<Value>,
+}
+
+/// How a commit ended.
+enum Settled {
+    New(u64),
+    /// The effect already carried this very result.
+    Same,
+}
+
+impl RunManager {
+    /// The effect's record, the run being visible in `namespace`.
+    async fn record(&self, namespace: &str, run_id: &str, effect_id: &str) -> Result<EffectRecord> {
+        self.get(namespace, run_id)?;
+        self.journal()
+            .inspect(run_id, |_, idx| idx.effects.get(effect_id).cloned())
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))
+    }
+
+    /// Commits `outcome` for a pending effect under the run's lock; an already resolved effect
+    /// with the same result is [`Settled::Same`], with another result a `Conflict`.
+    async fn settle(&self, run_id: &str, effect_id: &str, o: TaskOutcome) -> Result<Settled> {
+        let outcome = o.outcome.clone().ok_or_else(|| {
+            ServiceError::invalid("result", "neither value_json nor error is set")
+        })?;
+        let run_lock = self.lock_for(run_id);
+        let _guard = run_lock.lock().await;
+        if lock(&self.inner.runs)
+            .get(run_id)
+            .is_some_and(|r| r.status.is_terminal())
+        {
+            return Err(ServiceError::Conflict(format!(
+                "run {run_id} has ended; effect {effect_id} can no longer be resolved"
+            )));
+        }
+        let record = self
+            .journal()
+            .inspect(run_id, |_, idx| idx.effects.get(effect_id).cloned())
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))?;
+        if record.status != EffectStatus::Requested {
+            return self.compare_resolved(run_id, &record, &outcome).await;
+        }
+        let head = self
+            .inner
+            .engine
+            .commit_result(
+                run_id,
+                Commit {
+                    effect_id: effect_id.to_owned(),
+                    outcome,
+                    stdout: o.stdout,
+                    stderr: o.stderr,
+                    started_at: o.started_at,
+                    finished_at: o.finished_at,
+                    metadata: o.metadata,
+                    stdout_ref: None,
+                    stderr_ref: None,
+                },
+            )
+            .await?;
+        let mut seq = head.seq;
+        if let Some(u) = o.usage {
+            let ev = NewEvent::new(
+                EventType::CostTracked,
+                json!({"effectId": effect_id, "provider": u.provider, "model": u.model,
+                       "inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
+                       "cacheReadTokens": u.cache_read_tokens, "cacheWriteTokens": u.cache_write_tokens,
+                       "costUsd": u.cost_usd}),
+            );
+            let committed = self
+                .journal()
+                .append(run_id, head.seq + 1, vec![ev])
+                .await?;
+            if let Some(last) = committed.last() {
+                seq = last.seq;
+            }
+        }
+        self.set_summary(run_id, |r| r.head_seq = r.head_seq.max(seq));
+        Ok(Settled::New(seq))
+    }
+
+    async fn compare_resolved(
+        &self,
+        run_id: &str,
+        record: &EffectRecord,
+        outcome: &Result<Value, Value>,
+    ) -> Result<Settled> {
+        let stored = self
+            .journal()
+            .get_run_file(run_id, &RunFile::task(&record.effect_id, "result.json")?)
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        let same = match (stored.as_ref(), outcome) {
+            (Some(doc), Ok(v)) => {
+                doc.get("status") == Some(&json!("ok"))
+                    && (doc.get("value") == Some(v)
+                        // failed shell tasks are stored as values (F15): compare the status only
+                        || record.kind.as_deref() == Some("shell"))
+            }
+            (Some(doc), Err(e)) => {
+                doc.get("status") == Some(&json!("error"))
+                    && doc.pointer("/error/message") == e.get("message")
+                    || record.kind.as_deref() == Some("shell")
+                        && doc.pointer("/value/success") == Some(&json!(false))
+            }
+            (None, _) => false,
+        };
+        if same {
+            Ok(Settled::Same)
+        } else {
+            Err(ServiceError::Conflict(format!(
+                "effect {} of run {run_id} is already {} with a different result",
+                record.effect_id,
+                record.status.as_str()
+            )))
+        }
+    }
+
+    /// A worker's completion under its lease. `Ok(true)`: it had already been accepted.
+    pub async fn complete_task(
+        &self,
+        worker_id: &str,
+        lease_id: &str,
+        effect_id: &str,
+        outcome: TaskOutcome,
+    ) -> Result<bool> {
+        let spec = match self
+            .inner
+            .queue
+            .begin_completion(worker_id, lease_id, effect_id)?
+        {
+            Completion::AlreadyCompleted => return Ok(true),
+            Completion::Proceed(spec) => spec,
+        };
+        match self.settle(&spec.run_id, effect_id, outcome).await {
+            Ok(settled) => {
+                self.inner.queue.completed(lease_id);
+                self.schedule(&spec.run_id, false);
+                Ok(matches!(settled, Settled::Same))
+            }
+            Err(e @ ServiceError::Conflict(_)) => {
+                // Resolved differently meanwhile: this lease is done either way.
+                self.inner.queue.completed(lease_id);
+                Err(e)
+            }
+            Err(e) => {
+                self.inner.queue.completion_failed(lease_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// A result posted by an external or in-session executor. Returns (seq, already_resolved).
+    pub async fn post_result(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        effect_id: &str,
+        outcome: TaskOutcome,
+    ) -> Result<(u64, bool)> {
+        self.record(namespace, run_id, effect_id).await?;
+        let settled = self.settle(run_id, effect_id, outcome).await?;
+        self.inner.queue.remove(run_id, effect_id);
+        self.schedule(run_id, false);
+        Ok(match settled {
+            Settled::New(seq) => (seq, false),
+            Settled::Same => (self.journal().head(run_id).await?.seq, true),
+        })
+    }
+
+    /// Approves or rejects a waiting breakpoint. Returns (seq, already_resolved).
+    pub async fn resolve_breakpoint(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        effect_id: &str,
+        d: Decision,
+    ) -> Result<(u64, bool)> {
+        let record = self.record(namespace, run_id, effect_id).await?;
+        if record.kind.as_deref() != Some("breakpoint") {
+            return Err(ServiceError::invalid(
+                "effect_id",
+                format!(
+                    "effect {effect_id} is a `{}` effect, not a breakpoint",
+                    record.kind.as_deref().unwrap_or("unknown")
+                ),
+            ));
+        }
+        let mut value = Map::new();
+        value.insert("approved".into(), json!(d.approved));
+        if let Some(r) = d.response.filter(|s| !s.is_empty()) {
+            value.insert("response".into(), json!(r));
+        }
+        if let Some(f) = d.feedback.filter(|s| !s.is_empty()) {
+            value.insert("feedback".into(), json!(f));
+        }
+        if let Some(o) = d.option.filter(|s| !s.is_empty()) {
+            value.insert("option".into(), json!(o));
+        }
+        let approver = d.approver.filter(|s| !s.is_empty());
+        value.insert(
+            "respondedBy".into(),
+            json!(approver.clone().unwrap_or_else(|| d.principal.clone())),
+        );
+        value.insert("principal".into(), json!(d.principal));
+        let now = crate::engine::iso(self.inner.engine.options().clock.as_ref()());
+        let outcome = TaskOutcome {
+            outcome: Some(Ok(Value::Object(value.clone()))),
+            started_at: Some(now.clone()),
+            finished_at: Some(now),
+            ..Default::default()
+        };
+        let settled = match self.settle(run_id, effect_id, outcome).await {
+            Err(ServiceError::Conflict(_)) if record.status != EffectStatus::Requested => {
+                // Same decision again is idempotent, whoever sent it.
+                let stored = self
+                    .journal()
+                    .get_run_file(run_id, &RunFile::task(effect_id, "result.json")?)
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+                let approved = stored.as_ref().and_then(|s| s.pointer("/value/approved"));
+                if approved == Some(&json!(d.approved)) {
+                    Settled::Same
+                } else {
+                    return Err(ServiceError::Conflict(format!(
+                        "breakpoint {effect_id} of run {run_id} was already decided differently"
+                    )));
+                }
+            }
+            other => other?,
+        };
+        self.schedule(run_id, false);
+        Ok(match settled {
+            Settled::New(seq) => (seq, false),
+            Settled::Same => (self.journal().head(run_id).await?.seq, true),
+        })
+    }
+
+    /// Fails an effect whose leases expired `max_attempts` times.
+    pub(crate) async fn give_up(&self, g: &GaveUp) -> Result<()> {
+        let outcome = TaskOutcome {
+            outcome: Some(Err(json!({
+                "name": "TaskAttemptsExhausted",
+                "message": format!("the task's lease expired {} times without a completion (workers died or hung)", g.attempts),
+                "data": {"attempts": g.attempts},
+            }))),
+            ..Default::default()
+        };
+        match self
+            .settle(&g.spec.run_id, &g.spec.effect_id, outcome)
+            .await
+        {
+            Ok(_) | Err(ServiceError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.schedule(&g.spec.run_id, false);
+        Ok(())
+    }
+
+    /// Cancels a run: pending effects are cancelled, running tasks told at their next heartbeat,
+    /// and the run ends with `RUN_FAILED` marked `cancelled`.
+    pub async fn cancel(&self, namespace: &str, run_id: &str, reason: &str) -> Result<RunSummary> {
+        self.get(namespace, run_id)?;
+        let reason = if reason.is_empty() {
+            "cancelled"
+        } else {
+            reason
+        };
+        let run_lock = self.lock_for(run_id);
+        let _guard = run_lock.lock().await;
+        if self.get(namespace, run_id)?.status.is_terminal() {
+            return self.get(namespace, run_id);
+        }
+        self.inner.queue.cancel_run(run_id, reason);
+        let pending: Vec<String> = self
+            .journal()
+            .inspect(run_id, |_, idx| {
+                idx.pending().map(|r| r.effect_id.clone()).collect()
+            })
+            .await?;
+        for effect_id in pending {
+            self.inner
+                .engine
+                .cancel_effect(run_id, &effect_id, Some(reason))
+                .await?;
+        }
+        let head = self.journal().head(run_id).await?;
+        let error = json!({"name": "RunCancelledError", "message": reason});
+        self.journal()
+            .append(
+                run_id,
+                head.seq + 1,
+                vec![NewEvent::new(
+                    EventType::RunFailed,
+                    json!({"error": error, "cancelled": true, "reason": reason}),
+                )],
+            )
+            .await?;
+        self.inner.engine.evict(run_id).await?;
+        self.set_summary(run_id, |r| {
+            r.status = RunStatus::Cancelled;
+            r.status_reason = reason.to_owned();
+            r.error = Some(error);
+            r.head_seq = head.seq + 1;
+            r.pending_by_kind.clear();
+        });
+        self.finished(run_id);
+        self.get(namespace, run_id)
+    }
+
+    /// babysitter's `run:halt`: seals an unfinished run as completed or failed. A run that has
+    /// already ended is left as it is (`already_terminal`).
+    pub async fn halt(
+        &self,
+        namespace: &str,
+        run_id: &str,
+        reason: &str,
+        failed: bool,
+    ) -> Result<(RunSummary, bool)> {
+        self.get(namespace, run_id)?;
+        let reason = if reason.is_empty() {
+            "manual_halt"
+        } else {
+            reason
+        };
+        let run_lock = self.lock_for(run_id);
+        let _guard = run_lock.lock().await;
+        if self.get(namespace, run_id)?.status.is_terminal() {
+            return Ok((self.get(namespace, run_id)?, true));
+        }
+        let files = self.journal().run_files(run_id).await?;
+        let mut data = Map::new();
+        data.insert("manual_seal_reason".into(), json!(reason));
+        data.insert(
+            "completionProof".into(),
+            files
+                .run_json
+                .get("completionProof")
+                .cloned()
+                .unwrap_or(Value::Null),
+        );
+        let error = json!({"name": "ManualHalt", "message": reason});
+        if failed {
+            data.insert("error".into(), error.clone());
+        }
+        let kind = if failed {
+            EventType::RunFailed
+        } else {
+            EventType::RunCompleted
+        };
+        let head = self.journal().head(run_id).await?;
+        self.journal()
+            .append(
+                run_id,
+                head.seq + 1,
+                vec![NewEvent::new(kind, Value::Object(data))],
+            )
+            .await?;
+        self.inner.engine.evict(run_id).await?;
+        self.set_summary(run_id, |r| {
+            r.status = if failed {
+                RunStatus::Failed
+            } else {
+                RunStatus::Completed
+            };
+            r.status_reason = reason.to_owned();
+            r.error = failed.then_some(error);
+            r.head_seq = head.seq + 1;
+        });
+        self.finished(run_id);
+        Ok((self.get(namespace, run_id)?, false))
+    }
+
+    /// Waiting breakpoints of one run or of every run in the namespace, in (run, effect) order,
+    /// after `after` (a `run_id/effect_id` page token).
+    pub async fn breakpoints(
+        &self,
+        namespace: &str,
+        run_id: Option<&str>,
+        page_size: usize,
+        after: Option<&str>,
+    ) -> Result<(Vec<BreakpointInfo>, Option<String>)> {
+        let runs = match run_id {
+            Some(id) => {
+                self.get(namespace, id)?;
+                vec![id.to_owned()]
+            }
+            None => self.run_ids_in(namespace),
+        };
+        let size = page_size.clamp(1, 1000);
+        let mut out = Vec::new();
+        for run in runs {
+            let waiting = lock(&self.inner.runs)
+                .get(&run)
+                .is_some_and(|r| r.pending_by_kind.contains_key("breakpoint"));
+            if !waiting {
+                continue;
+            }
+            let records: Vec<EffectRecord> = self
+                .journal()
+                .inspect(&run, |_, idx| {
+                    idx.pending()
+                        .filter(|r| r.kind.as_deref() == Some("breakpoint"))
+                        .cloned()
+                        .collect()
+                })
+                .await?;
+            for r in records {
+                let token = format!("{run}/{}", r.effect_id);
+                if after.is_some_and(|a| token.as_str() <= a) {
+                    continue;
+                }
+                if out.len() == size {
+                    let next = out
+                        .last()
+                        .map(|l: &BreakpointInfo| format!("{}/{}", l.run_id, l.effect_id));
+                    return Ok((out, next));
+                }
+                let task = self
+                    .journal()
+                    .get_run_file(&run, &RunFile::task(&r.effect_id, "task.json")?)
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .unwrap_or_default();
+                let meta = task.get("metadata").cloned().unwrap_or_default();
+                out.push(BreakpointInfo {
+                    namespace: namespace.to_owned(),
+                    run_id: run.clone(),
+                    effect_id: r.effect_id.clone(),
+                    breakpoint_id: meta
+                        .get("breakpointId")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    label: meta
+                        .get("label")
+                        .and_then(Value::as_str)
+                        .or(r.label.as_deref())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    payload: meta.get("payload").cloned(),
+                    requested_at: r.requested_at.clone(),
+                    auto_approval: task.get("autoApproval").cloned(),
+                });
+            }
+        }
+        Ok((out, None))
+    }
+}
