@@ -11,7 +11,6 @@
 // The CLI's job is to print to stdout.
 #![allow(clippy::print_stdout)]
 
-mod exec;
 mod ui;
 
 use std::collections::HashMap;
@@ -22,6 +21,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
+use babysitter_harness_launcher::exec;
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, NewEvent};
@@ -370,7 +370,15 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
             let run_dir = run_dir.clone();
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
-                let out = exec::execute(&a, &run_dir, &stop).await;
+                let effect_id = a["effectId"].as_str().unwrap_or_default().to_owned();
+                let kind = a["kind"].as_str().unwrap_or_default().to_owned();
+                let task = exec::Task {
+                    effect_id: &effect_id,
+                    kind: &kind,
+                    def: &a["taskDef"],
+                    work_dir: &run_dir,
+                };
+                let out = exec::execute(task, &stop).await;
                 (a, out)
             });
         }
@@ -389,7 +397,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
                 }
                 Err(e) => {
                     ui.effect_done(&a, false, elapsed);
-                    return Err(e.context(format!("executing effect {id}")));
+                    return Err(anyhow::Error::new(e).context(format!("executing effect {id}")));
                 }
             }
         }

@@ -306,7 +306,6 @@ impl RunManager {
         if let Some(p) = &req.prompt {
             meta.insert("prompt".into(), json!(p));
         }
-        meta.insert("nonInteractive".into(), json!(true));
         meta.insert("processCodeHash".into(), json!(code_hash));
         meta.insert("sdkVersion".into(), json!("6.0.0"));
         meta.insert("namespace".into(), json!(namespace));

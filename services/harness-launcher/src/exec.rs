@@ -1,13 +1,15 @@
-//! Executes the effects `babysitter run` handles itself: shell commands, node scripts, hooks.
+//! Executes the task kinds a worker runs itself: shell commands, node scripts, hooks. Shared by
+//! the worker loop and `babysitter run` (which executes locally).
 //!
-//! Each command runs in its own process group, killed as a whole on timeout or Ctrl-C; output
-//! is captured (bounded) and handed back with the result, the way `task:post` would post it.
+//! Each command runs in its own process group, killed as a whole on timeout or cancellation;
+//! output is captured (bounded) and handed back with the result, the way `task:post` would post
+//! it. A command that fails is a task error (a value for the process), not an [`ExecError`]:
+//! those are for tasks that could not be started at all.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
@@ -17,21 +19,68 @@ use tokio_util::sync::CancellationToken;
 const MAX_OUTPUT: usize = 1024 * 1024;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
+/// A task that could not be executed at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    #[error("this worker cannot execute tasks of kind `{0}`")]
+    Unsupported(String),
+    #[error("invalid {kind} task: {reason}")]
+    BadTask { kind: &'static str, reason: String },
+    #[error("cannot start `{what}`: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("waiting for `{what}` failed: {source}")]
+    Wait {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+type Result<T> = std::result::Result<T, ExecError>;
+
+/// The task kinds [`execute`] handles (node only when a `node` binary is installed).
+pub fn supported_kinds(node_installed: bool) -> Vec<String> {
+    let mut k = vec!["shell".to_owned(), "hook".to_owned()];
+    if node_installed {
+        k.push("node".to_owned());
+    }
+    k
+}
+
+/// What to execute: the effect's kind and its task definition (`task.json`).
+#[derive(Debug, Clone, Copy)]
+pub struct Task<'a> {
+    pub effect_id: &'a str,
+    pub kind: &'a str,
+    pub def: &'a Value,
+    /// Working directory (and where `io.outputJsonPath` is resolved).
+    pub work_dir: &'a Path,
+}
+
 /// What an executed effect produced.
 #[derive(Debug)]
 pub struct Done {
-    pub outcome: Result<Value, Value>,
+    pub outcome: std::result::Result<Value, Value>,
     pub stdout: Option<String>,
     pub stderr: Option<String>,
 }
 
-pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -> Result<Done> {
-    let def = &action["taskDef"];
-    match action["kind"].as_str().unwrap_or_default() {
+pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
+    let def = task.def;
+    let run_dir = task.work_dir;
+    match task.kind {
         "shell" => {
             let command = def["shell"]["command"]
                 .as_str()
-                .context("shell task without shell.command")?;
+                .ok_or_else(|| ExecError::BadTask {
+                    kind: "shell",
+                    reason: "shell.command is missing or not a string".into(),
+                })?;
             let timeout = def["shell"]["timeout"]
                 .as_u64()
                 .map(Duration::from_millis)
@@ -42,13 +91,16 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
             if let Some(cwd) = def["shell"]["cwd"].as_str() {
                 cmd.current_dir(cwd);
             }
-            let r = run(cmd, action, run_dir, timeout, stop).await?;
+            let r = run(cmd, command, task, timeout, stop).await?;
             Ok(finish(r, expected, command))
         }
         "node" => {
             let entry = def["node"]["entry"]
                 .as_str()
-                .context("node task without node.entry")?;
+                .ok_or_else(|| ExecError::BadTask {
+                    kind: "node",
+                    reason: "node.entry is missing or not a string".into(),
+                })?;
             let timeout = def["node"]["timeoutMs"]
                 .as_u64()
                 .map(Duration::from_millis)
@@ -75,8 +127,9 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
             if let Some(cwd) = def["node"]["cwd"].as_str() {
                 cmd.current_dir(cwd);
             }
-            let r = run(cmd, action, run_dir, timeout, stop).await?;
-            let mut done = finish(r, 0, &format!("node {entry}"));
+            let what = format!("node {entry}");
+            let r = run(cmd, &what, task, timeout, stop).await?;
+            let mut done = finish(r, 0, &what);
             // A node task's value: its outputJsonPath file, else JSON on stdout, else the output.
             if done.outcome.is_ok() {
                 let from_file = def["io"]["outputJsonPath"]
@@ -101,7 +154,7 @@ pub async fn execute(action: &Value, run_dir: &Path, stop: &CancellationToken) -
             stdout: None,
             stderr: None,
         }),
-        other => anyhow::bail!("babysitter run cannot execute tasks of kind `{other}`"),
+        other => Err(ExecError::Unsupported(other.to_owned())),
     }
 }
 
@@ -163,28 +216,28 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
 
 async fn run(
     mut cmd: Command,
-    action: &Value,
-    run_dir: &Path,
+    what: &str,
+    task: Task<'_>,
     timeout: Duration,
     stop: &CancellationToken,
 ) -> Result<Ran> {
-    cmd.env("BABYSITTER_RUN_DIR", run_dir)
-        .env(
-            "BABYSITTER_EFFECT_ID",
-            action["effectId"].as_str().unwrap_or_default(),
-        )
+    cmd.env("BABYSITTER_RUN_DIR", task.work_dir)
+        .env("BABYSITTER_EFFECT_ID", task.effect_id)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().context("cannot start the command")?;
+    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+        what: what.to_owned(),
+        source,
+    })?;
     let pid = child.id();
     let out = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
     let err = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
     let mut timed_out = false;
     let status = tokio::select! {
-        s = child.wait() => Some(s.context("waiting for the command")?),
+        s = child.wait() => Some(s.map_err(|source| ExecError::Wait { what: what.to_owned(), source })?),
         _ = tokio::time::sleep(timeout) => { timed_out = true; None }
         _ = stop.cancelled() => None,
     };
@@ -195,10 +248,10 @@ async fn run(
             if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
                 let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             }
-            child
-                .wait()
-                .await
-                .context("waiting for the killed command")?
+            child.wait().await.map_err(|source| ExecError::Wait {
+                what: what.to_owned(),
+                source,
+            })?
         }
     };
     let stdout = match out {

@@ -1,0 +1,632 @@
+//! The orchestrator service end to end in one process: real tonic servers on 127.0.0.1, the
+//! filesystem journal, and the real worker loop (`babysitter-harness-launcher`) running shell
+//! tasks. Multi-process and crash tests live in the `babysitter-tests` crate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use babysitter_common::auth::{AuthConfig, Role, Secret, TokenEntry};
+use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::server::{ServerBuilder, ServerConfig};
+use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
+use babysitter_journal::fs::FsStore;
+use babysitter_journal::{Journal, JournalOptions};
+use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
+use babysitter_orchestrator::service::runs::{ManagerConfig, RunManager};
+use babysitter_proto::common::v1 as cpb;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+const FANOUT: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: a.cmd } }));
+export async function process(inputs, ctx) {
+  const first = await ctx.task(sh, { t: 'first', cmd: 'echo start' });
+  const many = await ctx.parallel.map(inputs.items, (i) =>
+    ctx.task(sh, { t: `item-${i}`, cmd: `echo item-${i}` }, { label: `item-${i}` }));
+  const last = await ctx.task(sh, { t: 'last', cmd: 'echo done' });
+  return { first: first.stdout.trim(), items: many.map((m) => m.stdout.trim()), last: last.stdout.trim() };
+}
+"#;
+
+const GATED: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const ext = defineTask('t.ext', (a) => ({ kind: 'external', title: 'an external step' }));
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'ship?' }, { label: 'Ship gate' });
+  const v = await ctx.task(ext, {});
+  await ctx.sleepUntil(Date.now() + 200, { label: 'nap' });
+  return { approved: ok.approved, by: ok.respondedBy, v };
+}
+"#;
+
+struct Service {
+    url: String,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn token(t: &str, role: Role, ns: &[&str]) -> TokenEntry {
+    TokenEntry {
+        token: Some(Secret::new(t)),
+        token_file: None,
+        role,
+        name: Some(format!("{t}-user")),
+        namespaces: ns.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+async fn start(queue: QueueConfig, auth: AuthConfig) -> Service {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+    let engine = Engine::new(journal, EngineOptions::new(&runs)).unwrap();
+    let manager = RunManager::new(
+        engine,
+        TaskQueue::new(queue, ulid::Ulid::generate().to_string()),
+        ManagerConfig {
+            sweep_interval: Duration::from_millis(50),
+            retry_delay: Duration::from_millis(100),
+            ..ManagerConfig::default()
+        },
+    );
+    manager.recover().await.unwrap();
+    manager.spawn_sweeper();
+    let stop = CancellationToken::new();
+    let services = Services::new(manager.clone(), stop.clone());
+    let config = ServerConfig {
+        auth,
+        ..ServerConfig::default()
+    };
+    let server = ServerBuilder::new("orchestrator", &config)
+        .add_service(
+            services.runs.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        )
+        .add_service(
+            services.workers.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let token = stop.clone();
+    tokio::spawn(async move { server.serve_with_listener(listener, token).await });
+    Service {
+        url,
+        stop,
+        _dir: dir,
+    }
+}
+
+fn fast_queue() -> QueueConfig {
+    QueueConfig {
+        lease_duration: Duration::from_millis(600),
+        heartbeat_interval: Duration::from_millis(100),
+        max_poll_wait: Duration::from_secs(2),
+        retry_backoff: Duration::from_millis(20),
+        retry_backoff_max: Duration::from_millis(100),
+        ..QueueConfig::default()
+    }
+}
+
+fn client(s: &Service, tok: Option<&str>) -> RunServiceClient<AuthedChannel> {
+    RunServiceClient::new(connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap())
+}
+
+fn spawn_worker(
+    s: &Service,
+    id: &str,
+    tok: Option<&str>,
+    dir: &std::path::Path,
+) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap(),
+        WorkerSettings {
+            worker_id: id.into(),
+            namespaces: vec![],
+            labels: Default::default(),
+            task_kinds: vec!["shell".into()],
+            max_concurrency: 8,
+            work_dir: dir.join(id),
+            drain_timeout: Duration::from_secs(5),
+        },
+    );
+    tokio::spawn(worker.run(stop.clone()));
+    stop
+}
+
+fn bundle(src: &str) -> pb::ProcessBundle {
+    pb::ProcessBundle {
+        entry_path: "main.mjs".into(),
+        export_name: String::new(),
+        files: vec![pb::ProcessFile {
+            path: "main.mjs".into(),
+            content: src.as_bytes().to_vec().into(),
+        }],
+    }
+}
+
+async fn create(
+    c: &mut RunServiceClient<AuthedChannel>,
+    ns: &str,
+    src: &str,
+    inputs: Value,
+) -> pb::Run {
+    c.create_run(pb::CreateRunRequest {
+        namespace: ns.into(),
+        process: Some(bundle(src)),
+        inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+        labels: [("team".to_owned(), "infra".to_owned())].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .run
+    .unwrap()
+}
+
+/// Every journal event of a run from seq 1 until the watch ends (after the terminal event).
+async fn watch_all(
+    c: &mut RunServiceClient<AuthedChannel>,
+    ns: &str,
+    run_id: &str,
+) -> (Vec<babysitter_proto::journal::v1::Event>, pb::Run) {
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            namespace: ns.into(),
+            run_id: run_id.into(),
+            from_seq: 1,
+            include_agent_events: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while let Some(msg) = tokio::time::timeout_at(deadline, stream.message())
+        .await
+        .expect("the watch ends once the run ends")
+        .unwrap()
+    {
+        events.extend(msg.events);
+        if let Some(r) = msg.run {
+            last = Some(r);
+        }
+    }
+    (events, last.unwrap())
+}
+
+fn effects_of(events: &[babysitter_proto::journal::v1::Event], ty: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.r#type == ty)
+        .map(|e| {
+            serde_json::from_slice::<Value>(&e.data_json).unwrap()["effectId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fan_out_of_shell_tasks_completes_and_watch_sees_every_event_in_order() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let work = tempfile::tempdir().unwrap();
+    let _w1 = spawn_worker(&s, "w1", None, work.path());
+    let _w2 = spawn_worker(&s, "w2", None, work.path());
+    let mut c = client(&s, None);
+    let run = create(
+        &mut c,
+        "",
+        FANOUT,
+        json!({"items": (0..18).collect::<Vec<_>>()}),
+    )
+    .await;
+    assert_eq!(run.namespace, "default");
+    let (events, last) = watch_all(&mut c, "", &run.run_id).await;
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "in order, none missing"
+    );
+    assert_eq!(events.last().unwrap().r#type, "RUN_COMPLETED");
+    let mut requested = effects_of(&events, "EFFECT_REQUESTED");
+    let mut resolved = effects_of(&events, "EFFECT_RESOLVED");
+    assert_eq!(requested.len(), 20);
+    requested.sort();
+    resolved.sort();
+    assert_eq!(requested, resolved, "exactly one resolution per effect");
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
+    let got = c
+        .get_run(pb::GetRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    let output: Value = serde_json::from_slice(&got.output_json).unwrap();
+    assert_eq!(output["first"], "start");
+    assert_eq!(output["items"][17], "item-17");
+    assert_eq!(output["last"], "done");
+    let listed = c
+        .list_runs(pb::ListRunsRequest {
+            statuses: vec![pb::RunStatus::Completed as i32],
+            label_selector: [("team".to_owned(), "infra".to_owned())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.runs.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn breakpoints_external_results_and_sleeps() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "team-a", GATED, json!({})).await;
+    // The breakpoint shows up for approvers.
+    let bp = loop {
+        let found = c
+            .list_breakpoints(pb::ListBreakpointsRequest {
+                namespace: "team-a".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .breakpoints;
+        if let Some(b) = found.into_iter().next() {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(bp.run_id, run.run_id);
+    assert_eq!(bp.label, "Ship gate");
+    let decide = |c: &mut RunServiceClient<AuthedChannel>, decision: pb::BreakpointDecision| {
+        let req = pb::ResolveBreakpointRequest {
+            namespace: "team-a".into(),
+            run_id: run.run_id.clone(),
+            effect_id: bp.effect_id.clone(),
+            decision: decision as i32,
+            approver: "alice".into(),
+            ..Default::default()
+        };
+        let mut c = c.clone();
+        async move { c.resolve_breakpoint(req).await }
+    };
+    let first = decide(&mut c, pb::BreakpointDecision::Approve)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!first.already_resolved && first.resolved_seq > 0);
+    let again = decide(&mut c, pb::BreakpointDecision::Approve)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.already_resolved, "the same decision is idempotent");
+    let flip = decide(&mut c, pb::BreakpointDecision::Reject)
+        .await
+        .unwrap_err();
+    assert_eq!(flip.code(), Code::FailedPrecondition);
+
+    // No worker runs `external` tasks: the run says so, and a posted result resolves it.
+    let ext_effect = loop {
+        let r = c
+            .get_run(pb::GetRunRequest {
+                namespace: "team-a".into(),
+                run_id: run.run_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if r.pending_effects_by_kind.contains_key("external")
+            && r.status_reason.contains("no live worker")
+        {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(ext_effect.pending_effects, 1);
+    let (events, _) = {
+        // find the external effect id from the journal so far
+        let mut stream = c
+            .watch_run(pb::WatchRunRequest {
+                namespace: "team-a".into(),
+                run_id: run.run_id.clone(),
+                from_seq: 1,
+                include_agent_events: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut evs = Vec::new();
+        while !effects_of(&evs, "EFFECT_REQUESTED").len().eq(&2) {
+            let m = stream.message().await.unwrap().unwrap();
+            evs.extend(m.events);
+        }
+        (evs, ())
+    };
+    let ext_id = effects_of(&events, "EFFECT_REQUESTED")[1].clone();
+    let post = |value: Value| pb::PostTaskResultRequest {
+        namespace: "team-a".into(),
+        run_id: run.run_id.clone(),
+        effect_id: ext_id.clone(),
+        result: Some(cpb::TaskResult {
+            outcome: Some(cpb::task_result::Outcome::ValueJson(
+                serde_json::to_vec(&value).unwrap().into(),
+            )),
+            ..Default::default()
+        }),
+    };
+    let r = c
+        .post_task_result(post(json!({"n": 1})))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.already_resolved);
+    assert!(
+        c.post_task_result(post(json!({"n": 1})))
+            .await
+            .unwrap()
+            .into_inner()
+            .already_resolved
+    );
+    assert_eq!(
+        c.post_task_result(post(json!({"n": 2})))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::FailedPrecondition
+    );
+    // Bad input is named.
+    let mut bad = post(json!({}));
+    bad.result = Some(cpb::TaskResult::default());
+    let e = c.post_task_result(bad).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("value_json"), "{}", e.message());
+
+    // The durable sleep fires and the run completes.
+    let (events, last) = watch_all(&mut c, "team-a", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
+    let output: Value = serde_json::from_slice(
+        &c.get_run(pb::GetRunRequest {
+            namespace: "team-a".into(),
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap()
+        .output_json,
+    )
+    .unwrap();
+    assert_eq!(
+        output,
+        json!({"approved": true, "by": "alice", "v": {"n": 1}})
+    );
+    assert_eq!(effects_of(&events, "EFFECT_RESOLVED").len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_roles_and_namespaces() {
+    let auth = AuthConfig {
+        tokens: vec![
+            token("client-a", Role::Client, &["a"]),
+            token("client-b", Role::Client, &["b"]),
+            token("worker", Role::Worker, &[]),
+        ],
+        ..AuthConfig::default()
+    };
+    let s = start(fast_queue(), auth).await;
+    let missing = client(&s, None)
+        .list_runs(pb::ListRunsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::Unauthenticated);
+    let wrong = client(&s, Some("nope"))
+        .list_runs(pb::ListRunsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), Code::Unauthenticated);
+    let mut a = client(&s, Some("client-a"));
+    let run = create(&mut a, "a", GATED, json!({})).await;
+    let mut b = client(&s, Some("client-b"));
+    let hidden = b
+        .get_run(pb::GetRunRequest {
+            namespace: "a".into(),
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        hidden.code(),
+        Code::NotFound,
+        "a run in another namespace is invisible"
+    );
+    let other_ns = b
+        .get_run(pb::GetRunRequest {
+            namespace: "b".into(),
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(other_ns.code(), Code::NotFound);
+    // A client token cannot act as a worker, a worker token cannot create runs.
+    let mut as_worker =
+        WorkerServiceClient::new(connect_lazy(&s.url, Some(&Secret::new("client-a"))).unwrap());
+    let denied = as_worker
+        .register_worker(pb::RegisterWorkerRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    let mut w = client(&s, Some("worker"));
+    let e = w
+        .create_run(pb::CreateRunRequest {
+            process: Some(bundle(GATED)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_completion_under_an_expired_lease_is_refused() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: "slow".into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["shell".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let task = loop {
+        let got = w
+            .poll_tasks(pb::PollTasksRequest {
+                worker_id: "slow".into(),
+                max_tasks: 1,
+                wait: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .tasks;
+        if let Some(t) = got.into_iter().next() {
+            break t;
+        }
+    };
+    assert_eq!(task.run_id, run.run_id);
+    assert_eq!(task.kind, "shell");
+    // No heartbeats: the lease expires, which a heartbeat then reports.
+    loop {
+        let hb = w
+            .heartbeat(pb::HeartbeatRequest {
+                worker_id: "slow".into(),
+                lease_ids: vec![task.lease_id.clone()],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if hb.leases[0].state == pb::LeaseState::Lost as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let late = w
+        .complete_task(pb::CompleteTaskRequest {
+            worker_id: "slow".into(),
+            lease_id: task.lease_id.clone(),
+            effect_id: task.effect_id.clone(),
+            result: Some(cpb::TaskResult {
+                outcome: Some(cpb::task_result::Outcome::ValueJson(b"{}".to_vec().into())),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), Code::FailedPrecondition);
+    assert_eq!(
+        babysitter_common::error::error_kind(&late),
+        Some(babysitter_common::error::ErrorKind::LeaseLost)
+    );
+    // The task was put back: a healthy worker finishes the run.
+    let work = tempfile::tempdir().unwrap();
+    let _ok = spawn_worker(&s, "ok", None, work.path());
+    let (events, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
+    let resolved = effects_of(&events, "EFFECT_RESOLVED");
+    assert_eq!(resolved.iter().filter(|e| **e == task.effect_id).count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_a_run_stops_its_running_task() {
+    const SLOW: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'slow', shell: { command: a.cmd } }));
+export async function process(inputs, ctx) {
+  await ctx.task(sh, { cmd: 'sleep 30' });
+  return {};
+}
+"#;
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let work = tempfile::tempdir().unwrap();
+    let _w = spawn_worker(&s, "w", None, work.path());
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", SLOW, json!({})).await;
+    loop {
+        let r = c
+            .get_run(pb::GetRunRequest {
+                namespace: String::new(),
+                run_id: run.run_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if r.status == pb::RunStatus::Running as i32 && r.pending_effects == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancelled = c
+        .cancel_run(pb::CancelRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            reason: "not needed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    assert_eq!(cancelled.status, pb::RunStatus::Cancelled as i32);
+    let (events, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Cancelled as i32);
+    assert_eq!(events.last().unwrap().r#type, "RUN_FAILED");
+    assert_eq!(effects_of(&events, "EFFECT_CANCELLED").len(), 1);
+    // Halting a finished run writes nothing.
+    let h = c
+        .halt_run(pb::HaltRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(h.already_terminal);
+}
