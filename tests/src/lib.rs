@@ -86,10 +86,12 @@ pub(crate) use delegate_s3_accessors;
 
 mod container;
 mod ports;
+mod procs;
 mod s3;
 mod weed;
 
 pub use container::SeaweedContainer;
+pub use procs::{ServiceProcess, free_port, workspace_bin};
 pub use s3::S3Target;
 pub use weed::{SeaweedFs, locate_weed};
 

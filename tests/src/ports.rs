@@ -56,6 +56,20 @@ pub(crate) fn pick_free_port_pairs<const N: usize>() -> anyhow::Result<[u16; N]>
     Ok(ports)
 }
 
+/// One port in `22_000..25_000` (between the HTTP ports above and their gRPC partners, below the
+/// ephemeral range) that could be bound on `127.0.0.1` just now: for a server that must come back
+/// on the same port after being killed.
+pub(crate) fn pick_free_port() -> anyhow::Result<u16> {
+    let random = RandomState::new();
+    for attempt in 0u64..20_000 {
+        let port = 22_000 + u16::try_from(random.hash_one(attempt) % 3_000)?;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port in 22000..25000 on 127.0.0.1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

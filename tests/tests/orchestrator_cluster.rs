@@ -1,0 +1,492 @@
+//! The distributed setup as separate OS processes on 127.0.0.1: SeaweedFS, the `journal` service
+//! on it, the `orchestrator` using that journal remotely, and `harness-launcher` workers running
+//! shell tasks. Crashes are real: `kill -9` of a worker mid-task and of the orchestrator at
+//! random points while 20 runs are in flight.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_proto::journal::v1 as jpb;
+use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
+use serde_json::{Value, json};
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    journal: ServiceProcess,
+    orchestrator: Option<ServiceProcess>,
+    orchestrator_port: u16,
+    workers: Vec<ServiceProcess>,
+    _weed: SeaweedFs,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let weed = SeaweedFs::start().await.expect("seaweedfs");
+        let dir = tempfile::tempdir().unwrap();
+        let envs: Vec<(String, String)> = weed
+            .s3()
+            .env_vars()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let journal = ServiceProcess::start(
+            &workspace_bin("journal").unwrap(),
+            &[
+                "--store".into(),
+                weed.s3_url(&test_prefix("cluster")),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+            ],
+            &envs,
+            "journal listening on ",
+            dir.path().join("journal.log"),
+        )
+        .expect("journal");
+        let mut c = Cluster {
+            dir,
+            journal,
+            orchestrator: None,
+            orchestrator_port: free_port().unwrap(),
+            workers: Vec::new(),
+            _weed: weed,
+        };
+        c.start_orchestrator();
+        c
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.orchestrator_port)
+    }
+
+    fn start_orchestrator(&mut self) {
+        let runs = self.dir.path().join("orchestrator-runs");
+        let args: Vec<String> = [
+            "--journal",
+            &format!("http://{}", self.journal.ready),
+            "--listen",
+            &format!("127.0.0.1:{}", self.orchestrator_port),
+            "--set",
+            "queue.lease-duration-ms=2000",
+            "--set",
+            "queue.heartbeat-interval-ms=300",
+            "--set",
+            "queue.max-poll-wait-ms=2000",
+            "--set",
+            "queue.retry-backoff-ms=100",
+            "--set",
+            "runs.sweep-interval-ms=100",
+            "--set",
+            &format!("engine.runs-dir={}", runs.display()),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        self.orchestrator = Some(
+            ServiceProcess::start(
+                &workspace_bin("orchestrator").unwrap(),
+                &args,
+                &[],
+                "orchestrator listening on ",
+                self.dir.path().join("orchestrator.log"),
+            )
+            .expect("orchestrator"),
+        );
+    }
+
+    fn start_worker(&mut self, id: &str) {
+        let work = self.dir.path().join(format!("work-{id}"));
+        let args: Vec<String> = [
+            "--orchestrator",
+            &self.url(),
+            "--id",
+            id,
+            "--set",
+            &format!("worker.work-dir={}", work.display()),
+            "--set",
+            "worker.max-concurrency=8",
+            "--set",
+            "worker.task-kinds=[\"shell\"]",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        self.workers.push(
+            ServiceProcess::start(
+                &workspace_bin("harness-launcher").unwrap(),
+                &args,
+                &[],
+                "harness-launcher ",
+                self.dir.path().join(format!("{id}.log")),
+            )
+            .expect("worker"),
+        );
+    }
+
+    fn client(&self) -> RunServiceClient<AuthedChannel> {
+        RunServiceClient::new(connect_lazy(&self.url(), None).unwrap())
+    }
+
+    /// Every event of a run, read from the journal service (not through the orchestrator).
+    async fn journal_events(&self, run_id: &str) -> Vec<jpb::Event> {
+        let mut j = JournalServiceClient::new(
+            connect_lazy(&format!("http://{}", self.journal.ready), None).unwrap(),
+        );
+        let mut stream = j
+            .read(jpb::ReadRequest {
+                run_id: run_id.into(),
+                from_seq: 1,
+                to_seq: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(m) = stream.message().await.unwrap() {
+            out.extend(m.events);
+        }
+        out
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        if let Some(o) = &self.orchestrator {
+            s.push_str(&format!("--- orchestrator\n{}\n", o.log_tail(40)));
+        }
+        for w in &self.workers {
+            s.push_str(&format!("--- {}\n{}\n", w.name(), w.log_tail(20)));
+        }
+        s.push_str(&format!("--- journal\n{}\n", self.journal.log_tail(20)));
+        s
+    }
+}
+
+fn bundle(src: &str) -> pb::ProcessBundle {
+    pb::ProcessBundle {
+        entry_path: "main.mjs".into(),
+        export_name: String::new(),
+        files: vec![pb::ProcessFile {
+            path: "main.mjs".into(),
+            content: src.as_bytes().to_vec().into(),
+        }],
+    }
+}
+
+async fn create(c: &mut RunServiceClient<AuthedChannel>, src: &str, inputs: Value) -> String {
+    c.create_run(pb::CreateRunRequest {
+        process: Some(bundle(src)),
+        inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .run
+    .unwrap()
+    .run_id
+}
+
+fn data(e: &jpb::Event) -> Value {
+    serde_json::from_slice(&e.data_json).unwrap()
+}
+
+/// Each effect requested once (one id per invocation key) and resolved exactly once.
+fn assert_exactly_once(run_id: &str, events: &[jpb::Event]) {
+    let mut requested: HashMap<String, usize> = HashMap::new();
+    let mut keys = HashSet::new();
+    let mut resolved: HashMap<String, usize> = HashMap::new();
+    for e in events {
+        let d = data(e);
+        let id = d["effectId"].as_str().unwrap_or_default().to_owned();
+        match e.r#type.as_str() {
+            "EFFECT_REQUESTED" => {
+                *requested.entry(id).or_default() += 1;
+                assert!(
+                    keys.insert(d["invocationKey"].as_str().unwrap().to_owned()),
+                    "run {run_id}: invocation {} requested twice",
+                    d["invocationKey"]
+                );
+            }
+            "EFFECT_RESOLVED" => *resolved.entry(id).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        requested.values().all(|n| *n == 1),
+        "run {run_id}: {requested:?}"
+    );
+    assert!(
+        resolved.values().all(|n| *n == 1),
+        "run {run_id}: resolved twice: {resolved:?}"
+    );
+    assert_eq!(
+        requested.keys().collect::<HashSet<_>>(),
+        resolved.keys().collect::<HashSet<_>>(),
+        "run {run_id}: every requested effect resolved"
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+}
+
+const FANOUT: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: a.cmd } }));
+export async function process(inputs, ctx) {
+  const first = await ctx.task(sh, { t: 'first', cmd: 'echo start' });
+  const many = await ctx.parallel.map(inputs.items, (i) =>
+    ctx.task(sh, { t: `item-${i}`, cmd: `echo item-${i}` }, { label: `item-${i}` }));
+  const last = await ctx.task(sh, { t: 'last', cmd: 'echo done' });
+  return { first: first.stdout.trim(), items: many.map((m) => m.stdout.trim()), last: last.stdout.trim() };
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_shell_tasks_across_two_workers_and_an_ordered_watch() {
+    let mut cluster = Cluster::start().await;
+    cluster.start_worker("w1");
+    cluster.start_worker("w2");
+    let mut c = cluster.client();
+    let run_id = create(
+        &mut c,
+        FANOUT,
+        json!({"items": (0..18).collect::<Vec<_>>()}),
+    )
+    .await;
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.clone(),
+            from_seq: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut watched = Vec::new();
+    let mut status = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let msg = tokio::time::timeout_at(deadline, stream.message()).await;
+        let Ok(msg) = msg else {
+            panic!("the run did not finish:\n{}", cluster.logs());
+        };
+        let Some(m) = msg.unwrap() else { break };
+        watched.extend(m.events);
+        if let Some(r) = m.run {
+            status = r.status;
+        }
+    }
+    assert_eq!(
+        status,
+        pb::RunStatus::Completed as i32,
+        "{}",
+        cluster.logs()
+    );
+    let stored = cluster.journal_events(&run_id).await;
+    assert_eq!(
+        watched
+            .iter()
+            .map(|e| (e.seq, e.checksum.clone()))
+            .collect::<Vec<_>>(),
+        stored
+            .iter()
+            .map(|e| (e.seq, e.checksum.clone()))
+            .collect::<Vec<_>>(),
+        "the watch saw every stored event, in order"
+    );
+    assert_exactly_once(&run_id, &stored);
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e.r#type == "EFFECT_REQUESTED")
+            .count(),
+        20
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_task_loses_its_lease_and_the_task_runs_on_the_other() {
+    const ONE: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'marked', shell: { command: a.cmd } }));
+export async function process(inputs, ctx) {
+  const r = await ctx.task(sh, { cmd: inputs.cmd });
+  return { out: r.stdout.trim() };
+}
+"#;
+    let mut cluster = Cluster::start().await;
+    let marks = cluster.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let m = marks.display();
+    let cmd = format!(
+        "if [ -e {m}/started ]; then echo second; else echo $$ > {m}/pid; touch {m}/started; sleep 60; echo first; fi"
+    );
+    cluster.start_worker("doomed");
+    let mut c = cluster.client();
+    let run_id = create(&mut c, ONE, json!({"cmd": cmd})).await;
+    wait_for_file(&marks.join("started"), &cluster).await;
+    cluster.workers[0].kill9();
+    // The killed worker's shell keeps running in its own process group: end it too.
+    kill_group(&marks.join("pid"));
+    cluster.start_worker("survivor");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        let r = c
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if r.status == pb::RunStatus::Completed as i32 {
+            break r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not completed:\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let output: Value = serde_json::from_slice(&run.output_json).unwrap();
+    assert_eq!(
+        output["out"], "second",
+        "the second attempt ran on the survivor"
+    );
+    let events = cluster.journal_events(&run_id).await;
+    assert_exactly_once(&run_id, &events);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.r#type == "EFFECT_RESOLVED")
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_orchestrator_killed_at_random_points_during_20_runs_loses_and_repeats_nothing() {
+    const STEPS: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: `sleep 0.2; echo ${a.t}` } }));
+export async function process(inputs, ctx) {
+  const a = await ctx.task(sh, { t: 'a' });
+  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}` }, { label: `f${i}` }));
+  const b = await ctx.task(sh, { t: 'b' });
+  return { n: inputs.n, a: a.stdout.trim(), fan: fan.map((f) => f.stdout.trim()), b: b.stdout.trim() };
+}
+"#;
+    let mut cluster = Cluster::start().await;
+    cluster.start_worker("w1");
+    cluster.start_worker("w2");
+    let mut c = cluster.client();
+    let mut runs = Vec::new();
+    for n in 0..20 {
+        runs.push(create(&mut c, STEPS, json!({"n": n})).await);
+    }
+    // A reproducible "random" schedule of kills (the seed is printed for replays).
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(7) as u64;
+    eprintln!("kill schedule seed {seed}");
+    let mut x = seed | 1;
+    for kill in 0..4 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let wait = Duration::from_millis(150 + x % 700);
+        tokio::time::sleep(wait).await;
+        eprintln!("kill -9 orchestrator #{kill} after {wait:?}");
+        if let Some(o) = cluster.orchestrator.as_mut() {
+            o.kill9();
+        }
+        cluster.start_orchestrator();
+    }
+    let mut c = cluster.client();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let listed = c
+            .list_runs(pb::ListRunsRequest {
+                page_size: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .runs;
+        let done = listed
+            .iter()
+            .filter(|r| r.status == pb::RunStatus::Completed as i32)
+            .count();
+        if done == 20 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done}/20 completed: {:?}\n{}",
+            listed
+                .iter()
+                .map(|r| (r.status, r.status_reason.clone()))
+                .collect::<Vec<_>>(),
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (n, run_id) in runs.iter().enumerate() {
+        let events = cluster.journal_events(run_id).await;
+        assert_exactly_once(run_id, &events);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.r#type == "EFFECT_REQUESTED")
+                .count(),
+            5
+        );
+        assert_eq!(events.last().unwrap().r#type, "RUN_COMPLETED");
+        let r = c
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        let output: Value = serde_json::from_slice(&r.output_json).unwrap();
+        assert_eq!(
+            output,
+            json!({"n": n, "a": "a", "fan": ["f1", "f2", "f3"], "b": "b"})
+        );
+    }
+}
+
+async fn wait_for_file(path: &Path, cluster: &Cluster) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !path.try_exists().unwrap_or(false) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never appeared:\n{}",
+            path.display(),
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn kill_group(pid_file: &Path) {
+    let pid = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .and_then(rustix::process::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
