@@ -88,6 +88,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             let expected = def["shell"]["expectedExitCode"].as_i64().unwrap_or(0);
             let mut cmd = Command::new("sh");
             cmd.arg("-c").arg(command);
+            set_env(&mut cmd, &def["shell"]["env"]);
             if let Some(cwd) = def["shell"]["cwd"].as_str() {
                 cmd.current_dir(cwd);
             }
@@ -114,16 +115,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
                         .unwrap_or_else(|| a.to_string())
                 }));
             }
-            if let Some(env) = def["node"]["env"].as_object() {
-                for (k, v) in env {
-                    cmd.env(
-                        k,
-                        v.as_str()
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| v.to_string()),
-                    );
-                }
-            }
+            set_env(&mut cmd, &def["node"]["env"]);
             if let Some(cwd) = def["node"]["cwd"].as_str() {
                 cmd.current_dir(cwd);
             }
@@ -155,6 +147,20 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             stderr: None,
         }),
         other => Err(ExecError::Unsupported(other.to_owned())),
+    }
+}
+
+/// `env` of a shell or node task: strings as they are, other JSON values as JSON text.
+fn set_env(cmd: &mut Command, env: &Value) {
+    if let Some(env) = env.as_object() {
+        for (k, v) in env {
+            cmd.env(
+                k,
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string()),
+            );
+        }
     }
 }
 

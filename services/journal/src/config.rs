@@ -130,6 +130,7 @@ impl LimitsConfig {
             max_batch_events: self.max_batch_events,
             snapshot_every: self.snapshot_every,
             watch_poll_interval: Duration::from_millis(self.watch_poll_interval_ms),
+            redactor: None,
         }
     }
 }

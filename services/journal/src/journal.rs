@@ -34,6 +34,8 @@ pub struct JournalOptions {
     pub snapshot_every: u64,
     /// How often a watcher checks the store for events written by other processes.
     pub watch_poll_interval: Duration,
+    /// Secret values replaced in event data and run files before they are stored.
+    pub redactor: Option<Arc<crate::redact::Redactor>>,
 }
 
 impl Default for JournalOptions {
@@ -43,6 +45,7 @@ impl Default for JournalOptions {
             max_batch_events: 10_000,
             snapshot_every: 1000,
             watch_poll_interval: Duration::from_millis(500),
+            redactor: None,
         }
     }
 }
@@ -317,10 +320,14 @@ impl Journal {
                 Some(u) => return Err(refuse(format!("ulid `{u}` is not a ULID"))),
                 None => self.next_ulid(&chain.head.ulid),
             };
+            let mut data = ev.data;
+            if let Some(r) = &self.inner.options.redactor {
+                r.value(&mut data);
+            }
             let body = EventBody {
                 kind: ev.kind,
                 recorded_at: ev.recorded_at.unwrap_or_else(now_iso),
-                data: ev.data,
+                data,
                 sdk_version: ev.sdk_version,
                 extra: Default::default(),
             };
@@ -552,17 +559,30 @@ impl Journal {
     /// newline); others byte for byte.
     pub async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
         validate_id("run id", run_id)?;
-        let content = if file.name().ends_with(".json") {
-            let value: Value = serde_json::from_slice(&content).map_err(|e| {
-                JournalError::invalid("run file", format!("{file} is not valid JSON: {e}"))
-            })?;
-            Bytes::from(jsjson::to_file_string(&value))
-        } else {
-            content
-        };
+        let content = self.stored_form(file, content)?;
         let store = self.inner.store.clone();
         let (run_id, file) = (run_id.to_owned(), file.clone());
         spawn_whole(async move { store.put_run_file(&run_id, &file, content).await }).await
+    }
+
+    /// What is stored for a run file: `.json` files in babysitter's exact JSON form, secrets
+    /// redacted.
+    fn stored_form(&self, file: &RunFile, content: Bytes) -> Result<Bytes> {
+        let redactor = self.inner.options.redactor.as_deref();
+        if file.name().ends_with(".json") {
+            let mut value: Value = serde_json::from_slice(&content).map_err(|e| {
+                JournalError::invalid("run file", format!("{file} is not valid JSON: {e}"))
+            })?;
+            if let Some(r) = redactor {
+                r.value(&mut value);
+            }
+            Ok(Bytes::from(jsjson::to_file_string(&value)))
+        } else {
+            Ok(match redactor {
+                Some(r) => r.bytes(content),
+                None => content,
+            })
+        }
     }
 
     /// Stores several run files at once (one durability sync on the filesystem), with the same
@@ -571,14 +591,7 @@ impl Journal {
         validate_id("run id", run_id)?;
         let mut out = Vec::with_capacity(files.len());
         for (file, content) in files {
-            let content = if file.name().ends_with(".json") {
-                let value: Value = serde_json::from_slice(&content).map_err(|e| {
-                    JournalError::invalid("run file", format!("{file} is not valid JSON: {e}"))
-                })?;
-                Bytes::from(jsjson::to_file_string(&value))
-            } else {
-                content
-            };
+            let content = self.stored_form(&file, content)?;
             out.push((file, content));
         }
         let store = self.inner.store.clone();

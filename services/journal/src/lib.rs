@@ -23,6 +23,7 @@ pub mod index;
 pub mod journal;
 pub mod jsjson;
 pub mod object;
+pub mod redact;
 pub mod remote;
 pub mod state_cache;
 pub mod store;

@@ -66,7 +66,10 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("orchestrator", &config.telemetry, &env)?;
     let store = config.open_journal_store(&env).await?;
     tracing::info!(store = %store.describe(), "journal ready");
-    let journal = Journal::new(store, config.journal.limits.journal_options());
+    let secrets = std::sync::Arc::new(config.secrets.redactor(&env)?);
+    let mut journal_options = config.journal.limits.journal_options();
+    journal_options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
+    let journal = Journal::new(store, journal_options);
     let runs_dir = config.runs_dir();
     std::fs::create_dir_all(&runs_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
@@ -80,7 +83,9 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
         config.queue.queue_config(),
         ulid::Ulid::generate().to_string(),
     );
-    let manager = RunManager::new(engine, queue, config.runs.manager_config());
+    let mut manager_config = config.runs.manager_config();
+    manager_config.secrets = secrets;
+    let manager = RunManager::new(engine, queue, manager_config);
     let resumed = manager.recover().await?;
     tracing::info!(resumed, "unfinished runs resumed");
     manager.spawn_sweeper();

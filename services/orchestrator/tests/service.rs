@@ -10,6 +10,7 @@ use babysitter_common::client::{AuthedChannel, connect_lazy};
 use babysitter_common::server::{ServerBuilder, ServerConfig};
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::fs::FsStore;
+use babysitter_journal::redact::Redactor;
 use babysitter_journal::{Journal, JournalOptions};
 use babysitter_orchestrator::engine::{Engine, EngineOptions};
 use babysitter_orchestrator::service::grpc::Services;
@@ -49,7 +50,7 @@ export async function process(inputs, ctx) {
 struct Service {
     url: String,
     stop: CancellationToken,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Service {
@@ -69,9 +70,20 @@ fn token(t: &str, role: Role, ns: &[&str]) -> TokenEntry {
 }
 
 async fn start(queue: QueueConfig, auth: AuthConfig) -> Service {
+    start_with(queue, auth, Redactor::default()).await
+}
+
+async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor) -> Service {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+    let secrets = Arc::new(secrets);
+    let journal = Journal::new(
+        Arc::new(FsStore::new(&runs)),
+        JournalOptions {
+            redactor: Some(secrets.clone()),
+            ..JournalOptions::default()
+        },
+    );
     let engine = Engine::new(journal, EngineOptions::new(&runs)).unwrap();
     let manager = RunManager::new(
         engine,
@@ -79,6 +91,7 @@ async fn start(queue: QueueConfig, auth: AuthConfig) -> Service {
         ManagerConfig {
             sweep_interval: Duration::from_millis(50),
             retry_delay: Duration::from_millis(100),
+            secrets,
             ..ManagerConfig::default()
         },
     );
@@ -103,11 +116,7 @@ async fn start(queue: QueueConfig, auth: AuthConfig) -> Service {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
     tokio::spawn(async move { server.serve_with_listener(listener, token).await });
-    Service {
-        url,
-        stop,
-        _dir: dir,
-    }
+    Service { url, stop, dir }
 }
 
 fn fast_queue() -> QueueConfig {
@@ -629,4 +638,67 @@ export async function process(inputs, ctx) {
         .unwrap()
         .into_inner();
     assert!(h.already_terminal);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_reach_the_worker_but_never_the_journal() {
+    const SECRET: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'uses a secret',
+  shell: { command: 'echo "token is $API_KEY"', env: { API_KEY: { $secret: 'API_KEY' } } } }));
+const missing = defineTask('t.missing', (a) => ({ kind: 'shell', title: 'unknown secret',
+  shell: { command: 'true', env: { X: { $secret: 'NOPE' } } } }));
+export async function process(inputs, ctx) {
+  const r = await ctx.task(sh, {});
+  // A failed shell task arrives as a value (babysitter's rule), here with the reason.
+  const m = await ctx.task(missing, {});
+  return { out: r.stdout.trim(), missingOk: m.success, why: m.error };
+}
+"#;
+    let value = "sk-live-abcdef123456";
+    let secrets = Redactor::new([("API_KEY".to_owned(), value.to_owned())]).unwrap();
+    let s = start_with(fast_queue(), AuthConfig::default(), secrets).await;
+    let work = tempfile::tempdir().unwrap();
+    let _w = spawn_worker(&s, "w", None, work.path());
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", SECRET, json!({})).await;
+    let (_, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
+    let got = c
+        .get_run(pb::GetRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    let output: Value = serde_json::from_slice(&got.output_json).unwrap();
+    // The worker ran with the real value; what came back was stored redacted.
+    assert_eq!(output["out"], "token is [REDACTED:API_KEY]");
+    assert_eq!(output["missingOk"], false);
+    assert!(
+        output["why"].as_str().unwrap().contains("`NOPE`"),
+        "{output}"
+    );
+    let mut files = vec![s.dir.path().join("runs").join(&run.run_id)];
+    let mut seen = 0;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            seen += 1;
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(
+                !bytes.windows(value.len()).any(|w| w == value.as_bytes()),
+                "{} holds the secret",
+                p.display()
+            );
+        }
+    }
+    assert!(
+        seen > 10,
+        "the run's journal, task and result files were all checked"
+    );
 }

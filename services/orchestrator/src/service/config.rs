@@ -39,6 +39,39 @@ pub struct OrchestratorConfig {
     pub queue: QueueSettings,
     /// Run manager. Since v0.1.
     pub runs: RunsSettings,
+    /// Secrets kept out of journals and events. Since v0.1.
+    pub secrets: SecretsConfig,
+}
+
+/// Named secrets: their values are redacted wherever they would be stored or relayed, and task
+/// definitions refer to them as `{"$secret": "NAME"}`, resolved only in what a worker receives.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct SecretsConfig {
+    /// Environment variables whose values are secrets, named after the variable. Since v0.1.
+    pub env: Vec<String>,
+    /// Secrets read from files: name → path (whitespace trimmed). Since v0.1.
+    pub files: std::collections::BTreeMap<String, PathBuf>,
+}
+
+impl SecretsConfig {
+    /// The redactor; an unset variable is skipped with a warning, an unreadable file is an error.
+    pub fn redactor(&self, env: &EnvMap) -> anyhow::Result<babysitter_journal::redact::Redactor> {
+        let mut secrets = Vec::new();
+        for name in &self.env {
+            match env.get_non_empty(name) {
+                Some(v) => secrets.push((name.clone(), v.to_owned())),
+                None => tracing::warn!(secret = %name, "secret variable is not set"),
+            }
+        }
+        for (name, path) in &self.files {
+            let value = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("cannot read secret {name} from {}: {e}", path.display())
+            })?;
+            secrets.push((name.clone(), value.trim().to_owned()));
+        }
+        Ok(babysitter_journal::redact::Redactor::new(secrets)?)
+    }
 }
 
 impl Default for OrchestratorConfig {
@@ -54,6 +87,7 @@ impl Default for OrchestratorConfig {
             engine: EngineConfig::default(),
             queue: QueueSettings::default(),
             runs: RunsSettings::default(),
+            secrets: SecretsConfig::default(),
         }
     }
 }

@@ -104,6 +104,9 @@ pub struct ManagerConfig {
     pub evict_idle_sessions: bool,
     /// Delay before retrying an iteration that failed for a transient reason.
     pub retry_delay: Duration,
+    /// Known secrets: redacted from what is stored and relayed, resolved into the tasks workers
+    /// receive (`{"$secret": "NAME"}` placeholders).
+    pub secrets: Arc<babysitter_journal::redact::Redactor>,
 }
 
 impl Default for ManagerConfig {
@@ -113,6 +116,7 @@ impl Default for ManagerConfig {
             sweep_interval: Duration::from_secs(1),
             evict_idle_sessions: true,
             retry_delay: Duration::from_secs(2),
+            secrets: Arc::default(),
         }
     }
 }
@@ -182,6 +186,24 @@ impl RunManager {
 
     pub fn queue(&self) -> &TaskQueue {
         &self.inner.queue
+    }
+
+    pub fn secrets(&self) -> &babysitter_journal::redact::Redactor {
+        &self.inner.config.secrets
+    }
+
+    /// The task definition a worker receives: `{"$secret": …}` placeholders resolved.
+    pub fn dispatch_form(&self, task_json: &Bytes) -> Result<Bytes> {
+        let secrets = &self.inner.config.secrets;
+        if secrets.is_empty() || !task_json.windows(7).any(|w| w == b"$secret") {
+            return Ok(task_json.clone());
+        }
+        let mut v: Value = serde_json::from_slice(task_json)
+            .map_err(|e| ServiceError::invalid("task.json", e.to_string()))?;
+        secrets
+            .resolve_placeholders(&mut v)
+            .map_err(|e| ServiceError::invalid("task.json", e.to_string()))?;
+        Ok(Bytes::from(v.to_string()))
     }
 
     /// Stops timers and drivers; waits for in-flight iterations (and their journal writes).

@@ -255,6 +255,16 @@ impl RunService for RunApi {
                         let ended = events.iter().find_map(terminal_status);
                         let mut now = manager.get(&ns, &run_id).unwrap_or_else(|_| last.clone());
                         if let Some(s) = ended {
+                            // The summary (output, error) is updated right after the terminal
+                            // append: wait for it briefly so the last message, and any GetRun
+                            // after the stream ends, show the finished run.
+                            for _ in 0..200 {
+                                if now.status.is_terminal() {
+                                    break;
+                                }
+                                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                                now = manager.get(&ns, &run_id).unwrap_or_else(|_| now.clone());
+                            }
                             now.status = s;
                         }
                         let changed = now.status != last.status || now.status_reason != last.status_reason;

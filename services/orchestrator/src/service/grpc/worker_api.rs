@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{AgentEventHub, authorize, outcome_of, system_time_to_pb};
 use crate::service::ServiceError;
 use crate::service::queue::{Capabilities, LeaseVerdict};
-use crate::service::runs::RunManager;
+use crate::service::runs::{RunManager, TaskOutcome};
 
 #[derive(Debug, Clone)]
 pub struct WorkerApi {
@@ -101,9 +101,31 @@ impl WorkerService for WorkerApi {
             .poll(&r.worker_id, r.max_tasks.clamp(1, 1000) as usize, wait)
             .await
             .map_err(ServiceError::from)?;
-        let tasks = got
+        let mut ready = Vec::with_capacity(got.len());
+        for a in got {
+            match self.manager.dispatch_form(&a.spec.task_json) {
+                Ok(task_json) => ready.push((a, task_json)),
+                Err(e) => {
+                    // A task naming a secret this orchestrator lacks fails now, not on a worker.
+                    let outcome = TaskOutcome {
+                        outcome: Some(Err(
+                            serde_json::json!({"name": "SecretNotFound", "message": e.to_string()}),
+                        )),
+                        ..Default::default()
+                    };
+                    let manager = self.manager.clone();
+                    let worker = r.worker_id.clone();
+                    tokio::spawn(async move {
+                        let _ = manager
+                            .complete_task(&worker, &a.lease_id, &a.spec.effect_id, outcome)
+                            .await;
+                    });
+                }
+            }
+        }
+        let tasks = ready
             .into_iter()
-            .map(|a| pb::TaskAssignment {
+            .map(|(a, task_json)| pb::TaskAssignment {
                 lease_id: a.lease_id,
                 lease_expires_at: Some(system_time_to_pb(a.expires_at)),
                 namespace: a.spec.namespace.clone(),
@@ -113,7 +135,7 @@ impl WorkerService for WorkerApi {
                 invocation_key: a.spec.invocation_key.clone(),
                 kind: a.spec.kind.clone(),
                 label: a.spec.label.clone(),
-                task_json: a.spec.task_json.clone(),
+                task_json,
                 attempt: a.attempt,
                 timeout: a.spec.timeout.map(duration_pb),
             })
@@ -176,7 +198,17 @@ impl WorkerService for WorkerApi {
                 continue; // a lost lease: its events are dropped
             };
             accepted += msg.events.len() as u64;
-            self.hub.publish(&run_id, &effect_id, msg.events);
+            let secrets = self.manager.secrets();
+            let events = msg
+                .events
+                .into_iter()
+                .map(|mut e| {
+                    e.data_json = secrets.bytes(e.data_json);
+                    e.raw_json = secrets.bytes(e.raw_json);
+                    e
+                })
+                .collect();
+            self.hub.publish(&run_id, &effect_id, events);
         }
         Ok(Response::new(pb::ReportEventsResponse {
             accepted_events: accepted,

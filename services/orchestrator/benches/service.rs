@@ -1,0 +1,354 @@
+//! Orchestrator service benchmark: prints its figures
+//! (`cargo bench -p babysitter-orchestrator --bench service`). Everything on 127.0.0.1 over real
+//! tonic servers and clients.
+//!
+//! - **Dispatch round trip**: a worker completes effect k and long-polls; the time until effect
+//!   k+1 (requested by the iteration that the completion triggered) reaches it. Side by side with
+//!   a bare unary call (`Heartbeat` with no leases) on the same server. Journal in memory (the
+//!   service's own cost) and on the filesystem (fsync'd appends, the embedded default).
+//! - **1,000 concurrent runs × 10 shell tasks** on one node, filesystem journal, executed by the
+//!   real worker loop (`sh -c true`), wall time and throughput.
+//! - **Memory per idle waiting run**: RSS growth per run parked at a breakpoint.
+//!
+//! `SERVICE_BENCH_RUNS` overrides the 1,000 runs.
+
+#![allow(clippy::print_stdout)]
+
+use std::sync::Arc;
+use tokio::time::{Duration, Instant};
+
+use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::server::{ServerBuilder, ServerConfig};
+use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
+use babysitter_journal::config::LimitsConfig;
+use babysitter_journal::fs::FsStore;
+use babysitter_journal::store::JournalStore;
+use babysitter_journal::{Journal, JournalOptions};
+use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
+use babysitter_orchestrator::service::runs::{ManagerConfig, RunManager};
+use babysitter_proto::common::v1 as cpb;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const SEQ: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const step = defineTask('bench.step', (a) => ({ kind: a.kind, title: 'step', shell: { command: 'true' } }));
+export async function process(inputs, ctx) {
+  for (let i = 0; i < inputs.n; i++) await ctx.task(step, { i, kind: inputs.kind }, { label: 'step-' + i });
+  return { n: inputs.n };
+}
+"#;
+
+const PARKED: &str = r#"
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'go?' }, { label: 'gate' });
+  return { ok: ok.approved };
+}
+"#;
+
+struct Stack {
+    url: String,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn stack(memory_journal: bool) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let store: Arc<dyn JournalStore> = if memory_journal {
+        babysitter_journal::config::object_journal(
+            Arc::new(object_store::memory::InMemory::new()),
+            "",
+            "memory://",
+            &LimitsConfig::default(),
+        )
+        .await
+        .unwrap()
+    } else {
+        Arc::new(FsStore::new(&runs))
+    };
+    let journal = Journal::new(store, JournalOptions::default());
+    let engine = Engine::new(journal, EngineOptions::new(&runs)).unwrap();
+    let queue = QueueConfig {
+        max_poll_wait: Duration::from_secs(5),
+        ..QueueConfig::default()
+    };
+    let manager = RunManager::new(
+        engine,
+        TaskQueue::new(queue, ulid::Ulid::generate().to_string()),
+        ManagerConfig::default(),
+    );
+    manager.spawn_sweeper();
+    let stop = CancellationToken::new();
+    let services = Services::new(manager, stop.clone());
+    let config = ServerConfig {
+        concurrency_limit: 100_000,
+        ..ServerConfig::default()
+    };
+    let server = ServerBuilder::new("orchestrator", &config)
+        .add_service(
+            services.runs.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        )
+        .add_service(
+            services.workers.into_service(),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let token = stop.clone();
+    tokio::spawn(async move { server.serve_with_listener(listener, token).await });
+    Stack {
+        url,
+        stop,
+        _dir: dir,
+    }
+}
+
+fn runs_client(s: &Stack) -> RunServiceClient<AuthedChannel> {
+    RunServiceClient::new(connect_lazy(&s.url, None).unwrap())
+}
+
+async fn create(
+    c: &mut RunServiceClient<AuthedChannel>,
+    src: &str,
+    inputs: serde_json::Value,
+) -> String {
+    c.create_run(pb::CreateRunRequest {
+        process: Some(pb::ProcessBundle {
+            entry_path: "main.mjs".into(),
+            export_name: String::new(),
+            files: vec![pb::ProcessFile {
+                path: "main.mjs".into(),
+                content: src.as_bytes().to_vec().into(),
+            }],
+        }),
+        inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .run
+    .unwrap()
+    .run_id
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+async fn dispatch(memory: bool) {
+    let s = stack(memory).await;
+    let mut c = runs_client(&s);
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: "bench".into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["noop".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let n = 300;
+    create(&mut c, SEQ, json!({"n": n, "kind": "noop"})).await;
+    let poll = pb::PollTasksRequest {
+        worker_id: "bench".into(),
+        max_tasks: 1,
+        wait: Some(prost_types::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+    };
+    let mut task = w
+        .poll_tasks(poll.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+        .remove(0);
+    let mut trips = Vec::with_capacity(n);
+    for i in 1..n {
+        let t0 = Instant::now();
+        w.complete_task(pb::CompleteTaskRequest {
+            worker_id: "bench".into(),
+            lease_id: task.lease_id.clone(),
+            effect_id: task.effect_id.clone(),
+            result: Some(cpb::TaskResult {
+                outcome: Some(cpb::task_result::Outcome::ValueJson(b"{}".to_vec().into())),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+        let got = w.poll_tasks(poll.clone()).await.unwrap().into_inner().tasks;
+        let Some(next) = got.into_iter().next() else {
+            panic!("no task {i} within 5 s");
+        };
+        trips.push(t0.elapsed());
+        task = next;
+    }
+    let mut bare = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t0 = Instant::now();
+        w.heartbeat(pb::HeartbeatRequest {
+            worker_id: "bench".into(),
+            lease_ids: vec![],
+        })
+        .await
+        .unwrap();
+        bare.push(t0.elapsed());
+    }
+    let (b50, b99) = (pct(&mut bare, 0.5), pct(&mut bare, 0.99));
+    let (d50, d99) = (pct(&mut trips, 0.5), pct(&mut trips, 0.99));
+    println!(
+        "dispatch round trip ({} journal, {} trips): p50 {} p99 {} | bare unary p50 {} p99 {} | ratio p50 {:.1}x",
+        if memory { "memory" } else { "filesystem" },
+        trips.len(),
+        us(d50),
+        us(d99),
+        us(b50),
+        us(b99),
+        d50.as_secs_f64() / b50.as_secs_f64()
+    );
+}
+
+async fn wait_all(c: &mut RunServiceClient<AuthedChannel>, status: pb::RunStatus, n: usize) {
+    loop {
+        let mut count = 0;
+        let mut token = String::new();
+        loop {
+            let r = c
+                .list_runs(pb::ListRunsRequest {
+                    statuses: vec![status as i32],
+                    page_size: 1000,
+                    page_token: token,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            count += r.runs.len();
+            if r.next_page_token.is_empty() {
+                break;
+            }
+            token = r.next_page_token;
+        }
+        if count >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn many_runs(runs: usize) {
+    let s = stack(false).await;
+    let work = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let worker = Worker::new(
+        connect_lazy(&s.url, None).unwrap(),
+        WorkerSettings {
+            worker_id: "w".into(),
+            namespaces: vec![],
+            labels: Default::default(),
+            task_kinds: vec!["shell".into()],
+            max_concurrency: 64,
+            work_dir: work.path().to_owned(),
+            drain_timeout: Duration::from_secs(5),
+        },
+    );
+    tokio::spawn(worker.run(stop.clone()));
+    let mut c = runs_client(&s);
+    let t0 = Instant::now();
+    // Clients create runs concurrently (32 in flight), as a CI fleet would.
+    let mut creating = tokio::task::JoinSet::new();
+    for i in 0..runs {
+        if creating.len() == 32 {
+            creating.join_next().await;
+        }
+        let mut c = c.clone();
+        creating.spawn(async move {
+            create(&mut c, SEQ, json!({"n": 10, "kind": "shell", "i": i})).await
+        });
+    }
+    while creating.join_next().await.is_some() {}
+    let created = t0.elapsed();
+    wait_all(&mut c, pb::RunStatus::Completed, runs).await;
+    let total = t0.elapsed();
+    stop.cancel();
+    println!(
+        "{runs} runs x 10 shell tasks (filesystem journal, 1 worker x 64 slots): all completed in {:.1} s (created in {:.1} s) = {:.0} tasks/s, {:.0} runs/s",
+        total.as_secs_f64(),
+        created.as_secs_f64(),
+        (runs * 10) as f64 / total.as_secs_f64(),
+        runs as f64 / total.as_secs_f64()
+    );
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+async fn idle_memory(runs: usize) {
+    let s = stack(false).await;
+    let mut c = runs_client(&s);
+    // Warm up allocator pools, JS threads and the connection first.
+    for _ in 0..20 {
+        create(&mut c, PARKED, json!({})).await;
+    }
+    wait_all(&mut c, pb::RunStatus::Waiting, 20).await;
+    let before = rss_kib();
+    for _ in 0..runs {
+        create(&mut c, PARKED, json!({})).await;
+    }
+    wait_all(&mut c, pb::RunStatus::Waiting, runs + 20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib();
+    println!(
+        "idle waiting runs: {runs} runs parked at a breakpoint add {} KiB RSS = {:.1} KiB per run",
+        after.saturating_sub(before),
+        after.saturating_sub(before) as f64 / runs as f64
+    );
+}
+
+fn main() {
+    let runs: usize = std::env::var("SERVICE_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        dispatch(true).await;
+        dispatch(false).await;
+        idle_memory(runs).await;
+        many_runs(runs).await;
+    });
+}
