@@ -1566,13 +1566,23 @@ pub struct CompleteTaskRequest {
     /// value or error, captured output, timing and usage.
     #[prost(message, optional, tag = "4")]
     pub result: ::core::option::Option<super::super::common::v1::TaskResult>,
+    /// Eager dispatch: also take up to this many new tasks (0 = none), waiting at most `next_wait`
+    /// (capped at max_poll_wait) — typically the effect the completion lets its run request next,
+    /// which then arrives without a separate PollTasks round trip.
+    #[prost(uint32, tag = "5")]
+    pub next_max_tasks: u32,
+    #[prost(message, optional, tag = "6")]
+    pub next_wait: ::core::option::Option<::prost_types::Duration>,
 }
 #[allow(clippy::all)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CompleteTaskResponse {
     /// this lease had already completed the task; the first result stands.
     #[prost(bool, tag = "1")]
     pub already_completed: bool,
+    /// tasks assigned to this worker under eager dispatch (see next_max_tasks).
+    #[prost(message, repeated, tag = "2")]
+    pub next_tasks: ::prost::alloc::vec::Vec<TaskAssignment>,
 }
 /// What the orchestrator thinks of a lease after a heartbeat.
 #[allow(clippy::all)]

@@ -28,6 +28,9 @@ use tonic::{Code, Status};
 
 use crate::exec::{self, Done, Task};
 
+/// How long a completion waits for an eagerly dispatched next task.
+const EAGER_WAIT: Duration = Duration::from_secs(1);
+
 /// Worker settings.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -173,8 +176,13 @@ impl Worker {
                             break;
                         };
                         let this = self.clone();
+                        let stop = stop.clone();
                         tracker.spawn(async move {
-                            this.run_task(a).await;
+                            // Eager dispatch: a completion may bring the next task along.
+                            let mut next = Some(a);
+                            while let Some(a) = next.take() {
+                                next = this.run_task(a, &stop).await;
+                            }
                             drop(permit);
                         });
                     }
@@ -267,7 +275,12 @@ impl Worker {
         }
     }
 
-    async fn run_task(&self, a: pb::TaskAssignment) {
+    /// Runs one task and completes it; returns a task handed over with the completion.
+    async fn run_task(
+        &self,
+        a: pb::TaskAssignment,
+        stop: &CancellationToken,
+    ) -> Option<pb::TaskAssignment> {
         let cancel = CancellationToken::new();
         self.running
             .lock()
@@ -305,14 +318,19 @@ impl Worker {
             }),
             None => Some(done),
         };
-        if let Some(done) = outcome {
-            self.complete(&a, done, started, finished).await;
-        }
+        let next = match outcome {
+            Some(done) => {
+                self.complete(&a, done, started, finished, !stop.is_cancelled())
+                    .await
+            }
+            None => None,
+        };
         self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&a.lease_id);
         let _ = tokio::fs::remove_dir_all(&work_dir).await;
+        next
     }
 
     async fn execute(
@@ -348,14 +366,16 @@ impl Worker {
         }
     }
 
-    /// Completes under the lease, retrying transient failures while the lease may be live.
+    /// Completes under the lease, retrying transient failures while the lease may be live; with
+    /// `take_next`, asks for the next task in the same call (eager dispatch).
     async fn complete(
         &self,
         a: &pb::TaskAssignment,
         done: Done,
         started: SystemTime,
         finished: SystemTime,
-    ) {
+        take_next: bool,
+    ) -> Option<pb::TaskAssignment> {
         let outcome = match done.outcome {
             Ok(v) => cpb::task_result::Outcome::ValueJson(Bytes::from(
                 serde_json::to_vec(&v).unwrap_or_default(),
@@ -383,14 +403,16 @@ impl Worker {
                 metadata_json: Bytes::new(),
                 usage: None,
             }),
+            next_max_tasks: u32::from(take_next),
+            next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),
         };
         let mut backoff = Duration::from_millis(50);
         for _ in 0..60 {
             match self.client.clone().complete_task(req.clone()).await {
-                Ok(_) => return,
+                Ok(r) => return r.into_inner().next_tasks.into_iter().next(),
                 Err(s) if is_lease_lost(&s) => {
                     tracing::info!(lease_id = %a.lease_id, reason = %s.message(), "completion refused: lease lost");
-                    return;
+                    return None;
                 }
                 Err(s)
                     if matches!(
@@ -402,12 +424,13 @@ impl Worker {
                 }
                 Err(s) => {
                     tracing::error!(lease_id = %a.lease_id, code = ?s.code(), error = %s.message(), "completion refused");
-                    return;
+                    return None;
                 }
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
         tracing::error!(lease_id = %a.lease_id, "gave up completing the task; its lease will expire and it will run again");
+        None
     }
 }

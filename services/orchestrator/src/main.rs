@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use babysitter_common::EnvMap;
 use babysitter_common::main_support::{CommonArgs, service_main};
-use babysitter_common::server::{ServerBuilder, shutdown_signal};
+use babysitter_common::server::shutdown_signal;
 use babysitter_common::telemetry::init_telemetry;
 use babysitter_journal::Journal;
 use babysitter_orchestrator::engine::{Engine, EngineOptions};
@@ -93,15 +93,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let services = Services::new(manager.clone(), shutdown.clone());
-    let server = ServerBuilder::new("orchestrator", &config.server)
-        .add_service(
-            services.runs.into_service(),
-            babysitter_proto::FILE_DESCRIPTOR_SET,
-        )
-        .add_service(
-            services.workers.into_service(),
-            babysitter_proto::FILE_DESCRIPTOR_SET,
-        );
+    let server = services.into_server(&config.server);
     let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;

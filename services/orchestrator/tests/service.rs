@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use babysitter_common::auth::{AuthConfig, Role, Secret, TokenEntry};
 use babysitter_common::client::{AuthedChannel, connect_lazy};
-use babysitter_common::server::{ServerBuilder, ServerConfig};
+use babysitter_common::server::ServerConfig;
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::redact::Redactor;
@@ -103,15 +103,7 @@ async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor) -> 
         auth,
         ..ServerConfig::default()
     };
-    let server = ServerBuilder::new("orchestrator", &config)
-        .add_service(
-            services.runs.into_service(),
-            babysitter_proto::FILE_DESCRIPTOR_SET,
-        )
-        .add_service(
-            services.workers.into_service(),
-            babysitter_proto::FILE_DESCRIPTOR_SET,
-        );
+    let server = services.into_server(&config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
@@ -563,6 +555,7 @@ async fn a_late_completion_under_an_expired_lease_is_refused() {
                 outcome: Some(cpb::task_result::Outcome::ValueJson(b"{}".to_vec().into())),
                 ..Default::default()
             }),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -701,4 +694,72 @@ export async function process(inputs, ctx) {
         seen > 10,
         "the run's journal, task and result files were all checked"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eager_dispatch_hands_over_the_next_task_with_the_completion() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: "eager".into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["shell".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut task = w
+        .poll_tasks(pb::PollTasksRequest {
+            worker_id: "eager".into(),
+            max_tasks: 1,
+            wait: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+        .remove(0);
+    let mut titles = Vec::new();
+    loop {
+        let def: Value = serde_json::from_slice(&task.task_json).unwrap();
+        titles.push(def["title"].as_str().unwrap().to_owned());
+        let reply = w
+            .complete_task(pb::CompleteTaskRequest {
+                worker_id: "eager".into(),
+                lease_id: task.lease_id.clone(),
+                effect_id: task.effect_id.clone(),
+                result: Some(cpb::TaskResult {
+                    outcome: Some(cpb::task_result::Outcome::ValueJson(
+                        br#"{"stdout":"x\n"}"#.to_vec().into(),
+                    )),
+                    ..Default::default()
+                }),
+                next_max_tasks: 1,
+                next_wait: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 300_000_000,
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        match reply.next_tasks.into_iter().next() {
+            Some(next) => task = next,
+            None => break,
+        }
+    }
+    assert_eq!(
+        titles,
+        ["first", "last"],
+        "the second task came with the first completion"
+    );
+    let (_, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use babysitter_common::auth::{Principal, Role, caller};
 use babysitter_common::error::{ErrorKind, status};
+use babysitter_common::server::ServerBuilder;
 use babysitter_proto::common::v1 as cpb;
 use bytes::Bytes;
 use serde_json::Value;
@@ -95,6 +96,19 @@ impl Services {
             runs: RunApi::new(manager.clone(), hub.clone(), shutdown),
             workers: WorkerApi::new(manager, hub),
         }
+    }
+
+    /// Both services on the shared server builder (health, reflection, auth, limits).
+    pub fn into_server(self, config: &babysitter_common::server::ServerConfig) -> ServerBuilder {
+        ServerBuilder::new("orchestrator", config)
+            .add_service(
+                self.runs.into_service(),
+                babysitter_proto::FILE_DESCRIPTOR_SET,
+            )
+            .add_service(
+                self.workers.into_service(),
+                babysitter_proto::FILE_DESCRIPTOR_SET,
+            )
     }
 }
 

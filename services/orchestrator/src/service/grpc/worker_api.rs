@@ -39,6 +39,67 @@ fn duration_pb(d: Duration) -> prost_types::Duration {
     }
 }
 
+impl WorkerApi {
+    /// Long-polls the queue and turns assignments into wire tasks (secret placeholders resolved;
+    /// a task naming an unknown secret is failed here instead of being sent).
+    async fn assignments(
+        &self,
+        worker_id: &str,
+        max_tasks: u32,
+        wait: Option<prost_types::Duration>,
+    ) -> Result<Vec<pb::TaskAssignment>, Status> {
+        let wait = wait
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+            .unwrap_or_default();
+        let got = self
+            .manager
+            .queue()
+            .poll(worker_id, max_tasks.clamp(1, 1000) as usize, wait)
+            .await
+            .map_err(ServiceError::from)?;
+        let mut ready = Vec::with_capacity(got.len());
+        for a in got {
+            match self.manager.dispatch_form(&a.spec.task_json) {
+                Ok(task_json) => ready.push((a, task_json)),
+                Err(e) => {
+                    // A task naming a secret this orchestrator lacks fails now, not on a worker.
+                    let outcome = TaskOutcome {
+                        outcome: Some(Err(
+                            serde_json::json!({"name": "SecretNotFound", "message": e.to_string()}),
+                        )),
+                        ..Default::default()
+                    };
+                    let manager = self.manager.clone();
+                    let worker = worker_id.to_owned();
+                    tokio::spawn(async move {
+                        let _ = manager
+                            .complete_task(&worker, &a.lease_id, &a.spec.effect_id, outcome)
+                            .await;
+                    });
+                }
+            }
+        }
+        let tasks = ready
+            .into_iter()
+            .map(|(a, task_json)| pb::TaskAssignment {
+                lease_id: a.lease_id,
+                lease_expires_at: Some(system_time_to_pb(a.expires_at)),
+                namespace: a.spec.namespace.clone(),
+                run_id: a.spec.run_id.clone(),
+                effect_id: a.spec.effect_id.clone(),
+                task_id: a.spec.task_id.clone(),
+                invocation_key: a.spec.invocation_key.clone(),
+                kind: a.spec.kind.clone(),
+                label: a.spec.label.clone(),
+                task_json,
+                attempt: a.attempt,
+                timeout: a.spec.timeout.map(duration_pb),
+            })
+            .collect();
+        Ok(tasks)
+    }
+}
+
 const WORKER: &[Role] = &[Role::Worker];
 
 #[tonic::async_trait]
@@ -91,55 +152,7 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<pb::PollTasksResponse>, Status> {
         authorize(&req, WORKER)?;
         let r = req.into_inner();
-        let wait = r
-            .wait
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
-            .unwrap_or_default();
-        let got = self
-            .manager
-            .queue()
-            .poll(&r.worker_id, r.max_tasks.clamp(1, 1000) as usize, wait)
-            .await
-            .map_err(ServiceError::from)?;
-        let mut ready = Vec::with_capacity(got.len());
-        for a in got {
-            match self.manager.dispatch_form(&a.spec.task_json) {
-                Ok(task_json) => ready.push((a, task_json)),
-                Err(e) => {
-                    // A task naming a secret this orchestrator lacks fails now, not on a worker.
-                    let outcome = TaskOutcome {
-                        outcome: Some(Err(
-                            serde_json::json!({"name": "SecretNotFound", "message": e.to_string()}),
-                        )),
-                        ..Default::default()
-                    };
-                    let manager = self.manager.clone();
-                    let worker = r.worker_id.clone();
-                    tokio::spawn(async move {
-                        let _ = manager
-                            .complete_task(&worker, &a.lease_id, &a.spec.effect_id, outcome)
-                            .await;
-                    });
-                }
-            }
-        }
-        let tasks = ready
-            .into_iter()
-            .map(|(a, task_json)| pb::TaskAssignment {
-                lease_id: a.lease_id,
-                lease_expires_at: Some(system_time_to_pb(a.expires_at)),
-                namespace: a.spec.namespace.clone(),
-                run_id: a.spec.run_id.clone(),
-                effect_id: a.spec.effect_id.clone(),
-                task_id: a.spec.task_id.clone(),
-                invocation_key: a.spec.invocation_key.clone(),
-                kind: a.spec.kind.clone(),
-                label: a.spec.label.clone(),
-                task_json,
-                attempt: a.attempt,
-                timeout: a.spec.timeout.map(duration_pb),
-            })
-            .collect();
+        let tasks = self.assignments(&r.worker_id, r.max_tasks, r.wait).await?;
         Ok(Response::new(pb::PollTasksResponse { tasks }))
     }
 
@@ -226,8 +239,15 @@ impl WorkerService for WorkerApi {
             .manager
             .complete_task(&r.worker_id, &r.lease_id, &r.effect_id, outcome)
             .await?;
+        let next_tasks = if r.next_max_tasks > 0 {
+            self.assignments(&r.worker_id, r.next_max_tasks, r.next_wait)
+                .await?
+        } else {
+            Vec::new()
+        };
         Ok(Response::new(pb::CompleteTaskResponse {
             already_completed: already,
+            next_tasks,
         }))
     }
 }
