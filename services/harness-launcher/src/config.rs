@@ -1,13 +1,19 @@
 //! The `harness-launcher` binary's configuration (env prefix `BABYSITTER_LAUNCHER`), layered like
 //! every babysitter service: defaults → TOML → env → `--set` → flags.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use babysitter_common::telemetry::TelemetryConfig;
 use serde::{Deserialize, Serialize};
 
+use babysitter_common::EnvMap;
+use babysitter_transport_proxy::config::Secret;
+
+use crate::agent::AgentSettings;
+use crate::outcome::{Price, default_prices};
+use crate::provider::{Provider, ProviderConfig, RemoteProxy, default_providers};
 use crate::worker::WorkerSettings;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +27,8 @@ pub struct LauncherConfig {
     pub orchestrator: OrchestratorLink,
     /// What this worker runs. Since v0.1.
     pub worker: WorkerConfig,
+    /// Agent tasks: harness binaries, providers, proxy, prices. Since v0.1.
+    pub agent: AgentConfig,
 }
 
 impl Default for LauncherConfig {
@@ -30,6 +38,7 @@ impl Default for LauncherConfig {
             telemetry: TelemetryConfig::default(),
             orchestrator: OrchestratorLink::default(),
             worker: WorkerConfig::default(),
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -118,6 +127,78 @@ impl WorkerConfig {
             max_concurrency: self.max_concurrency.max(1),
             work_dir: self.work_dir.clone(),
             drain_timeout: Duration::from_secs(self.drain_timeout_secs),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct AgentConfig {
+    /// Harness binaries by adapter name (`claude-code`, `codex`, `gemini-cli`, `pi`,
+    /// `opencode`); a harness not listed is looked up on PATH. Since v0.1.
+    pub binaries: BTreeMap<String, PathBuf>,
+    /// Providers by name, added to / overriding the built-in anthropic, openai, gemini. Since v0.1.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Provider for tasks that name none. Since v0.1.
+    pub default_provider: String,
+    /// A remote transport proxy's origin; unset = start one in-process when needed. Since v0.1.
+    pub proxy_url: Option<String>,
+    /// Env var holding the remote proxy's client token. Since v0.1.
+    pub proxy_token_env: Option<String>,
+    /// Seconds an agent task may run when neither the task nor the lease says. Since v0.1.
+    pub timeout_secs: u64,
+    /// USD per million tokens by model (prefix match), over the built-in table. Since v0.1.
+    pub prices: BTreeMap<String, Price>,
+    /// Extra environment for every harness (e.g. an auditing `HTTPS_PROXY`). Since v0.1.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            binaries: BTreeMap::new(),
+            providers: BTreeMap::new(),
+            default_provider: "anthropic".into(),
+            proxy_url: None,
+            proxy_token_env: None,
+            timeout_secs: 30 * 60,
+            prices: BTreeMap::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Detects the harnesses and reads provider keys from `env` (the only place they are read).
+    pub async fn settings(&self, env: &EnvMap) -> AgentSettings {
+        let path_env =
+            std::ffi::OsString::from(env.get("PATH").unwrap_or("/usr/local/bin:/usr/bin:/bin"));
+        let harnesses = crate::harness::detect(&self.binaries, &path_env).await;
+        let mut configs = default_providers();
+        configs.extend(self.providers.clone());
+        let providers = configs
+            .iter()
+            .map(|(name, c)| (name.clone(), Provider::resolve(name, c, env)))
+            .collect();
+        let mut prices = default_prices();
+        prices.extend(self.prices.clone());
+        AgentSettings {
+            harnesses,
+            providers,
+            default_provider: self.default_provider.clone(),
+            remote_proxy: self.proxy_url.as_ref().map(|url| RemoteProxy {
+                origin: url.trim_end_matches('/').to_owned(),
+                token: self
+                    .proxy_token_env
+                    .as_deref()
+                    .and_then(|k| env.get_non_empty(k))
+                    .map(Secret::new),
+            }),
+            default_timeout: Duration::from_secs(self.timeout_secs.max(1)),
+            prices,
+            extra_env: self.env.clone(),
+            path_env,
+            as_root: rustix::process::geteuid().is_root(),
         }
     }
 }

@@ -1,11 +1,22 @@
 //! babysitter-harness-launcher: the worker. It registers with the orchestrator's
 //! `WorkerService`, takes tasks under leases, executes them and completes them ([`worker`]).
-//! Today it executes shell, node and hook tasks ([`exec`], shared with `babysitter run`); the
-//! coding-agent harness adapters (Claude Code, Codex, Gemini CLI, Pi, OpenCode) come next and plug
-//! into the same loop.
+//!
+//! Agent tasks run a real coding-agent CLI headless: [`harness`] finds Claude Code, Codex,
+//! Gemini CLI, Pi and OpenCode on the machine and knows the args, env and config files each
+//! needs; [`provider`] points it at a model server, through an in-process transport proxy when
+//! the harness and the provider speak different protocols; [`agent`] runs it, feeding its
+//! native output through [`parse`] into the universal event stream ([`events`]) and turning
+//! the end of the run into the task's value, usage and cost ([`outcome`]). Shell, node and hook
+//! tasks run through [`exec`], shared with `babysitter run`.
 
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod config;
+pub mod events;
 pub mod exec;
+pub mod harness;
+pub mod outcome;
+pub mod parse;
+pub mod provider;
 pub mod worker;

@@ -77,7 +77,18 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
     );
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
-    Worker::new(channel, settings).run(stop).await;
+    let agents = config.agent.settings(&env).await;
+    let names: Vec<String> = agents
+        .harnesses
+        .iter()
+        .map(|h| format!("{} {}", h.kind, h.version))
+        .collect();
+    eprintln!("harness-launcher: harnesses {names:?}");
+    let mut worker = Worker::new(channel, settings);
+    if !agents.harnesses.is_empty() {
+        worker = worker.with_agents(agents);
+    }
+    worker.run(stop).await;
     telemetry.shutdown().await?;
     Ok(())
 }

@@ -8,6 +8,10 @@
 //! - `Unavailable` / transport errors → retry with capped backoff (the lease may still be live);
 //! - a lease reported lost → the task is killed and its result dropped; cancelled → killed and
 //!   completed with an `EffectCancelledError`.
+//!
+//! Agent tasks ([`crate::agent`]) also stream universal events while they run: one
+//! `ReportEvents` client stream per task, fed in batches, so a slow orchestrator applies
+//! back-pressure instead of losing events; a failed stream is logged and never fails the task.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
+use crate::agent::{self, AgentSettings};
 use crate::exec::{self, Done, Task};
 
 /// How long a completion waits for an eagerly dispatched next task.
@@ -59,6 +64,24 @@ pub struct Worker {
     settings: Arc<WorkerSettings>,
     running: Arc<Mutex<HashMap<String, Running>>>,
     timing: Arc<Mutex<Timing>>,
+    agents: Option<Arc<AgentSettings>>,
+}
+
+/// What one executed task produced, with what the completion carries besides the value.
+struct Executed {
+    done: Done,
+    usage: Option<cpb::TaskUsage>,
+    metadata: Value,
+}
+
+impl From<Done> for Executed {
+    fn from(done: Done) -> Self {
+        Self {
+            done,
+            usage: None,
+            metadata: Value::Null,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +116,36 @@ impl Worker {
                 heartbeat: Duration::from_secs(10),
                 max_poll_wait: Duration::from_secs(30),
             })),
+            agents: None,
+        }
+    }
+
+    /// Runs `agent` tasks with these harnesses and providers (advertised at registration).
+    pub fn with_agents(mut self, agents: AgentSettings) -> Self {
+        self.agents = Some(Arc::new(agents));
+        self
+    }
+
+    fn capabilities(&self) -> cpb::WorkerCapabilities {
+        let mut task_kinds = self.settings.task_kinds.clone();
+        let harnesses: Vec<cpb::HarnessInfo> = self
+            .agents
+            .iter()
+            .flat_map(|a| a.harnesses.iter())
+            .map(|d| cpb::HarnessInfo {
+                name: d.kind.name().to_owned(),
+                version: d.version.clone(),
+                binary_path: d.path.display().to_string(),
+            })
+            .collect();
+        if !harnesses.is_empty() && !task_kinds.iter().any(|k| k == "agent") {
+            task_kinds.push("agent".to_owned());
+        }
+        cpb::WorkerCapabilities {
+            task_kinds,
+            harnesses,
+            labels: self.settings.labels.clone(),
+            max_concurrency: self.settings.max_concurrency as u32,
         }
     }
 
@@ -107,12 +160,7 @@ impl Worker {
             let req = pb::RegisterWorkerRequest {
                 worker_id: self.settings.worker_id.clone(),
                 namespaces: self.settings.namespaces.clone(),
-                capabilities: Some(cpb::WorkerCapabilities {
-                    task_kinds: self.settings.task_kinds.clone(),
-                    harnesses: vec![],
-                    labels: self.settings.labels.clone(),
-                    max_concurrency: self.settings.max_concurrency as u32,
-                }),
+                capabilities: Some(self.capabilities()),
                 agent_version: format!("harness-launcher/{}", env!("CARGO_PKG_VERSION")),
             };
             match self.client.clone().register_worker(req).await {
@@ -311,11 +359,11 @@ impl Worker {
                 tracing::info!(lease_id = %a.lease_id, %reason, "lease lost: result dropped");
                 None
             }
-            Some((false, reason)) => Some(Done {
+            Some((false, reason)) => Some(Executed::from(Done {
                 outcome: Err(json!({"name": "EffectCancelledError", "message": reason})),
-                stdout: None,
-                stderr: None,
-            }),
+                stdout: done.done.stdout,
+                stderr: done.done.stderr,
+            })),
             None => Some(done),
         };
         let next = match outcome {
@@ -338,11 +386,13 @@ impl Worker {
         a: &pb::TaskAssignment,
         work_dir: &std::path::Path,
         cancel: &CancellationToken,
-    ) -> Done {
-        let fail = |name: &str, message: String| Done {
-            outcome: Err(json!({"name": name, "message": message})),
-            stdout: None,
-            stderr: None,
+    ) -> Executed {
+        let fail = |name: &str, message: String| {
+            Executed::from(Done {
+                outcome: Err(json!({"name": name, "message": message})),
+                stdout: None,
+                stderr: None,
+            })
         };
         let def: Value = match serde_json::from_slice(&a.task_json) {
             Ok(v) => v,
@@ -354,6 +404,16 @@ impl Worker {
                 format!("cannot create {}: {e}", work_dir.display()),
             );
         }
+        if a.kind == "agent" {
+            let Some(agents) = self.agents.clone() else {
+                return fail(
+                    "TaskStartError",
+                    "this worker cannot execute tasks of kind `agent` (no harness installed)"
+                        .into(),
+                );
+            };
+            return self.execute_agent(a, &def, &agents, work_dir, cancel).await;
+        }
         let task = Task {
             effect_id: &a.effect_id,
             kind: &a.kind,
@@ -361,8 +421,41 @@ impl Worker {
             work_dir,
         };
         match exec::execute(task, cancel).await {
-            Ok(done) => done,
+            Ok(done) => done.into(),
             Err(e) => fail("TaskStartError", e.to_string()),
+        }
+    }
+
+    /// An agent task, its events streamed to the orchestrator while it runs.
+    async fn execute_agent(
+        &self,
+        a: &pb::TaskAssignment,
+        def: &Value,
+        agents: &AgentSettings,
+        work_dir: &std::path::Path,
+        cancel: &CancellationToken,
+    ) -> Executed {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let reporter = tokio::spawn(report_events(
+            self.client.clone(),
+            self.settings.worker_id.clone(),
+            a.lease_id.clone(),
+            rx,
+        ));
+        let session_id = format!("{}-{}", a.effect_id, a.attempt);
+        let timeout = a
+            .timeout
+            .and_then(|d| Duration::try_from(d).ok())
+            .filter(|d| !d.is_zero());
+        let r = agent::run(agents, def, work_dir, &session_id, &tx, timeout, cancel).await;
+        drop(tx);
+        if let Ok(Err(s)) = reporter.await {
+            tracing::warn!(lease_id = %a.lease_id, error = %s.message(), "reporting agent events failed; the task goes on");
+        }
+        Executed {
+            done: r.done,
+            usage: r.usage,
+            metadata: r.metadata,
         }
     }
 
@@ -371,11 +464,16 @@ impl Worker {
     async fn complete(
         &self,
         a: &pb::TaskAssignment,
-        done: Done,
+        executed: Executed,
         started: SystemTime,
         finished: SystemTime,
         take_next: bool,
     ) -> Option<pb::TaskAssignment> {
+        let Executed {
+            done,
+            usage,
+            metadata,
+        } = executed;
         let outcome = match done.outcome {
             Ok(v) => cpb::task_result::Outcome::ValueJson(Bytes::from(
                 serde_json::to_vec(&v).unwrap_or_default(),
@@ -400,8 +498,12 @@ impl Worker {
                 stderr: done.stderr.map(Bytes::from).unwrap_or_default(),
                 started_at: Some(started.into()),
                 finished_at: Some(finished.into()),
-                metadata_json: Bytes::new(),
-                usage: None,
+                metadata_json: if metadata.is_null() {
+                    Bytes::new()
+                } else {
+                    Bytes::from(serde_json::to_vec(&metadata).unwrap_or_default())
+                },
+                usage,
             }),
             next_max_tasks: u32::from(take_next),
             next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),
@@ -433,4 +535,43 @@ impl Worker {
         tracing::error!(lease_id = %a.lease_id, "gave up completing the task; its lease will expire and it will run again");
         None
     }
+}
+
+/// Largest batch of events in one `ReportEventsRequest`.
+const EVENT_BATCH: usize = 128;
+
+/// Feeds one task's events to a `ReportEvents` stream in batches until the sender is dropped.
+async fn report_events(
+    mut client: WorkerServiceClient<AuthedChannel>,
+    worker_id: String,
+    lease_id: String,
+    mut rx: tokio::sync::mpsc::Receiver<cpb::AgentEvent>,
+) -> Result<u64, Status> {
+    let (req_tx, req_rx) = tokio::sync::mpsc::channel::<pb::ReportEventsRequest>(16);
+    let batcher = tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            let mut events = vec![first];
+            while events.len() < EVENT_BATCH {
+                match rx.try_recv() {
+                    Ok(e) => events.push(e),
+                    Err(_) => break,
+                }
+            }
+            let req = pb::ReportEventsRequest {
+                worker_id: worker_id.clone(),
+                lease_id: lease_id.clone(),
+                events,
+            };
+            if req_tx.send(req).await.is_err() {
+                // The stream ended early: keep draining so the agent never blocks on events.
+                while rx.recv().await.is_some() {}
+                return;
+            }
+        }
+    });
+    let r = client
+        .report_events(tokio_stream::wrappers::ReceiverStream::new(req_rx))
+        .await;
+    let _ = batcher.await;
+    r.map(|r| r.into_inner().accepted_events)
 }

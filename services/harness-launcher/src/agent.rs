@@ -1,0 +1,518 @@
+//! Runs one `agent` task: picks the harness and provider, routes (maybe through a transport
+//! proxy), launches the harness headless in the task's own project and home directories,
+//! streams its native output through the parser as universal events while it runs, and turns
+//! the end of the run into the task's result with usage and cost.
+//!
+//! Harness output is outside input: nothing in it can panic the worker, a run that prints
+//! nothing understandable is a task error naming that, and the process group is killed on
+//! timeout and cancellation (and after exit, so no stray child outlives its task).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use babysitter_proto::common::v1 as cpb;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Envelope, Ev};
+use crate::exec::Done;
+use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
+use crate::outcome::{self, Price};
+use crate::parse::LineParser;
+use crate::provider::{self, Provider, RemoteProxy};
+
+/// Largest output kept per stream.
+const MAX_OUTPUT: usize = 4 * 1024 * 1024;
+/// How much of stdout / stderr an error message quotes.
+const TAIL: usize = 2000;
+
+/// What the worker knows for agent tasks.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Harnesses detected on this machine (only these are advertised).
+    pub harnesses: Vec<Detected>,
+    pub providers: BTreeMap<String, Provider>,
+    pub default_provider: String,
+    pub remote_proxy: Option<RemoteProxy>,
+    pub default_timeout: Duration,
+    pub prices: BTreeMap<String, Price>,
+    /// Added to every harness's environment (e.g. an auditing `HTTPS_PROXY`).
+    pub extra_env: BTreeMap<String, String>,
+    /// PATH for the harnesses (npm shims need `node`).
+    pub path_env: OsString,
+    pub as_root: bool,
+}
+
+/// What an agent task produced.
+#[derive(Debug)]
+pub struct AgentDone {
+    pub done: Done,
+    pub usage: Option<cpb::TaskUsage>,
+    pub metadata: Value,
+}
+
+/// The parts of `task.json` an agent run needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    pub harness: Option<String>,
+    pub prompt: String,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub output_schema: Option<Value>,
+    pub max_turns: Option<u64>,
+    pub timeout: Option<Duration>,
+    /// The project the agent works in (`execution.cwd` / `agent.cwd`), in place; unset = an
+    /// empty directory of the task's own.
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+impl AgentSpec {
+    pub fn from_task(def: &Value) -> Result<Self, String> {
+        let agent = &def["agent"];
+        let exec = &def["execution"];
+        let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+        let prompt = match &agent["prompt"] {
+            Value::String(p) if !p.trim().is_empty() => p.clone(),
+            Value::Null => return Err("agent.prompt is missing".into()),
+            Value::String(_) => return Err("agent.prompt is empty".into()),
+            other => serde_json::to_string_pretty(other).unwrap_or_default(),
+        };
+        let schema = |v: &Value| Some(v.clone()).filter(|v| v.is_object());
+        Ok(Self {
+            harness: s(&exec["harness"]).or_else(|| s(&agent["harness"])),
+            prompt,
+            provider: s(&agent["provider"]).or_else(|| s(&exec["provider"])),
+            model: s(&agent["model"]).or_else(|| s(&exec["model"])),
+            output_schema: schema(&agent["outputSchema"]).or_else(|| schema(&def["outputSchema"])),
+            max_turns: agent["maxTurns"].as_u64(),
+            timeout: agent["timeoutMs"].as_u64().map(Duration::from_millis),
+            cwd: s(&exec["cwd"]).or_else(|| s(&agent["cwd"])).map(Into::into),
+        })
+    }
+
+    /// The prompt the harness gets: the task's, plus the answer format when a schema is set.
+    pub fn full_prompt(&self) -> String {
+        match &self.output_schema {
+            None => self.prompt.clone(),
+            Some(s) => format!(
+                "{}\n\nWhen you are done, reply with only a JSON value (no other text) that matches this JSON Schema:\n{}",
+                self.prompt, s
+            ),
+        }
+    }
+}
+
+fn fail(name: &str, message: String, data: Value) -> Done {
+    Done {
+        outcome: Err(json!({"name": name, "message": message, "data": data})),
+        stdout: None,
+        stderr: None,
+    }
+}
+
+fn tail(s: &str) -> &str {
+    let start = s.len().saturating_sub(TAIL);
+    let start = (start..=s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(s.len());
+    &s[start..]
+}
+
+/// Sends events with envelopes; a closed channel (no reporter) only drops them.
+struct Events<'a> {
+    env: Envelope,
+    tx: &'a mpsc::Sender<cpb::AgentEvent>,
+    count: u64,
+}
+
+impl Events<'_> {
+    async fn send(&mut self, evs: Vec<Ev>, native: Option<&str>) {
+        for ev in evs {
+            self.count += 1;
+            let _ = self.tx.send(self.env.wrap(ev, native)).await;
+        }
+    }
+}
+
+/// Runs an agent task in `work_dir`; `session_id` names its universal event stream.
+pub async fn run(
+    settings: &AgentSettings,
+    def: &Value,
+    work_dir: &Path,
+    session_id: &str,
+    events: &mpsc::Sender<cpb::AgentEvent>,
+    assignment_timeout: Option<Duration>,
+    cancel: &CancellationToken,
+) -> AgentDone {
+    let no_usage = |done| AgentDone {
+        done,
+        usage: None,
+        metadata: Value::Null,
+    };
+    let spec = match AgentSpec::from_task(def) {
+        Ok(s) => s,
+        Err(e) => {
+            return no_usage(fail(
+                "InvalidTaskError",
+                format!("invalid agent task: {e}"),
+                Value::Null,
+            ));
+        }
+    };
+    let detected = match &spec.harness {
+        Some(name) => {
+            let kind = HarnessKind::from_name(name);
+            match settings.harnesses.iter().find(|d| Some(d.kind) == kind) {
+                Some(d) => d.clone(),
+                None => {
+                    return no_usage(fail(
+                        "HarnessUnavailableError",
+                        format!("harness `{name}` is not installed on this worker"),
+                        Value::Null,
+                    ));
+                }
+            }
+        }
+        None => match settings.harnesses.first() {
+            Some(d) => d.clone(),
+            None => {
+                return no_usage(fail(
+                    "HarnessUnavailableError",
+                    "no harness is installed on this worker".into(),
+                    Value::Null,
+                ));
+            }
+        },
+    };
+    let provider_name = spec
+        .provider
+        .clone()
+        .unwrap_or_else(|| settings.default_provider.clone());
+    let Some(provider) = settings.providers.get(&provider_name) else {
+        let e = provider::RouteError::UnknownProvider(provider_name);
+        return no_usage(fail("ProviderError", e.to_string(), Value::Null));
+    };
+    let Some(model) = spec.model.clone().or_else(|| provider.model.clone()) else {
+        let e = provider::RouteError::NoModel(provider_name);
+        return no_usage(fail("ProviderError", e.to_string(), Value::Null));
+    };
+    let routed = match provider::route(
+        detected.kind,
+        provider,
+        &model,
+        settings.remote_proxy.as_ref(),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return no_usage(fail("ProviderError", e.to_string(), Value::Null)),
+    };
+    let project = match &spec.cwd {
+        Some(dir)
+            if dir.is_absolute() && tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir()) =>
+        {
+            dir.clone()
+        }
+        Some(dir) => {
+            let msg = format!(
+                "the task's cwd {} is not an absolute directory on this worker",
+                dir.display()
+            );
+            return no_usage(fail("InvalidTaskError", msg, Value::Null));
+        }
+        None => work_dir.join("project"),
+    };
+    let home = work_dir.join("home");
+    let prompt = spec.full_prompt();
+    let req = LaunchRequest {
+        prompt: &prompt,
+        endpoint: &routed.endpoint,
+        project: &project,
+        home: &home,
+        max_turns: spec.max_turns,
+        output_schema: spec.output_schema.as_ref(),
+        as_root: settings.as_root,
+    };
+    let Some(plan) = harness::plan(detected.kind, &req) else {
+        let msg = format!(
+            "harness `{}` cannot speak {} (routing error)",
+            detected.kind, routed.endpoint.protocol
+        );
+        return no_usage(fail("ProviderError", msg, Value::Null));
+    };
+    for dir in [&project, &home] {
+        if let Err(e) = tokio::fs::create_dir_all(dir).await {
+            return no_usage(fail(
+                "WorkerError",
+                format!("cannot create {}: {e}", dir.display()),
+                Value::Null,
+            ));
+        }
+    }
+    for (path, content) in &plan.files {
+        let written = match path.parent() {
+            Some(p) => tokio::fs::create_dir_all(p).await,
+            None => Ok(()),
+        };
+        if let Err(e) = written.and(tokio::fs::write(path, content).await) {
+            return no_usage(fail(
+                "WorkerError",
+                format!("cannot write {}: {e}", path.display()),
+                Value::Null,
+            ));
+        }
+    }
+    let via = routed.via_proxy.map(|(f, u)| format!("{f}->{u}"));
+    tracing::info!(harness = %detected.kind, provider = %provider.name, %model, via_proxy = ?via, "launching harness");
+    let mut evs = Events {
+        env: Envelope::new(session_id),
+        tx: events,
+        count: 0,
+    };
+    evs.send(
+        vec![Ev {
+            kind: "session.started",
+            data: json!({"metadata": {"harness": detected.kind.name(), "harness_version": detected.version,
+                                      "provider": provider.name, "model": model, "via_proxy": via}}),
+            synthetic: true,
+        }],
+        None,
+    )
+    .await;
+
+    let timeout = spec
+        .timeout
+        .or(assignment_timeout)
+        .unwrap_or(settings.default_timeout);
+    let mut cmd = tokio::process::Command::new(&detected.path);
+    cmd.args(&plan.args)
+        .current_dir(&project)
+        .env_clear()
+        .env("PATH", &settings.path_env)
+        .envs(&settings.extra_env)
+        .envs(&plan.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let ran = supervise(cmd, detected.kind, timeout, cancel, &mut evs).await;
+    if let Some(g) = routed.guard {
+        g.stop().await;
+    }
+    let (ran, mut parser) = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            return no_usage(fail(
+                "HarnessStartError",
+                format!(
+                    "cannot start {} ({}): {e}",
+                    detected.kind,
+                    detected.path.display()
+                ),
+                Value::Null,
+            ));
+        }
+    };
+    let out = parser.sink.outcome.clone();
+    let native = parser.sink.native_session_id.clone();
+    let ended_reason = if ran.timed_out || ran.cancelled {
+        "terminated"
+    } else if ran.code == Some(0) && out.failure.is_none() {
+        "completed"
+    } else {
+        "error"
+    };
+    let mut end = parser.take();
+    end.push(Ev {
+        kind: "session.ended",
+        data: json!({"reason": ended_reason,
+                     "terminated_by": if ran.timed_out || ran.cancelled { "daemon" } else { "agent" },
+                     "exit_code": ran.code, "stderr": {"tail": tail(&ran.stderr), "truncated": ran.stderr.len() > TAIL}}),
+        synthetic: true,
+    });
+    evs.send(end, native.as_deref()).await;
+
+    let data =
+        json!({"exitCode": ran.code, "stdout": tail(&ran.stdout), "stderr": tail(&ran.stderr)});
+    let h = detected.kind;
+    let result = if ran.cancelled {
+        Err((
+            "EffectCancelledError",
+            format!("{h} was cancelled; its process group was killed"),
+        ))
+    } else if ran.timed_out {
+        Err((
+            "AgentTimeoutError",
+            format!(
+                "{h} did not finish within {} s; its process group was killed",
+                timeout.as_secs()
+            ),
+        ))
+    } else if ran.code != Some(0) {
+        let why = out
+            .failure
+            .clone()
+            .or_else(|| {
+                ran.stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        let code = ran
+            .code
+            .map_or("a signal".to_owned(), |c| format!("code {c}"));
+        Err(("AgentExitError", format!("{h} exited with {code}: {why}")))
+    } else if let Some(f) = &out.failure {
+        Err(("AgentError", f.clone()))
+    } else if out.recognised == 0 || !out.finished {
+        Err((
+            "AgentOutputError",
+            format!(
+                "{h} exited 0 but its output has no end-of-run event this worker understands ({} lines understood, {} not)",
+                out.recognised, out.unparsed
+            ),
+        ))
+    } else {
+        outcome::value_from_answer(out.final_text.as_deref(), spec.output_schema.as_ref())
+            .map_err(|e| ("AgentOutputError", format!("{h}: {e}")))
+    };
+    let outcome = match result {
+        Ok(v) => Ok(v),
+        Err((name, message)) => Err(json!({"name": name, "message": message, "data": data})),
+    };
+    let usage = cpb::TaskUsage {
+        provider: provider.name.clone(),
+        model: model.clone(),
+        input_tokens: out.tokens.input,
+        output_tokens: out.tokens.output,
+        cache_read_tokens: out.tokens.cache_read,
+        cache_write_tokens: out.tokens.cache_write,
+        cost_usd: outcome::cost_usd(&settings.prices, &model, out.tokens),
+    };
+    AgentDone {
+        done: Done {
+            outcome,
+            stdout: Some(ran.stdout),
+            stderr: Some(ran.stderr),
+        },
+        usage: Some(usage),
+        metadata: json!({"harness": h.name(), "harnessVersion": detected.version,
+                         "provider": provider.name, "model": model, "reportedModel": out.model,
+                         "viaProxy": via, "nativeSessionId": native, "exitCode": ran.code,
+                         "events": evs.count, "unparsedEvents": out.unparsed}),
+    }
+}
+
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Starts `cmd`, parses stdout line by line into events as they come, and stops the whole
+/// process group on timeout, cancellation, or after the harness exits.
+async fn supervise(
+    mut cmd: tokio::process::Command,
+    kind: HarnessKind,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    evs: &mut Events<'_>,
+) -> std::io::Result<(Ran, LineParser)> {
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
+    let mut parser = LineParser::new(kind);
+    let mut captured = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (mut timed_out, mut cancelled) = (false, false);
+    if let Some(out) = stdout {
+        let mut reader = tokio::io::BufReader::new(out);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            tokio::select! {
+                r = reader.read_until(b'\n', &mut line) => match r {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if captured.len() < MAX_OUTPUT {
+                            let take = line.len().min(MAX_OUTPUT - captured.len());
+                            captured.extend_from_slice(&line[..take]);
+                        }
+                        parser.line(&String::from_utf8_lossy(&line));
+                        let native = parser.sink.native_session_id.clone();
+                        let batch = parser.take();
+                        evs.send(batch, native.as_deref()).await;
+                    }
+                },
+                () = tokio::time::sleep_until(deadline) => { timed_out = true; break; }
+                () = cancel.cancelled() => { cancelled = true; break; }
+            }
+        }
+    }
+    let status = if timed_out || cancelled {
+        None
+    } else {
+        tokio::select! {
+            s = child.wait() => Some(s?),
+            () = tokio::time::sleep_until(deadline) => { timed_out = true; None }
+            () = cancel.cancelled() => { cancelled = true; None }
+        }
+    };
+    // The whole group: the harness and everything it started (tool shells, MCP servers).
+    kill_group(pid);
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await?,
+    };
+    parser.finish();
+    let stderr = match stderr {
+        Some(h) => h.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    Ok((
+        Ran {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&captured).into_owned(),
+            stderr,
+            timed_out,
+            cancelled,
+        },
+        parser,
+    ))
+}
+
+async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let take = n.min(MAX_OUTPUT.saturating_sub(buf.len()));
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;
