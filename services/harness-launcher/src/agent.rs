@@ -25,6 +25,7 @@ use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
 use crate::outcome::{self, Price};
 use crate::parse::LineParser;
 use crate::provider::{self, Provider, RemoteProxy};
+use crate::workspace::{self, Workspace};
 
 /// Largest output kept per stream.
 const MAX_OUTPUT: usize = 4 * 1024 * 1024;
@@ -66,9 +67,8 @@ pub struct AgentSpec {
     pub output_schema: Option<Value>,
     pub max_turns: Option<u64>,
     pub timeout: Option<Duration>,
-    /// The project the agent works in (`execution.cwd` / `agent.cwd`), in place; unset = an
-    /// empty directory of the task's own.
-    pub cwd: Option<std::path::PathBuf>,
+    /// The project the agent works in.
+    pub workspace: Workspace,
 }
 
 impl AgentSpec {
@@ -91,7 +91,7 @@ impl AgentSpec {
             output_schema: schema(&agent["outputSchema"]).or_else(|| schema(&def["outputSchema"])),
             max_turns: agent["maxTurns"].as_u64(),
             timeout: agent["timeoutMs"].as_u64().map(Duration::from_millis),
-            cwd: s(&exec["cwd"]).or_else(|| s(&agent["cwd"])).map(Into::into),
+            workspace: Workspace::from_task(def)?,
         })
     }
 
@@ -212,21 +212,11 @@ pub async fn run(
         Ok(r) => r,
         Err(e) => return no_usage(fail("ProviderError", e.to_string(), Value::Null)),
     };
-    let project = match &spec.cwd {
-        Some(dir)
-            if dir.is_absolute() && tokio::fs::metadata(dir).await.is_ok_and(|m| m.is_dir()) =>
-        {
-            dir.clone()
-        }
-        Some(dir) => {
-            let msg = format!(
-                "the task's cwd {} is not an absolute directory on this worker",
-                dir.display()
-            );
-            return no_usage(fail("InvalidTaskError", msg, Value::Null));
-        }
-        None => work_dir.join("project"),
+    let prepared = match workspace::prepare(&spec.workspace, work_dir, session_id).await {
+        Ok(p) => p,
+        Err(e) => return no_usage(fail("WorkspaceError", e, Value::Null)),
     };
+    let project = prepared.dir.clone();
     let home = work_dir.join("home");
     let prompt = spec.full_prompt();
     let req = LaunchRequest {
@@ -238,35 +228,13 @@ pub async fn run(
         output_schema: spec.output_schema.as_ref(),
         as_root: settings.as_root,
     };
-    let Some(plan) = harness::plan(detected.kind, &req) else {
-        let msg = format!(
-            "harness `{}` cannot speak {} (routing error)",
-            detected.kind, routed.endpoint.protocol
-        );
-        return no_usage(fail("ProviderError", msg, Value::Null));
+    let plan = match write_plan(detected.kind, &req, &home).await {
+        Ok(p) => p,
+        Err(done) => {
+            prepared.finish().await;
+            return no_usage(done);
+        }
     };
-    for dir in [&project, &home] {
-        if let Err(e) = tokio::fs::create_dir_all(dir).await {
-            return no_usage(fail(
-                "WorkerError",
-                format!("cannot create {}: {e}", dir.display()),
-                Value::Null,
-            ));
-        }
-    }
-    for (path, content) in &plan.files {
-        let written = match path.parent() {
-            Some(p) => tokio::fs::create_dir_all(p).await,
-            None => Ok(()),
-        };
-        if let Err(e) = written.and(tokio::fs::write(path, content).await) {
-            return no_usage(fail(
-                "WorkerError",
-                format!("cannot write {}: {e}", path.display()),
-                Value::Null,
-            ));
-        }
-    }
     let via = routed.via_proxy.map(|(f, u)| format!("{f}->{u}"));
     tracing::info!(harness = %detected.kind, provider = %provider.name, %model, via_proxy = ?via, "launching harness");
     let mut evs = Events {
@@ -305,6 +273,7 @@ pub async fn run(
     if let Some(g) = routed.guard {
         g.stop().await;
     }
+    let workspace_meta = prepared.finish().await;
     let (ran, mut parser) = match ran {
         Ok(r) => r,
         Err(e) => {
@@ -407,8 +376,45 @@ pub async fn run(
         metadata: json!({"harness": h.name(), "harnessVersion": detected.version,
                          "provider": provider.name, "model": model, "reportedModel": out.model,
                          "viaProxy": via, "nativeSessionId": native, "exitCode": ran.code,
-                         "events": evs.count, "unparsedEvents": out.unparsed}),
+                         "events": evs.count, "unparsedEvents": out.unparsed,
+                         "workspace": workspace_meta}),
     }
+}
+
+/// The launch plan of `kind`, its home and files written.
+async fn write_plan(
+    kind: HarnessKind,
+    req: &LaunchRequest<'_>,
+    home: &Path,
+) -> Result<harness::LaunchPlan, Done> {
+    let Some(plan) = harness::plan(kind, req) else {
+        let msg = format!(
+            "harness `{kind}` cannot speak {} (routing error)",
+            req.endpoint.protocol
+        );
+        return Err(fail("ProviderError", msg, Value::Null));
+    };
+    let cannot = |what: &str, p: &Path, e: std::io::Error| {
+        fail(
+            "WorkerError",
+            format!("cannot {what} {}: {e}", p.display()),
+            Value::Null,
+        )
+    };
+    tokio::fs::create_dir_all(home)
+        .await
+        .map_err(|e| cannot("create", home, e))?;
+    for (path, content) in &plan.files {
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| cannot("create", parent, e))?;
+        }
+        tokio::fs::write(path, content)
+            .await
+            .map_err(|e| cannot("write", path, e))?;
+    }
+    Ok(plan)
 }
 
 struct Ran {

@@ -202,3 +202,44 @@ impl AgentConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_loads() {
+        let text = include_str!("../harness-launcher.example.toml");
+        let c: LauncherConfig = toml::from_str(text).unwrap_or_else(|e| panic!("{e}"));
+        let p = &c.agent.providers["local-chat"];
+        assert_eq!(
+            p.protocol,
+            babysitter_transport_proxy::protocol::Protocol::OpenAiChat
+        );
+        assert_eq!(p.api_key_env.as_deref(), Some("LOCAL_LLM_KEY"));
+        assert_eq!(c.agent.timeout_secs, 1800);
+        assert_eq!(c.agent.prices["qwen3"].output, 0.0);
+    }
+
+    #[tokio::test]
+    async fn provider_keys_come_from_the_env_map_and_config_adds_providers() {
+        let c: LauncherConfig = toml::from_str(include_str!("../harness-launcher.example.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let env = EnvMap::new()
+            .with("PATH", "/nonexistent")
+            .with("ANTHROPIC_API_KEY", "sk-a")
+            .with("LOCAL_LLM_KEY", " ");
+        let s = c.agent.settings(&env).await;
+        assert!(s.harnesses.is_empty(), "nothing on PATH: {:?}", s.harnesses);
+        assert_eq!(
+            s.providers["anthropic"]
+                .api_key
+                .as_ref()
+                .map(|k| k.expose()),
+            Some("sk-a")
+        );
+        // A blank key is no key.
+        assert!(s.providers["local-chat"].api_key.is_none());
+        assert!(s.providers.contains_key("openai") && s.providers.contains_key("gemini"));
+    }
+}

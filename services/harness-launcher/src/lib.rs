@@ -6,7 +6,8 @@
 //! needs; [`provider`] points it at a model server, through an in-process transport proxy when
 //! the harness and the provider speak different protocols; [`agent`] runs it, feeding its
 //! native output through [`parse`] into the universal event stream ([`events`]) and turning
-//! the end of the run into the task's value, usage and cost ([`outcome`]). Shell, node and hook
+//! the end of the run into the task's value, usage and cost ([`outcome`]), in a project
+//! directory of the task's own ([`workspace`]: empty, in place, a copy or a git worktree). Shell, node and hook
 //! tasks run through [`exec`], shared with `babysitter run`.
 
 #![forbid(unsafe_code)]
@@ -20,3 +21,4 @@ pub mod outcome;
 pub mod parse;
 pub mod provider;
 pub mod worker;
+pub mod workspace;
