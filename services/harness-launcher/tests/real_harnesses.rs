@@ -44,10 +44,33 @@ fn installed(dir: &str, bin: &str) -> Option<PathBuf> {
 
 /// One agent task for `harness` with a scripted provider speaking `upstream`.
 async fn run(harness: &str, dir: &str, bin: &str, upstream: Protocol, record: bool) {
-    let Some(path) = installed(dir, bin) else {
+    let Some(r) = run_task(harness, dir, bin, upstream, None, None).await else {
         return;
     };
-    let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), None, None)
+    check_tool_turn(harness, upstream, record, r);
+}
+
+/// What one run left behind.
+struct Outcome {
+    r: cpb::TaskResult,
+    evs: Vec<cpb::AgentEvent>,
+    project: tempfile::TempDir,
+    requests: Vec<String>,
+}
+
+/// Runs one agent task through the worker; `None` when the harness is not installed.
+async fn run_task(
+    harness: &str,
+    dir: &str,
+    bin: &str,
+    upstream: Protocol,
+    script: Option<Value>,
+    output_schema: Option<Value>,
+) -> Option<Outcome> {
+    let path = installed(dir, bin)?;
+    let script =
+        script.map(|s| serde_json::from_value(s).unwrap_or_else(|e| panic!("script: {e}")));
+    let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), script, None)
         .await
         .unwrap_or_else(|e| panic!("scripted: {e}"));
     let config = AgentConfig {
@@ -79,15 +102,15 @@ async fn run(harness: &str, dir: &str, bin: &str, upstream: Protocol, record: bo
     );
 
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let project = tmp.path().join("project");
-    std::fs::create_dir_all(&project).unwrap_or_else(|e| panic!("{e}"));
+    let project = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let orch = fake_orchestrator::Running::start().await;
     let w = worker::start(&orch, agents, &tmp.path().join("work"));
     orch.push(
         "t1",
         "agent",
-        json!({"kind": "agent", "execution": {"harness": harness, "cwd": project},
-               "agent": {"prompt": "Create out.txt containing hello using the shell, then reply DONE"}}),
+        json!({"kind": "agent", "execution": {"harness": harness, "cwd": project.path()},
+               "agent": {"prompt": "Create out.txt containing hello using the shell, then reply DONE",
+                         "outputSchema": output_schema}}),
     );
     // A guard against a hung CLI, not a timing assertion.
     let r = orch.result("t1", Duration::from_secs(240)).await;
@@ -100,6 +123,22 @@ async fn run(harness: &str, dir: &str, bin: &str, upstream: Protocol, record: bo
         .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
         .collect();
     scripted.stop().await;
+    Some(Outcome {
+        r,
+        evs,
+        project,
+        requests,
+    })
+}
+
+fn check_tool_turn(harness: &str, upstream: Protocol, record: bool, o: Outcome) {
+    let Outcome {
+        r,
+        evs,
+        project,
+        requests,
+    } = o;
+    let project = project.path();
     let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
     if record {
@@ -233,4 +272,43 @@ async fn codex_reaches_an_anthropic_upstream_through_the_proxy() {
         false,
     )
     .await;
+}
+
+/// A task with an output schema: the model answers JSON (scripted), the value is that object.
+async fn structured(harness: &str, dir: &str, bin: &str, upstream: Protocol) {
+    let script =
+        json!({"turns": [{"reply": {"text": "{\"ok\": true, \"files\": [\"out.txt\"]}"}}]});
+    let schema = json!({"type": "object", "required": ["ok", "files"],
+                        "properties": {"ok": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "string"}}}});
+    let Some(o) = run_task(harness, dir, bin, upstream, Some(script), Some(schema)).await else {
+        return;
+    };
+    match &o.r.outcome {
+        Some(cpb::task_result::Outcome::ValueJson(v)) => {
+            let v: Value = serde_json::from_slice(v).unwrap_or_default();
+            assert_eq!(
+                v,
+                json!({"ok": true, "files": ["out.txt"]}),
+                "{:?}",
+                o.requests
+            );
+        }
+        other => panic!("{other:?}\n{}", String::from_utf8_lossy(&o.r.stdout)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_returns_schema_validated_json() {
+    structured(
+        "claude-code",
+        "harness-claude",
+        "claude",
+        Protocol::Anthropic,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_returns_schema_validated_json() {
+    structured("codex", "harness-codex", "codex", Protocol::OpenAiResponses).await;
 }
