@@ -20,13 +20,23 @@ pub struct WorkerHandle {
 }
 
 pub fn start(orch: &Running, agents: AgentSettings, work_dir: &Path) -> WorkerHandle {
+    start_n(orch, agents, work_dir, 2)
+}
+
+/// As [`start`], running up to `max_concurrency` tasks at once.
+pub fn start_n(
+    orch: &Running,
+    agents: AgentSettings,
+    work_dir: &Path,
+    max_concurrency: usize,
+) -> WorkerHandle {
     let channel = connect_lazy(&orch.url, None).unwrap_or_else(|e| panic!("{e}"));
     let settings = WorkerSettings {
         worker_id: "w1".into(),
         namespaces: vec![],
         labels: HashMap::new(),
         task_kinds: vec!["shell".into()],
-        max_concurrency: 2,
+        max_concurrency,
         work_dir: work_dir.to_owned(),
         drain_timeout: Duration::from_secs(5),
     };
