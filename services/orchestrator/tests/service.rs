@@ -763,3 +763,87 @@ async fn eager_dispatch_hands_over_the_next_task_with_the_completion() {
     let (_, last) = watch_all(&mut c, "", &run.run_id).await;
     assert_eq!(last.status, pb::RunStatus::Completed as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_events_stream_from_the_worker_to_watchers_redacted() {
+    let value = "sk-agent-0987654321";
+    let secrets = Redactor::new([("KEY".to_owned(), value.to_owned())]).unwrap();
+    let s = start_with(fast_queue(), AuthConfig::default(), secrets).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut watch = c
+        .watch_run(pb::WatchRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            from_seq: 1,
+            include_agent_events: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: "agent".into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["shell".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let task = w
+        .poll_tasks(pb::PollTasksRequest {
+            worker_id: "agent".into(),
+            max_tasks: 1,
+            wait: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tasks
+        .remove(0);
+    let event = |seq: u64, text: &str| cpb::AgentEvent {
+        event_id: format!("ev-{seq}"),
+        sequence: seq,
+        session_id: "s1".into(),
+        r#type: "item.delta".into(),
+        data_json: serde_json::to_vec(&json!({"text": text})).unwrap().into(),
+        ..Default::default()
+    };
+    let batches = vec![
+        pb::ReportEventsRequest {
+            worker_id: "agent".into(),
+            lease_id: task.lease_id.clone(),
+            events: vec![event(1, "thinking"), event(2, &format!("using {value}"))],
+        },
+        // Events under a lease this worker does not hold are dropped.
+        pb::ReportEventsRequest {
+            worker_id: "agent".into(),
+            lease_id: "bogus".into(),
+            events: vec![event(3, "lost")],
+        },
+    ];
+    let accepted = w
+        .report_events(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner()
+        .accepted_events;
+    assert_eq!(accepted, 2);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let m = watch.message().await.unwrap().unwrap();
+        for group in m.agent_events {
+            assert_eq!(group.effect_id, task.effect_id);
+            for e in group.events {
+                let d: Value = serde_json::from_slice(&e.data_json).unwrap();
+                seen.push(d["text"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    assert_eq!(seen, ["thinking", "using [REDACTED:KEY]"]);
+}

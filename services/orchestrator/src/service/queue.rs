@@ -179,6 +179,26 @@ struct Inner {
     workers: HashMap<String, Worker>,
     leased_per_run: HashMap<String, usize>,
     leased_per_ns: HashMap<String, usize>,
+    /// Tasks known per run (queued or leased), so a run's counts cost O(1).
+    tasks_per_run: HashMap<String, usize>,
+}
+
+impl Inner {
+    fn insert_task(&mut self, key: Key, task: Task) {
+        *self.tasks_per_run.entry(key.0.clone()).or_default() += 1;
+        self.tasks.insert(key, task);
+    }
+
+    fn remove_task(&mut self, key: &Key) -> Option<Task> {
+        let task = self.tasks.remove(key)?;
+        if let Some(n) = self.tasks_per_run.get_mut(&key.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.tasks_per_run.remove(&key.0);
+            }
+        }
+        Some(task)
+    }
 }
 
 /// Completed lease ids remembered for idempotent repeats.
@@ -258,7 +278,7 @@ impl TaskQueue {
         } else {
             now
         };
-        g.tasks.insert(
+        g.insert_task(
             key,
             Task {
                 spec: Arc::new(spec),
@@ -279,7 +299,7 @@ impl TaskQueue {
     pub fn remove(&self, run_id: &str, effect_id: &str) {
         let mut g = self.lock();
         let key = (run_id.to_owned(), effect_id.to_owned());
-        if let Some(task) = g.tasks.remove(&key) {
+        if let Some(task) = g.remove_task(&key) {
             g.queued.remove(&task.order);
             if let State::Leased { lease_id, .. } | State::Completing { lease_id, .. } = task.state
             {
@@ -311,7 +331,7 @@ impl TaskQueue {
                 if let Some(t) = g.tasks.get_mut(&key) {
                     t.cancelled = Some(reason.to_owned());
                 }
-            } else if let Some(t) = g.tasks.remove(&key) {
+            } else if let Some(t) = g.remove_task(&key) {
                 g.queued.remove(&t.order);
             }
         }
@@ -579,7 +599,7 @@ impl TaskQueue {
     pub fn completed(&self, lease_id: &str) {
         let mut g = self.lock();
         if let Some(key) = g.leases.remove(lease_id)
-            && let Some(task) = g.tasks.remove(&key)
+            && let Some(task) = g.remove_task(&key)
         {
             release(&mut g, &task.spec);
         }
@@ -638,7 +658,7 @@ impl TaskQueue {
             if task.cancelled.is_some() || task.attempt >= self.config.max_attempts {
                 let attempts = task.attempt;
                 let cancelled = task.cancelled.is_some();
-                g.tasks.remove(&key);
+                g.remove_task(&key);
                 release(g, &spec);
                 if !cancelled {
                     gave_up.push(GaveUp { spec, attempts });
@@ -712,17 +732,9 @@ impl TaskQueue {
     /// Tasks known for a run: (queued, leased).
     pub fn counts_for_run(&self, run_id: &str) -> (usize, usize) {
         let g = self.lock();
-        let mut queued = 0;
-        let mut leased = 0;
-        for ((r, _), t) in &g.tasks {
-            if r == run_id {
-                match t.state {
-                    State::Queued { .. } => queued += 1,
-                    _ => leased += 1,
-                }
-            }
-        }
-        (queued, leased)
+        let total = g.tasks_per_run.get(run_id).copied().unwrap_or(0);
+        let leased = g.leased_per_run.get(run_id).copied().unwrap_or(0);
+        (total.saturating_sub(leased), leased)
     }
 
     /// The (run, effect) of a live lease `worker_id` holds, for relaying its agent events.
