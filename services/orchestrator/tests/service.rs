@@ -149,6 +149,39 @@ fn spawn_worker(
     stop
 }
 
+/// A bare WorkerService client registered as a shell worker `id`.
+async fn raw_worker(s: &Service, id: &str) -> WorkerServiceClient<AuthedChannel> {
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: id.into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["shell".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    w
+}
+
+/// The next task for `id`, waiting up to 5 s.
+async fn poll_one(w: &mut WorkerServiceClient<AuthedChannel>, id: &str) -> pb::TaskAssignment {
+    w.poll_tasks(pb::PollTasksRequest {
+        worker_id: id.into(),
+        max_tasks: 1,
+        wait: Some(prost_types::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .tasks
+    .remove(0)
+}
+
 fn bundle(src: &str) -> pb::ProcessBundle {
     pb::ProcessBundle {
         entry_path: "main.mjs".into(),
@@ -500,17 +533,7 @@ async fn a_late_completion_under_an_expired_lease_is_refused() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);
     let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
-    w.register_worker(pb::RegisterWorkerRequest {
-        worker_id: "slow".into(),
-        capabilities: Some(cpb::WorkerCapabilities {
-            task_kinds: vec!["shell".into()],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let mut w = raw_worker(&s, "slow").await;
     let task = loop {
         let got = w
             .poll_tasks(pb::PollTasksRequest {
@@ -701,31 +724,8 @@ async fn eager_dispatch_hands_over_the_next_task_with_the_completion() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);
     let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
-    w.register_worker(pb::RegisterWorkerRequest {
-        worker_id: "eager".into(),
-        capabilities: Some(cpb::WorkerCapabilities {
-            task_kinds: vec!["shell".into()],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut task = w
-        .poll_tasks(pb::PollTasksRequest {
-            worker_id: "eager".into(),
-            max_tasks: 1,
-            wait: Some(prost_types::Duration {
-                seconds: 5,
-                nanos: 0,
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .tasks
-        .remove(0);
+    let mut w = raw_worker(&s, "eager").await;
+    let mut task = poll_one(&mut w, "eager").await;
     let mut titles = Vec::new();
     loop {
         let def: Value = serde_json::from_slice(&task.task_json).unwrap();
@@ -781,31 +781,8 @@ async fn agent_events_stream_from_the_worker_to_watchers_redacted() {
         .await
         .unwrap()
         .into_inner();
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
-    w.register_worker(pb::RegisterWorkerRequest {
-        worker_id: "agent".into(),
-        capabilities: Some(cpb::WorkerCapabilities {
-            task_kinds: vec!["shell".into()],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let task = w
-        .poll_tasks(pb::PollTasksRequest {
-            worker_id: "agent".into(),
-            max_tasks: 1,
-            wait: Some(prost_types::Duration {
-                seconds: 5,
-                nanos: 0,
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .tasks
-        .remove(0);
+    let mut w = raw_worker(&s, "agent").await;
+    let task = poll_one(&mut w, "agent").await;
     let event = |seq: u64, text: &str| cpb::AgentEvent {
         event_id: format!("ev-{seq}"),
         sequence: seq,
