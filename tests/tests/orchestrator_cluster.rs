@@ -393,6 +393,21 @@ async fn twenty_shell_tasks_across_two_workers_and_an_ordered_watch() {
             .count(),
         20
     );
+    // SIGTERM: the services drain and exit cleanly.
+    for w in &mut cluster.workers {
+        let status = w.terminate().expect("worker exits on SIGTERM");
+        assert!(status.success(), "worker: {status}");
+    }
+    let status = cluster
+        .orchestrator
+        .as_mut()
+        .and_then(ServiceProcess::terminate)
+        .expect("orchestrator exits on SIGTERM");
+    assert!(
+        status.success(),
+        "orchestrator: {status}\n{}",
+        cluster.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

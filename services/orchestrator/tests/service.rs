@@ -302,6 +302,22 @@ async fn fan_out_of_shell_tasks_completes_and_watch_sees_every_event_in_order() 
     assert_eq!(output["first"], "start");
     assert_eq!(output["items"][17], "item-17");
     assert_eq!(output["last"], "done");
+    // A watch resumes from any sequence number (after a disconnect: last seen + 1).
+    let mut resumed = c
+        .watch_run(pb::WatchRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            from_seq: 5,
+            include_agent_events: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut tail = Vec::new();
+    while let Some(m) = resumed.message().await.unwrap() {
+        tail.extend(m.events.into_iter().map(|e| e.seq));
+    }
+    assert_eq!(tail, (5..=events.len() as u64).collect::<Vec<_>>());
     let listed = c
         .list_runs(pb::ListRunsRequest {
             statuses: vec![pb::RunStatus::Completed as i32],
