@@ -1,11 +1,13 @@
 //! `babysitter`: babysitter's CLI (the `noun:verb` commands in [`compat`], a drop-in for the
 //! reference's binary) and `babysitter run`, which drives a whole process on this machine
 //! ([`run`]). Both sit on the same engine and filesystem journal, in babysitter's run layout.
+//! `babysitter up` ([`up`]) runs the services (journal, orchestrator, a worker) in one process.
 
 use std::process::ExitCode;
 
 mod compat;
 mod run;
+mod up;
 
 /// Journal settings for CLI processes: every command opens the run anew, so snapshots come
 /// often (an open reads the latest snapshot plus at most this many events).
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
     let env = babysitter_common::EnvMap::from_process();
     match args.first().map(String::as_str) {
         Some("run") => run::main(&args[1..], &env),
+        Some("up") => up::main(&args[1..]),
         _ => compat::main(&args, &env),
     }
 }
