@@ -18,6 +18,14 @@ export async function process(inputs, ctx) {
 }
 "#;
 
+const GATED: &str = r#"
+import { greeting } from './lib.mjs';
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'go?' }, { label: 'gate' });
+  return { approved: ok.approved, greeting };
+}
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     let data = tempfile::tempdir().unwrap();
@@ -94,6 +102,71 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     let journal = data.path().join("runs").join(&run.run_id).join("journal");
     let files = std::fs::read_dir(&journal).unwrap().count();
     assert!(files >= 4, "{files} journal files in {}", journal.display());
+    // The same server through the CLI's remote commands (`--server`).
+    let proc_dir = tempfile::tempdir().unwrap();
+    std::fs::write(proc_dir.path().join("main.mjs"), GATED).unwrap();
+    std::fs::write(
+        proc_dir.path().join("lib.mjs"),
+        "export const greeting = 'hi from a module';\n",
+    )
+    .unwrap();
+    let url = format!("http://{addr}");
+    let cli = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .args(args)
+            .args(["--server", &url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let entry = proc_dir.path().join("main.mjs").display().to_string();
+    let created = cli(&["run:create", "--entry", &entry, "--label", "via=cli"]);
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let bp = loop {
+        let tasks = cli(&["task:list", &run_id]);
+        if let Some(t) = tasks["tasks"].as_array().and_then(|t| t.first()).cloned() {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(bp["kind"], "breakpoint");
+    let posted = cli(&[
+        "task:post",
+        &run_id,
+        bp["effectId"].as_str().unwrap(),
+        "--status",
+        "ok",
+        "--value-inline",
+        r#"{"approved":true}"#,
+    ]);
+    assert_eq!(posted["alreadyResolved"], false);
+    let status = loop {
+        let s = cli(&["run:status", &run_id]);
+        if s["status"] == "completed" {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        status["output"],
+        serde_json::json!({"approved": true, "greeting": "hi from a module"})
+    );
+    assert_eq!(status["labels"]["via"], "cli");
+    let events = cli(&["run:events", &run_id]);
+    assert_eq!(events["events"][0]["type"], "RUN_CREATED");
+    // A command without a remote form says so; a bad run id is an error with exit code 1.
+    let bad = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run:status", "no-such-run", "--server", &url])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-run"));
+
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = child.wait().unwrap();
