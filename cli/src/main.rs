@@ -1,11 +1,16 @@
 //! `babysitter`: babysitter's CLI (the `noun:verb` commands in [`compat`], a drop-in for the
 //! reference's binary) and `babysitter run`, which drives a whole process on this machine
 //! ([`run`]). Both sit on the same engine and filesystem journal, in babysitter's run layout.
+//! `babysitter up` ([`up`]) runs the services (journal, orchestrator, a worker) in one process;
+//! with `--server URL` / `BABYSITTER_SERVER` the run and task commands talk to an orchestrator
+//! instead ([`remote`]).
 
 use std::process::ExitCode;
 
 mod compat;
+mod remote;
 mod run;
+mod up;
 
 /// Journal settings for CLI processes: every command opens the run anew, so snapshots come
 /// often (an open reads the latest snapshot plus at most this many events).
@@ -21,6 +26,11 @@ fn main() -> ExitCode {
     let env = babysitter_common::EnvMap::from_process();
     match args.first().map(String::as_str) {
         Some("run") => run::main(&args[1..], &env),
+        Some("up") => up::main(&args[1..]),
+        Some(cmd) if remote::COMMANDS.contains(&cmd) => match remote::server_of(&args[1..], &env) {
+            Some((url, rest)) => remote::main(cmd, &url, &rest, &env),
+            None => compat::main(&args, &env),
+        },
         _ => compat::main(&args, &env),
     }
 }

@@ -125,6 +125,24 @@ impl ServiceProcess {
         }
     }
 
+    /// SIGTERM and wait (up to 30 s) for a graceful exit; the exit status, `None` if it had to be
+    /// killed.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        for _ in 0..600 {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// The last `lines` lines of its stderr log.
     pub fn log_tail(&self, lines: usize) -> String {
         crate::tail(&std::fs::read(&self.log).unwrap_or_default(), lines)

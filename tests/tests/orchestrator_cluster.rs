@@ -21,27 +21,95 @@ struct Cluster {
     orchestrator: Option<ServiceProcess>,
     orchestrator_port: u16,
     workers: Vec<ServiceProcess>,
+    /// With tokens: the orchestrator's and journal's config files, the worker's token file.
+    auth: Option<(std::path::PathBuf, std::path::PathBuf)>,
     _weed: SeaweedFs,
+}
+
+/// Tokens of the authenticated cluster.
+const JOURNAL_TOKEN: &str = "journal-token-0123456789";
+const CLIENT_A: &str = "client-a-token-0123456789";
+const CLIENT_B: &str = "client-b-token-0123456789";
+const WORKER_TOKEN: &str = "worker-token-0123456789";
+
+/// Writes the token files and configs; returns (orchestrator config, journal config).
+fn write_auth(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let file = |name: &str, token: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("{token}\n")).unwrap();
+        p.display().to_string()
+    };
+    let journal_tok = file("journal.token", JOURNAL_TOKEN);
+    let a = file("a.token", CLIENT_A);
+    let b = file("b.token", CLIENT_B);
+    let w = file("worker.token", WORKER_TOKEN);
+    let orch = dir.join("orchestrator.toml");
+    std::fs::write(
+        &orch,
+        format!(
+            r#"[journal]
+token-file = "{journal_tok}"
+
+[[server.auth.tokens]]
+token-file = "{a}"
+role = "client"
+name = "alice"
+namespaces = ["a"]
+
+[[server.auth.tokens]]
+token-file = "{b}"
+role = "client"
+name = "bob"
+namespaces = ["b"]
+
+[[server.auth.tokens]]
+token-file = "{w}"
+role = "worker"
+"#
+        ),
+    )
+    .unwrap();
+    let journal = dir.join("journal.toml");
+    std::fs::write(
+        &journal,
+        format!(
+            r#"[[server.auth.tokens]]
+token-file = "{journal_tok}"
+role = "admin"
+"#
+        ),
+    )
+    .unwrap();
+    (orch, journal)
 }
 
 impl Cluster {
     async fn start() -> Cluster {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(auth: bool) -> Cluster {
         let weed = SeaweedFs::start().await.expect("seaweedfs");
         let dir = tempfile::tempdir().unwrap();
+        let auth = auth.then(|| write_auth(dir.path()));
         let envs: Vec<(String, String)> = weed
             .s3()
             .env_vars()
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
+        let mut journal_args = vec![
+            "--store".to_owned(),
+            weed.s3_url(&test_prefix("cluster")),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        if let Some((_, journal_config)) = &auth {
+            journal_args.extend(["--config".to_owned(), journal_config.display().to_string()]);
+        }
         let journal = ServiceProcess::start(
             &workspace_bin("journal").unwrap(),
-            &[
-                "--store".into(),
-                weed.s3_url(&test_prefix("cluster")),
-                "--listen".into(),
-                "127.0.0.1:0".into(),
-            ],
+            &journal_args,
             &envs,
             "journal listening on ",
             dir.path().join("journal.log"),
@@ -53,6 +121,7 @@ impl Cluster {
             orchestrator: None,
             orchestrator_port: free_port().unwrap(),
             workers: Vec::new(),
+            auth,
             _weed: weed,
         };
         c.start_orchestrator();
@@ -65,7 +134,7 @@ impl Cluster {
 
     fn start_orchestrator(&mut self) {
         let runs = self.dir.path().join("orchestrator-runs");
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--journal",
             &format!("http://{}", self.journal.ready),
             "--listen",
@@ -86,6 +155,9 @@ impl Cluster {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        if let Some((config, _)) = &self.auth {
+            args.extend(["--config".to_owned(), config.display().to_string()]);
+        }
         self.orchestrator = Some(
             ServiceProcess::start(
                 &workspace_bin("orchestrator").unwrap(),
@@ -100,7 +172,7 @@ impl Cluster {
 
     fn start_worker(&mut self, id: &str) {
         let work = self.dir.path().join(format!("work-{id}"));
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--orchestrator",
             &self.url(),
             "--id",
@@ -115,6 +187,13 @@ impl Cluster {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        if self.auth.is_some() {
+            let token = self.dir.path().join("worker.token");
+            args.extend([
+                "--set".to_owned(),
+                format!("orchestrator.token-file={}", token.display()),
+            ]);
+        }
         self.workers.push(
             ServiceProcess::start(
                 &workspace_bin("harness-launcher").unwrap(),
@@ -128,13 +207,22 @@ impl Cluster {
     }
 
     fn client(&self) -> RunServiceClient<AuthedChannel> {
-        RunServiceClient::new(connect_lazy(&self.url(), None).unwrap())
+        self.client_as(None)
+    }
+
+    fn client_as(&self, token: Option<&str>) -> RunServiceClient<AuthedChannel> {
+        let token = token.map(babysitter_common::auth::Secret::new);
+        RunServiceClient::new(connect_lazy(&self.url(), token.as_ref()).unwrap())
     }
 
     /// Every event of a run, read from the journal service (not through the orchestrator).
     async fn journal_events(&self, run_id: &str) -> Vec<jpb::Event> {
+        let token = self
+            .auth
+            .as_ref()
+            .map(|_| babysitter_common::auth::Secret::new(JOURNAL_TOKEN));
         let mut j = JournalServiceClient::new(
-            connect_lazy(&format!("http://{}", self.journal.ready), None).unwrap(),
+            connect_lazy(&format!("http://{}", self.journal.ready), token.as_ref()).unwrap(),
         );
         let mut stream = j
             .read(jpb::ReadRequest {
@@ -304,6 +392,21 @@ async fn twenty_shell_tasks_across_two_workers_and_an_ordered_watch() {
             .filter(|e| e.r#type == "EFFECT_REQUESTED")
             .count(),
         20
+    );
+    // SIGTERM: the services drain and exit cleanly.
+    for w in &mut cluster.workers {
+        let status = w.terminate().expect("worker exits on SIGTERM");
+        assert!(status.success(), "worker: {status}");
+    }
+    let status = cluster
+        .orchestrator
+        .as_mut()
+        .and_then(ServiceProcess::terminate)
+        .expect("orchestrator exits on SIGTERM");
+    assert!(
+        status.success(),
+        "orchestrator: {status}\n{}",
+        cluster.logs()
     );
 }
 
@@ -489,4 +592,102 @@ fn kill_group(pid_file: &Path) {
     if let Some(pid) = pid {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_roles_and_namespaces_across_processes() {
+    let mut cluster = Cluster::start_with(true).await;
+    cluster.start_worker("w1");
+    // No token, a wrong token: Unauthenticated, on the orchestrator and on the journal.
+    for token in [None, Some("not-a-token-at-all")] {
+        let e = cluster
+            .client_as(token)
+            .list_runs(pb::ListRunsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{token:?}");
+    }
+    let mut bare_journal = JournalServiceClient::new(
+        connect_lazy(&format!("http://{}", cluster.journal.ready), None).unwrap(),
+    );
+    let e = bare_journal
+        .get_head(jpb::GetHeadRequest { run_id: "x".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+
+    let mut alice = cluster.client_as(Some(CLIENT_A));
+    let run_id = alice
+        .create_run(pb::CreateRunRequest {
+            namespace: "a".into(),
+            process: Some(bundle(FANOUT)),
+            inputs_json: Some(b"{\"items\":[1]}".to_vec().into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap()
+        .run_id;
+    // The worker (worker token) runs it through the authenticated journal.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = alice
+            .get_run(pb::GetRunRequest {
+                namespace: "a".into(),
+                run_id: run_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if r.status == pb::RunStatus::Completed as i32 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Bob sees nothing of namespace a, by name or by listing.
+    let mut bob = cluster.client_as(Some(CLIENT_B));
+    for ns in ["a", "b"] {
+        let e = bob
+            .get_run(pb::GetRunRequest {
+                namespace: ns.into(),
+                run_id: run_id.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "namespace {ns}");
+    }
+    let e = bob
+        .list_runs(pb::ListRunsRequest {
+            namespace: "a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    assert!(
+        bob.list_runs(pb::ListRunsRequest {
+            namespace: "b".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .runs
+        .is_empty()
+    );
+    // A worker token cannot create runs.
+    let e = cluster
+        .client_as(Some(WORKER_TOKEN))
+        .create_run(pb::CreateRunRequest {
+            process: Some(bundle(FANOUT)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
 }

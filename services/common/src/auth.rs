@@ -77,6 +77,18 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// A token file's content, surrounding whitespace trimmed; the error names the file only.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        std::fs::read_to_string(path)
+            .map(|t| Self(t.trim().to_owned()))
+            .map_err(|e| format!("cannot read token file {}: {e}", path.display()))
+    }
+
+    /// [`Secret::from_file`] of an optional path.
+    pub fn from_optional_file(path: Option<&std::path::Path>) -> Result<Option<Self>, String> {
+        path.map(Self::from_file).transpose()
+    }
 }
 
 impl fmt::Debug for Secret {

@@ -54,19 +54,8 @@ fn main() -> ExitCode {
 
 async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("harness-launcher", &config.telemetry, &env)?;
-    let token = match &config.orchestrator.token_file {
-        Some(path) => Some(Secret::new(
-            std::fs::read_to_string(path)
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot read orchestrator.token-file {}: {e}",
-                        path.display()
-                    )
-                })?
-                .trim(),
-        )),
-        None => None,
-    };
+    let token = Secret::from_optional_file(config.orchestrator.token_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let channel = connect_lazy(&config.orchestrator.url, token.as_ref())?;
     let settings = config.worker.settings();
     std::fs::create_dir_all(&settings.work_dir)

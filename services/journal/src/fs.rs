@@ -93,6 +93,23 @@ struct Entry {
     name: String,
 }
 
+/// [`list_entries`] for readers that do not hold the run's lock. `readdir` gives no snapshot: a
+/// listing that runs while another writer renames its event into place can miss that file yet
+/// see a later one, which looks like a gap. Such a gap closes at once, so the listing is retried
+/// briefly; a gap that stays is real and reported.
+fn list_settled(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
+    let mut attempt = 0;
+    loop {
+        match list_entries(run_id, journal_dir) {
+            Err(JournalError::SequenceGap { .. }) if attempt < 20 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Lists `journal/`, ordered by sequence number (not by name: the reference's lexicographic sort
 /// breaks past 999 999), refusing duplicate sequence numbers and gaps.
 fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
@@ -503,7 +520,7 @@ impl JournalStore for FsStore {
         let mut chain = from.clone();
         self.blocking(move |_| {
             let journal_dir = dir.join("journal");
-            let entries = list_entries(&run_id, &journal_dir)?;
+            let entries = list_settled(&run_id, &journal_dir)?;
             let start = chain.head.seq;
             if start > 0 {
                 match entries.get(start as usize - 1) {
@@ -547,7 +564,7 @@ impl JournalStore for FsStore {
     async fn head(&self, run_id: &str, _hint: Option<&Head>) -> Result<Head> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
-        self.blocking(move |_| Ok(head_of(&list_entries(&run_id, &dir.join("journal"))?)))
+        self.blocking(move |_| Ok(head_of(&list_settled(&run_id, &dir.join("journal"))?)))
             .await
     }
 

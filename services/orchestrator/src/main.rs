@@ -10,7 +10,7 @@ use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::shutdown_signal;
 use babysitter_common::telemetry::init_telemetry;
 use babysitter_journal::Journal;
-use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::engine::Engine;
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
 use babysitter_orchestrator::service::queue::TaskQueue;
@@ -73,11 +73,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let runs_dir = config.runs_dir();
     std::fs::create_dir_all(&runs_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
-    let mut options = EngineOptions::new(runs_dir);
-    options.memory_limit = config.engine.memory_limit_mib * 1024 * 1024;
-    options.cpu_limit = std::time::Duration::from_secs(config.engine.cpu_limit_secs.max(1));
-    options.cached_runs = config.engine.cached_runs.max(1);
-    options.js_threads = config.engine.js_threads.max(1);
+    let options = config.engine_options(runs_dir);
     let engine = Engine::new(journal, options)?;
     let queue = TaskQueue::new(
         config.queue.queue_config(),

@@ -149,6 +149,39 @@ fn spawn_worker(
     stop
 }
 
+/// A bare WorkerService client registered as a shell worker `id`.
+async fn raw_worker(s: &Service, id: &str) -> WorkerServiceClient<AuthedChannel> {
+    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    w.register_worker(pb::RegisterWorkerRequest {
+        worker_id: id.into(),
+        capabilities: Some(cpb::WorkerCapabilities {
+            task_kinds: vec!["shell".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    w
+}
+
+/// The next task for `id`, waiting up to 5 s.
+async fn poll_one(w: &mut WorkerServiceClient<AuthedChannel>, id: &str) -> pb::TaskAssignment {
+    w.poll_tasks(pb::PollTasksRequest {
+        worker_id: id.into(),
+        max_tasks: 1,
+        wait: Some(prost_types::Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .tasks
+    .remove(0)
+}
+
 fn bundle(src: &str) -> pb::ProcessBundle {
     pb::ProcessBundle {
         entry_path: "main.mjs".into(),
@@ -269,6 +302,22 @@ async fn fan_out_of_shell_tasks_completes_and_watch_sees_every_event_in_order() 
     assert_eq!(output["first"], "start");
     assert_eq!(output["items"][17], "item-17");
     assert_eq!(output["last"], "done");
+    // A watch resumes from any sequence number (after a disconnect: last seen + 1).
+    let mut resumed = c
+        .watch_run(pb::WatchRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            from_seq: 5,
+            include_agent_events: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut tail = Vec::new();
+    while let Some(m) = resumed.message().await.unwrap() {
+        tail.extend(m.events.into_iter().map(|e| e.seq));
+    }
+    assert_eq!(tail, (5..=events.len() as u64).collect::<Vec<_>>());
     let listed = c
         .list_runs(pb::ListRunsRequest {
             statuses: vec![pb::RunStatus::Completed as i32],
@@ -500,17 +549,7 @@ async fn a_late_completion_under_an_expired_lease_is_refused() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);
     let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
-    w.register_worker(pb::RegisterWorkerRequest {
-        worker_id: "slow".into(),
-        capabilities: Some(cpb::WorkerCapabilities {
-            task_kinds: vec!["shell".into()],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let mut w = raw_worker(&s, "slow").await;
     let task = loop {
         let got = w
             .poll_tasks(pb::PollTasksRequest {
@@ -701,31 +740,8 @@ async fn eager_dispatch_hands_over_the_next_task_with_the_completion() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);
     let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
-    w.register_worker(pb::RegisterWorkerRequest {
-        worker_id: "eager".into(),
-        capabilities: Some(cpb::WorkerCapabilities {
-            task_kinds: vec!["shell".into()],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut task = w
-        .poll_tasks(pb::PollTasksRequest {
-            worker_id: "eager".into(),
-            max_tasks: 1,
-            wait: Some(prost_types::Duration {
-                seconds: 5,
-                nanos: 0,
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .tasks
-        .remove(0);
+    let mut w = raw_worker(&s, "eager").await;
+    let mut task = poll_one(&mut w, "eager").await;
     let mut titles = Vec::new();
     loop {
         let def: Value = serde_json::from_slice(&task.task_json).unwrap();
@@ -762,4 +778,65 @@ async fn eager_dispatch_hands_over_the_next_task_with_the_completion() {
     );
     let (_, last) = watch_all(&mut c, "", &run.run_id).await;
     assert_eq!(last.status, pb::RunStatus::Completed as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_events_stream_from_the_worker_to_watchers_redacted() {
+    let value = "sk-agent-0987654321";
+    let secrets = Redactor::new([("KEY".to_owned(), value.to_owned())]).unwrap();
+    let s = start_with(fast_queue(), AuthConfig::default(), secrets).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut watch = c
+        .watch_run(pb::WatchRunRequest {
+            namespace: String::new(),
+            run_id: run.run_id.clone(),
+            from_seq: 1,
+            include_agent_events: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut w = raw_worker(&s, "agent").await;
+    let task = poll_one(&mut w, "agent").await;
+    let event = |seq: u64, text: &str| cpb::AgentEvent {
+        event_id: format!("ev-{seq}"),
+        sequence: seq,
+        session_id: "s1".into(),
+        r#type: "item.delta".into(),
+        data_json: serde_json::to_vec(&json!({"text": text})).unwrap().into(),
+        ..Default::default()
+    };
+    let batches = vec![
+        pb::ReportEventsRequest {
+            worker_id: "agent".into(),
+            lease_id: task.lease_id.clone(),
+            events: vec![event(1, "thinking"), event(2, &format!("using {value}"))],
+        },
+        // Events under a lease this worker does not hold are dropped.
+        pb::ReportEventsRequest {
+            worker_id: "agent".into(),
+            lease_id: "bogus".into(),
+            events: vec![event(3, "lost")],
+        },
+    ];
+    let accepted = w
+        .report_events(futures::stream::iter(batches))
+        .await
+        .unwrap()
+        .into_inner()
+        .accepted_events;
+    assert_eq!(accepted, 2);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let m = watch.message().await.unwrap().unwrap();
+        for group in m.agent_events {
+            assert_eq!(group.effect_id, task.effect_id);
+            for e in group.events {
+                let d: Value = serde_json::from_slice(&e.data_json).unwrap();
+                seen.push(d["text"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    assert_eq!(seen, ["thinking", "using [REDACTED:KEY]"]);
 }

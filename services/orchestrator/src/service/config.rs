@@ -230,24 +230,24 @@ impl OrchestratorConfig {
     /// The journal store: remote service or in-process backend.
     pub async fn open_journal_store(&self, env: &EnvMap) -> anyhow::Result<Arc<dyn JournalStore>> {
         if let Some(url) = &self.journal.remote {
-            let token = match &self.journal.token_file {
-                Some(path) => Some(Secret::new(
-                    std::fs::read_to_string(path)
-                        .map_err(|e| {
-                            anyhow::anyhow!(
-                                "cannot read journal.token-file {}: {e}",
-                                path.display()
-                            )
-                        })?
-                        .trim(),
-                )),
-                None => None,
-            };
+            let token = Secret::from_optional_file(self.journal.token_file.as_deref())
+                .map_err(anyhow::Error::msg)?;
             return Ok(Arc::new(RemoteStore::connect(url, token.as_ref())?));
         }
         open_store(&self.journal.store, &self.journal.limits, env)
             .await
             .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", self.journal.store.url))
+    }
+
+    /// Engine options from `[engine]`, reading process files under `runs_dir`.
+    pub fn engine_options(&self, runs_dir: PathBuf) -> crate::engine::EngineOptions {
+        let e = &self.engine;
+        let mut o = crate::engine::EngineOptions::new(runs_dir);
+        o.memory_limit = e.memory_limit_mib * 1024 * 1024;
+        o.cpu_limit = Duration::from_secs(e.cpu_limit_secs.max(1));
+        o.cached_runs = e.cached_runs.max(1);
+        o.js_threads = e.js_threads.max(1);
+        o
     }
 
     /// Where the engine reads process files.

@@ -161,6 +161,8 @@ struct Worker {
     namespaces: Vec<String>,
     caps: Capabilities,
     last_seen: Instant,
+    /// Leases it holds now (capped by `caps.max_concurrency` when that is set).
+    leased: usize,
 }
 
 type Key = (String, String);
@@ -179,6 +181,26 @@ struct Inner {
     workers: HashMap<String, Worker>,
     leased_per_run: HashMap<String, usize>,
     leased_per_ns: HashMap<String, usize>,
+    /// Tasks known per run (queued or leased), so a run's counts cost O(1).
+    tasks_per_run: HashMap<String, usize>,
+}
+
+impl Inner {
+    fn insert_task(&mut self, key: Key, task: Task) {
+        *self.tasks_per_run.entry(key.0.clone()).or_default() += 1;
+        self.tasks.insert(key, task);
+    }
+
+    fn remove_task(&mut self, key: &Key) -> Option<Task> {
+        let task = self.tasks.remove(key)?;
+        if let Some(n) = self.tasks_per_run.get_mut(&key.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.tasks_per_run.remove(&key.0);
+            }
+        }
+        Some(task)
+    }
 }
 
 /// Completed lease ids remembered for idempotent repeats.
@@ -229,14 +251,18 @@ impl TaskQueue {
         } else {
             worker_id.to_owned()
         };
-        self.lock().workers.insert(
+        let mut g = self.lock();
+        let leased = g.workers.get(&id).map_or(0, |w| w.leased);
+        g.workers.insert(
             id.clone(),
             Worker {
                 namespaces,
                 caps,
                 last_seen: Instant::now(),
+                leased,
             },
         );
+        drop(g);
         self.notify.notify_waiters();
         id
     }
@@ -258,7 +284,7 @@ impl TaskQueue {
         } else {
             now
         };
-        g.tasks.insert(
+        g.insert_task(
             key,
             Task {
                 spec: Arc::new(spec),
@@ -279,13 +305,16 @@ impl TaskQueue {
     pub fn remove(&self, run_id: &str, effect_id: &str) {
         let mut g = self.lock();
         let key = (run_id.to_owned(), effect_id.to_owned());
-        if let Some(task) = g.tasks.remove(&key) {
+        if let Some(task) = g.remove_task(&key) {
             g.queued.remove(&task.order);
-            if let State::Leased { lease_id, .. } | State::Completing { lease_id, .. } = task.state
+            if let State::Leased {
+                lease_id, worker, ..
+            }
+            | State::Completing { lease_id, worker } = task.state
             {
                 g.leases.remove(&lease_id);
                 g.dead_leases.insert(lease_id);
-                release(&mut g, &task.spec);
+                release(&mut g, &task.spec, &worker);
             }
         }
     }
@@ -311,7 +340,7 @@ impl TaskQueue {
                 if let Some(t) = g.tasks.get_mut(&key) {
                     t.cancelled = Some(reason.to_owned());
                 }
-            } else if let Some(t) = g.tasks.remove(&key) {
+            } else if let Some(t) = g.remove_task(&key) {
                 g.queued.remove(&t.order);
             }
         }
@@ -355,6 +384,10 @@ impl TaskQueue {
             .get_mut(worker_id)
             .ok_or_else(|| QueueError::UnknownWorker(worker_id.to_owned()))?;
         worker.last_seen = now;
+        let max = match worker.caps.max_concurrency {
+            0 => max,
+            cap => max.min((cap as usize).saturating_sub(worker.leased)),
+        };
         let mut out = Vec::new();
         let mut next_ready: Option<Instant> = None;
         let mut picked = Vec::new();
@@ -420,6 +453,9 @@ impl TaskQueue {
             g.leases.insert(lease_id.clone(), key);
             *g.leased_per_run.entry(spec.run_id.clone()).or_default() += 1;
             *g.leased_per_ns.entry(spec.namespace.clone()).or_default() += 1;
+            if let Some(w) = g.workers.get_mut(worker_id) {
+                w.leased += 1;
+            }
             out.push(Assignment {
                 lease_id,
                 expires_at: SystemTime::now() + self.config.lease_duration,
@@ -517,6 +553,9 @@ impl TaskQueue {
         g.leases.insert(lease_id.to_owned(), key);
         *g.leased_per_run.entry(spec.run_id.clone()).or_default() += 1;
         *g.leased_per_ns.entry(spec.namespace.clone()).or_default() += 1;
+        if let Some(w) = g.workers.get_mut(worker_id) {
+            w.leased += 1;
+        }
     }
 
     /// Checks a completion and, when it may proceed, marks the task as completing (no other
@@ -579,9 +618,10 @@ impl TaskQueue {
     pub fn completed(&self, lease_id: &str) {
         let mut g = self.lock();
         if let Some(key) = g.leases.remove(lease_id)
-            && let Some(task) = g.tasks.remove(&key)
+            && let Some(task) = g.remove_task(&key)
+            && let State::Leased { worker, .. } | State::Completing { worker, .. } = &task.state
         {
-            release(&mut g, &task.spec);
+            release(&mut g, &task.spec, worker);
         }
         if g.completed.insert(lease_id.to_owned()) {
             g.completed_order.push_back(lease_id.to_owned());
@@ -635,11 +675,15 @@ impl TaskQueue {
                 continue;
             };
             let spec = task.spec.clone();
+            let holder = match &task.state {
+                State::Leased { worker, .. } => worker.clone(),
+                _ => String::new(),
+            };
             if task.cancelled.is_some() || task.attempt >= self.config.max_attempts {
                 let attempts = task.attempt;
                 let cancelled = task.cancelled.is_some();
-                g.tasks.remove(&key);
-                release(g, &spec);
+                g.remove_task(&key);
+                release(g, &spec, &holder);
                 if !cancelled {
                     gave_up.push(GaveUp { spec, attempts });
                 }
@@ -660,7 +704,7 @@ impl TaskQueue {
                 adoptable: false,
             };
             g.queued.insert(order, key);
-            release(g, &spec);
+            release(g, &spec, &holder);
         }
         // Recovered tasks nobody adopted within the grace period are ordinary queued tasks now.
         for task in g.tasks.values_mut() {
@@ -712,17 +756,9 @@ impl TaskQueue {
     /// Tasks known for a run: (queued, leased).
     pub fn counts_for_run(&self, run_id: &str) -> (usize, usize) {
         let g = self.lock();
-        let mut queued = 0;
-        let mut leased = 0;
-        for ((r, _), t) in &g.tasks {
-            if r == run_id {
-                match t.state {
-                    State::Queued { .. } => queued += 1,
-                    _ => leased += 1,
-                }
-            }
-        }
-        (queued, leased)
+        let total = g.tasks_per_run.get(run_id).copied().unwrap_or(0);
+        let leased = g.leased_per_run.get(run_id).copied().unwrap_or(0);
+        (total.saturating_sub(leased), leased)
     }
 
     /// The (run, effect) of a live lease `worker_id` holds, for relaying its agent events.
@@ -746,7 +782,10 @@ impl TaskQueue {
     }
 }
 
-fn release(g: &mut Inner, spec: &TaskSpec) {
+fn release(g: &mut Inner, spec: &TaskSpec, worker: &str) {
+    if let Some(w) = g.workers.get_mut(worker) {
+        w.leased = w.leased.saturating_sub(1);
+    }
     if let Some(n) = g.leased_per_run.get_mut(&spec.run_id) {
         *n = n.saturating_sub(1);
         if *n == 0 {

@@ -287,3 +287,33 @@ async fn completion_rules() {
         Completion::Proceed(_)
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_gets_no_more_than_its_max_concurrency() {
+    let q = TaskQueue::new(config(), "INC1");
+    let w = q.register(
+        "small",
+        vec![],
+        Capabilities {
+            task_kinds: vec!["shell".into()],
+            max_concurrency: 2,
+            ..Default::default()
+        },
+    );
+    for i in 0..3 {
+        q.enqueue(spec(&format!("r{i}"), "e", "shell"), false);
+    }
+    let got = q.poll(&w, 10, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert!(
+        q.poll(&w, 10, Duration::ZERO).await.unwrap().is_empty(),
+        "full"
+    );
+    q.begin_completion(&w, &got[0].lease_id, "e").unwrap();
+    q.completed(&got[0].lease_id);
+    assert_eq!(
+        q.poll(&w, 10, Duration::ZERO).await.unwrap().len(),
+        1,
+        "a slot freed"
+    );
+}

@@ -140,6 +140,8 @@ struct Inner {
     /// Runs with a driver task: `true` = iterate again when the current iteration ends.
     drivers: StdMutex<HashMap<String, DriveFlags>>,
     timers: StdMutex<HashSet<(String, String)>>,
+    /// Runs whose bundle this process has written and verified locally.
+    materialized: StdMutex<HashSet<String>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -170,6 +172,7 @@ impl RunManager {
                 locks: Default::default(),
                 drivers: Default::default(),
                 timers: Default::default(),
+                materialized: Default::default(),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),
@@ -472,6 +475,7 @@ impl RunManager {
         }
         .await;
         if let Err(e) = result {
+            lock(&self.inner.materialized).remove(run_id);
             tracing::warn!(run_id, error = %e, "iteration failed; will retry");
             if let Some(r) = lock(&self.inner.runs).get_mut(run_id) {
                 r.status_reason = format!("iteration failed (retrying): {e}");
@@ -489,19 +493,24 @@ impl RunManager {
         }
     }
 
-    /// Makes sure the run's bundle files exist where the engine reads them.
+    /// Makes sure the run's bundle files exist where the engine reads them (checked once per
+    /// process; a failed iteration re-checks).
     async fn ensure_materialized(&self, run_id: &str) -> Result<()> {
+        if lock(&self.inner.materialized).contains(run_id) {
+            return Ok(());
+        }
         let files = self.journal().run_files(run_id).await?;
-        let Some(manifest) = files.run_json.get("processBundle") else {
-            return Ok(()); // a run made outside the service (babysitter layout): files in place
-        };
-        bundle::materialize(
-            self.journal(),
-            &self.inner.engine.options().runs_root,
-            run_id,
-            manifest,
-        )
-        .await
+        if let Some(manifest) = files.run_json.get("processBundle") {
+            bundle::materialize(
+                self.journal(),
+                &self.inner.engine.options().runs_root,
+                run_id,
+                manifest,
+            )
+            .await?;
+        } // else a run made outside the service (babysitter layout): files in place
+        lock(&self.inner.materialized).insert(run_id.to_owned());
+        Ok(())
     }
 
     async fn after_iteration(
@@ -562,6 +571,12 @@ impl RunManager {
         let head = it.head;
         let mut runs = lock(&self.inner.runs);
         if let Some(r) = runs.get_mut(run_id) {
+            r.updated_at = Some(crate::engine::iso(self
+                .inner
+                .engine
+                .options()
+                .clock
+                .as_ref()()));
             r.status = status;
             if !(status == RunStatus::Running && r.status_reason.starts_with("no live worker")) {
                 r.status_reason = reason;
@@ -586,6 +601,7 @@ impl RunManager {
     fn finished(&self, run_id: &str) {
         self.inner.queue.cancel_run(run_id, "the run ended");
         lock(&self.inner.timers).retain(|(r, _)| r != run_id);
+        lock(&self.inner.materialized).remove(run_id);
     }
 
     /// The terminal status and error of a run whose last lifecycle event is terminal.

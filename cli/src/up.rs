@@ -1,0 +1,216 @@
+//! `babysitter up`: the services in one process — the journal service, the orchestrator and a
+//! worker (shell, node and hook tasks) — for a single machine or a development setup, with the
+//! same config keys as the separate binaries, nested under `[journal]`, `[orchestrator]` and
+//! `[launcher]` (env `BABYSITTER_UP__JOURNAL__STORE__URL`, `--set orchestrator.queue.…`).
+//!
+//! Embedded default: a filesystem journal in babysitter's run layout under `<data-dir>/runs`
+//! (`--data-dir`, default `./.babysitter/data`); an S3 journal is one setting away
+//! (`--set journal.store.url=s3://bucket/prefix`). The orchestrator and the journal service share
+//! one in-process `Journal`; the worker talks to the orchestrator over loopback gRPC, exactly as a
+//! remote worker would. The transport proxy joins once its service is part of this build.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use babysitter_common::EnvMap;
+use babysitter_common::client::connect_lazy;
+use babysitter_common::main_support::{CommonArgs, service_main};
+use babysitter_common::server::{ServerBuilder, ServerConfig, shutdown_signal};
+use babysitter_common::telemetry::{TelemetryConfig, init_telemetry};
+use babysitter_harness_launcher::config::LauncherConfig;
+use babysitter_harness_launcher::worker::Worker;
+use babysitter_journal::Journal;
+use babysitter_journal::config::{JournalServiceConfig, open_store};
+use babysitter_journal::grpc::JournalGrpcServer;
+use babysitter_orchestrator::engine::Engine;
+use babysitter_orchestrator::service::config::OrchestratorConfig;
+use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::queue::TaskQueue;
+use babysitter_orchestrator::service::runs::RunManager;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// `babysitter up`'s configuration: each service's own config under its name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct UpConfig {
+    /// Config format version. Since v0.1.
+    pub version: u32,
+    /// Where the embedded default keeps runs and worker directories. Since v0.1.
+    pub data_dir: PathBuf,
+    /// Log filter and format (one for the whole process). Since v0.1.
+    pub telemetry: TelemetryConfig,
+    /// The journal service (`journal` binary keys). Since v0.1.
+    pub journal: JournalServiceConfig,
+    /// The orchestrator (`orchestrator` binary keys; its journal is the one above). Since v0.1.
+    pub orchestrator: OrchestratorConfig,
+    /// The in-process worker (`harness-launcher` binary keys). Since v0.1.
+    pub launcher: LauncherConfig,
+    /// Run the in-process worker. Since v0.1.
+    pub worker: bool,
+}
+
+impl Default for UpConfig {
+    fn default() -> Self {
+        let mut journal = JournalServiceConfig::default();
+        journal.store.url = String::new(); // = file://<data-dir>/runs
+        Self {
+            version: 1,
+            data_dir: PathBuf::from("./.babysitter/data"),
+            telemetry: TelemetryConfig::default(),
+            journal,
+            orchestrator: OrchestratorConfig::default(),
+            launcher: LauncherConfig::default(),
+            worker: true,
+        }
+    }
+}
+
+const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config]";
+
+pub fn main(args: &[String]) -> ExitCode {
+    let mut common = CommonArgs::default();
+    let mut data_dir: Option<String> = None;
+    let mut no_worker = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (a.as_str(), None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned());
+        match flag {
+            "--config" => common.config = value().map(PathBuf::from),
+            "--set" => match value() {
+                Some(v) => common.set.push(v),
+                None => return usage_error("--set needs KEY=VALUE"),
+            },
+            "--data-dir" => data_dir = value(),
+            "--no-worker" => no_worker = true,
+            "--dump-config" => common.dump_config = true,
+            "-h" | "--help" => {
+                eprintln!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => return usage_error(&format!("unknown argument `{other}`")),
+        }
+    }
+    common.flags = json!({"data-dir": data_dir, "worker": no_worker.then_some(false)});
+    service_main("babysitter up", "BABYSITTER_UP", common, serve)
+}
+
+fn usage_error(why: &str) -> ExitCode {
+    eprintln!("babysitter up: {why}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+async fn listen(config: &ServerConfig) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(config.listen_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen_addr))
+}
+
+async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
+    let telemetry = init_telemetry("babysitter-up", &config.telemetry, &env)?;
+    let data = &config.data_dir;
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let data = data
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", data.display()))?;
+    if config.journal.store.url.is_empty() {
+        config.journal.store.url = format!("file://{}", data.join("runs").display());
+    }
+    let store = open_store(&config.journal.store, &config.journal.limits, &env)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.journal.store.url))?;
+    let secrets = Arc::new(config.orchestrator.secrets.redactor(&env)?);
+    let mut options = config.journal.limits.journal_options();
+    options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
+    let journal = Journal::new(store, options);
+
+    // The engine reads process files where the store keeps runs (file://), else from a cache.
+    let runs_dir = match (
+        &config.orchestrator.engine.runs_dir,
+        config.journal.store.url.strip_prefix("file://"),
+    ) {
+        (Some(d), _) => d.clone(),
+        (None, Some(path)) => PathBuf::from(path),
+        (None, None) => data.join("orchestrator-runs"),
+    };
+    std::fs::create_dir_all(&runs_dir)?;
+    let o = &config.orchestrator;
+    let engine_options = o.engine_options(runs_dir);
+    let engine = Engine::new(journal.clone(), engine_options)?;
+    let queue = TaskQueue::new(o.queue.queue_config(), ulid::Ulid::generate().to_string());
+    let mut manager_config = o.runs.manager_config();
+    manager_config.secrets = secrets;
+    let manager = RunManager::new(engine, queue, manager_config);
+    let resumed = manager.recover().await?;
+    manager.spawn_sweeper();
+
+    // A signal stops the worker first (its running tasks finish and complete), then the servers.
+    let signal = CancellationToken::new();
+    tokio::spawn(shutdown_signal(signal.clone()));
+    let shutdown = CancellationToken::new();
+    let journal_listener = listen(&config.journal.server).await?;
+    let journal_addr = journal_listener.local_addr()?;
+    let journal_server = ServerBuilder::new("journal", &config.journal.server).add_service(
+        JournalGrpcServer::new(journal)
+            .with_shutdown(shutdown.clone())
+            .into_service(),
+        babysitter_proto::FILE_DESCRIPTOR_SET,
+    );
+    let orchestrator_listener = listen(&o.server).await?;
+    let orchestrator_addr = orchestrator_listener.local_addr()?;
+    let orchestrator_server =
+        Services::new(manager.clone(), shutdown.clone()).into_server(&o.server);
+
+    let journal_task =
+        tokio::spawn(journal_server.serve_with_listener(journal_listener, shutdown.clone()));
+    let orchestrator_task = tokio::spawn(
+        orchestrator_server.serve_with_listener(orchestrator_listener, shutdown.clone()),
+    );
+    let worker_stop = CancellationToken::new();
+    let worker_task = if config.worker {
+        let mut settings = config.launcher.worker.settings();
+        if config.launcher.worker.work_dir == LauncherConfig::default().worker.work_dir {
+            settings.work_dir = data.join("work");
+        }
+        std::fs::create_dir_all(&settings.work_dir)?;
+        let token = babysitter_common::auth::Secret::from_optional_file(
+            config.launcher.orchestrator.token_file.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let channel = connect_lazy(&format!("http://{orchestrator_addr}"), token.as_ref())?;
+        eprintln!(
+            "babysitter up: worker {} runs {:?}",
+            settings.worker_id, settings.task_kinds
+        );
+        Some(tokio::spawn(
+            Worker::new(channel, settings).run(worker_stop.clone()),
+        ))
+    } else {
+        None
+    };
+    // Machine-readable lines (tests and scripts read the ports when listening on :0).
+    eprintln!("babysitter up: journal listening on {journal_addr}");
+    eprintln!(
+        "babysitter up: orchestrator listening on {orchestrator_addr} ({resumed} unfinished runs resumed)"
+    );
+    eprintln!("babysitter up: runs in {}", config.journal.store.url);
+
+    signal.cancelled().await;
+    worker_stop.cancel();
+    if let Some(t) = worker_task {
+        let _ = t.await;
+    }
+    shutdown.cancel();
+    orchestrator_task.await??;
+    journal_task.await??;
+    manager.shutdown().await;
+    telemetry.shutdown().await?;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! `babysitter up` as its own OS process: journal, orchestrator and worker in one binary on
+//! loopback ports; a run created over gRPC completes, its journal lands in babysitter's layout
+//! under the data dir, and SIGTERM stops everything cleanly.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+
+const PROCESS: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'hello', shell: { command: 'echo hello from up' } }));
+export async function process(inputs, ctx) {
+  const r = await ctx.task(sh, {});
+  return { said: r.stdout.trim() };
+}
+"#;
+
+const GATED: &str = r#"
+import { greeting } from './lib.mjs';
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'go?' }, { label: 'gate' });
+  return { approved: ok.approved, greeting };
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args([
+            "up",
+            "--data-dir",
+            &data.path().display().to_string(),
+            "--set",
+            "journal.server.listen-addr=127.0.0.1:0",
+            "--set",
+            "orchestrator.server.listen-addr=127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    let addr = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!("babysitter up exited:\n{seen}");
+        };
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(rest) = line.strip_prefix("babysitter up: orchestrator listening on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let mut c = RunServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let run = c
+        .create_run(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle {
+                entry_path: "main.mjs".into(),
+                export_name: String::new(),
+                files: vec![pb::ProcessFile {
+                    path: "main.mjs".into(),
+                    content: PROCESS.as_bytes().to_vec().into(),
+                }],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    let done = loop {
+        let r = c
+            .get_run(pb::GetRunRequest {
+                run_id: run.run_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if r.status == pb::RunStatus::Completed as i32 {
+            break r;
+        }
+        assert!(r.status != pb::RunStatus::Failed as i32, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let output: serde_json::Value = serde_json::from_slice(&done.output_json).unwrap();
+    assert_eq!(output["said"], "hello from up");
+    // babysitter's layout under the data dir: the reference CLI can read this run.
+    let journal = data.path().join("runs").join(&run.run_id).join("journal");
+    let files = std::fs::read_dir(&journal).unwrap().count();
+    assert!(files >= 4, "{files} journal files in {}", journal.display());
+    // The same server through the CLI's remote commands (`--server`).
+    let proc_dir = tempfile::tempdir().unwrap();
+    std::fs::write(proc_dir.path().join("main.mjs"), GATED).unwrap();
+    std::fs::write(
+        proc_dir.path().join("lib.mjs"),
+        "export const greeting = 'hi from a module';\n",
+    )
+    .unwrap();
+    let url = format!("http://{addr}");
+    let cli = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .args(args)
+            .args(["--server", &url])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let entry = proc_dir.path().join("main.mjs").display().to_string();
+    let created = cli(&["run:create", "--entry", &entry, "--label", "via=cli"]);
+    let run_id = created["runId"].as_str().unwrap().to_owned();
+    let bp = loop {
+        let tasks = cli(&["task:list", &run_id]);
+        if let Some(t) = tasks["tasks"].as_array().and_then(|t| t.first()).cloned() {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(bp["kind"], "breakpoint");
+    let posted = cli(&[
+        "task:post",
+        &run_id,
+        bp["effectId"].as_str().unwrap(),
+        "--status",
+        "ok",
+        "--value-inline",
+        r#"{"approved":true}"#,
+    ]);
+    assert_eq!(posted["alreadyResolved"], false);
+    let status = loop {
+        let s = cli(&["run:status", &run_id]);
+        if s["status"] == "completed" {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        status["output"],
+        serde_json::json!({"approved": true, "greeting": "hi from a module"})
+    );
+    assert_eq!(status["labels"]["via"], "cli");
+    let events = cli(&["run:events", &run_id]);
+    assert_eq!(events["events"][0]["type"], "RUN_CREATED");
+    // A command without a remote form says so; a bad run id is an error with exit code 1.
+    let bad = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run:status", "no-such-run", "--server", &url])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-run"));
+
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
