@@ -185,13 +185,21 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
         let channel = connect_lazy(&format!("http://{orchestrator_addr}"), token.as_ref())?;
+        let agents = config.launcher.agent.settings(&env).await;
+        let harnesses: Vec<String> = agents
+            .harnesses
+            .iter()
+            .map(|h| format!("{} {}", h.kind, h.version))
+            .collect();
         eprintln!(
-            "babysitter up: worker {} runs {:?}",
+            "babysitter up: worker {} runs {:?}, harnesses {harnesses:?}",
             settings.worker_id, settings.task_kinds
         );
-        Some(tokio::spawn(
-            Worker::new(channel, settings).run(worker_stop.clone()),
-        ))
+        let mut worker = Worker::new(channel, settings);
+        if !agents.harnesses.is_empty() {
+            worker = worker.with_agents(agents);
+        }
+        Some(tokio::spawn(worker.run(worker_stop.clone())))
     } else {
         None
     };
