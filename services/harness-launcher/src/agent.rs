@@ -29,6 +29,9 @@ use crate::workspace::{self, Workspace};
 
 /// Largest output kept per stream.
 const MAX_OUTPUT: usize = 4 * 1024 * 1024;
+/// Longest stdout line parsed as one; a longer one is cut into pieces of this size (each then
+/// unparsed) so a harness printing without newlines cannot grow the worker's memory.
+const MAX_LINE: u64 = 1024 * 1024;
 /// How much of stdout / stderr an error message quotes.
 const TAIL: usize = 2000;
 
@@ -453,8 +456,9 @@ async fn supervise(
         let mut line = Vec::new();
         loop {
             line.clear();
+            let mut bounded = (&mut reader).take(MAX_LINE);
             tokio::select! {
-                r = reader.read_until(b'\n', &mut line) => match r {
+                r = bounded.read_until(b'\n', &mut line) => match r {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
                         if captured.len() < MAX_OUTPUT {

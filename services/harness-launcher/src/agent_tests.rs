@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use babysitter_transport_proxy::protocol::Protocol;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -313,5 +312,26 @@ async fn a_harness_that_is_not_installed_or_a_bad_task_fails_clearly() {
         e["message"],
         "claude-code: the answer does not match the output schema: /: expected array"
     );
-    let _ = Protocol::Anthropic;
+}
+
+#[tokio::test]
+async fn an_endless_line_is_cut_into_bounded_pieces_not_buffered_whole() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // 3 MiB without a newline, then a valid end: memory stays bounded, the run still ends.
+    let bin = script(
+        dir.path(),
+        "claude",
+        &format!("head -c 3145728 /dev/zero | tr '\\0' x\necho\n{CLAUDE_OK}"),
+    );
+    let s = settings(bin, HarnessKind::ClaudeCode);
+    let (d, evs) = run_task(
+        &s,
+        &task("claude-code", json!({})),
+        &dir.path().join("w"),
+        &CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(d.done.outcome, Ok(json!("{\"ok\": true}")));
+    let unparsed = evs.iter().filter(|e| e.r#type == "agent.unparsed").count();
+    assert_eq!(unparsed, 3, "one per MiB piece");
 }
