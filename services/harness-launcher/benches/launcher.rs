@@ -164,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
                         base_url: scripted.url(),
                         api_key_env: None,
                         model: Some("fake-model".into()),
+                        kind: Default::default(),
                     },
                 )
             })

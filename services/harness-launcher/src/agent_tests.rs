@@ -32,6 +32,7 @@ fn settings(bin: PathBuf, kind: HarnessKind) -> AgentSettings {
             "sk-never-logged",
         )),
         model: Some("fake-model".into()),
+        kind: Default::default(),
     };
     AgentSettings {
         harnesses: vec![Detected {

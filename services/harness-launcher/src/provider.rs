@@ -33,6 +33,29 @@ pub struct ProviderConfig {
     /// Model when the task names none. Since v0.1.
     #[serde(default)]
     pub model: Option<String>,
+    /// URL layout and auth beyond the protocol's standard one (Azure OpenAI, Vertex AI); such a
+    /// provider is always reached through the transport proxy, which knows them. Since v0.1.
+    #[serde(default)]
+    pub kind: ProviderKind,
+}
+
+/// Providers whose URLs or auth differ from their protocol's standard API.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "type")]
+pub enum ProviderKind {
+    /// The protocol's own API layout (`/v1/messages`, `/v1/responses`, …).
+    #[default]
+    Standard,
+    /// `https://<resource>.openai.azure.com`, `api-key` header, deployment + api-version.
+    #[serde(rename_all = "kebab-case")]
+    AzureOpenai {
+        #[serde(default)]
+        deployment: Option<String>,
+        #[serde(default)]
+        api_version: Option<String>,
+    },
+    /// Vertex AI: `base-url` is the full publisher path, a bearer token as the key.
+    Vertex,
 }
 
 /// The built-in providers (`adapters-and-hooks.md` §5.2 defaults).
@@ -42,6 +65,7 @@ pub fn default_providers() -> BTreeMap<String, ProviderConfig> {
         base_url: base_url.into(),
         api_key_env: Some(key.into()),
         model: Some(model.into()),
+        kind: ProviderKind::Standard,
     };
     BTreeMap::from([
         (
@@ -82,6 +106,7 @@ pub struct Provider {
     pub origin: String,
     pub api_key: Option<Secret>,
     pub model: Option<String>,
+    pub kind: ProviderKind,
 }
 
 impl Provider {
@@ -97,6 +122,7 @@ impl Provider {
             origin: c.base_url.trim_end_matches('/').to_owned(),
             api_key,
             model: c.model.clone(),
+            kind: c.kind.clone(),
         }
     }
 }
@@ -167,7 +193,9 @@ pub async fn route(
         .map(|s| s.expose().to_owned())
         // Local model servers accept any key; harnesses refuse to start without one.
         .unwrap_or_else(|| "babysitter-no-key".into());
-    if kind.native_protocols().contains(&provider.protocol) {
+    if provider.kind == ProviderKind::Standard
+        && kind.native_protocols().contains(&provider.protocol)
+    {
         return Ok(Routed {
             endpoint: Endpoint {
                 protocol: provider.protocol,
@@ -196,12 +224,28 @@ pub async fn route(
             guard: None,
         });
     }
-    let (pkind, suffix) = match provider.protocol {
-        Protocol::Anthropic => (pcfg::Provider::Anthropic, "/v1"),
-        Protocol::OpenAiChat | Protocol::OpenAiResponses => (pcfg::Provider::Openai, "/v1"),
-        Protocol::Gemini => (pcfg::Provider::Gemini, "/v1beta"),
+    let mut up = match &provider.kind {
+        ProviderKind::Standard => {
+            let (pkind, suffix) = match provider.protocol {
+                Protocol::Anthropic => (pcfg::Provider::Anthropic, "/v1"),
+                Protocol::OpenAiChat | Protocol::OpenAiResponses => (pcfg::Provider::Openai, "/v1"),
+                Protocol::Gemini => (pcfg::Provider::Gemini, "/v1beta"),
+            };
+            pcfg::Upstream::new(pkind, format!("{}{suffix}", provider.origin))
+        }
+        ProviderKind::AzureOpenai {
+            deployment,
+            api_version,
+        } => {
+            let mut up = pcfg::Upstream::new(pcfg::Provider::AzureOpenai, provider.origin.clone());
+            up.azure_deployment = deployment.clone();
+            up.azure_api_version = api_version.clone();
+            up
+        }
+        ProviderKind::Vertex => {
+            pcfg::Upstream::new(pcfg::Provider::Vertex, provider.origin.clone())
+        }
     };
-    let mut up = pcfg::Upstream::new(pkind, format!("{}{suffix}", provider.origin));
     up.protocol = provider.protocol;
     up.model = Some(model.to_owned());
     up.api_key = provider.api_key.clone();
@@ -251,6 +295,7 @@ mod tests {
             origin: "http://127.0.0.1:9".into(),
             api_key: Some(Secret::new("sk-upstream-secret")),
             model: None,
+            kind: ProviderKind::Standard,
         }
     }
 
@@ -297,6 +342,34 @@ mod tests {
             reqwest_get(&format!("{}/health", r.endpoint.origin))
                 .await
                 .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn azure_goes_through_the_proxy_even_when_the_protocol_matches() {
+        let mut p = provider(Protocol::OpenAiResponses);
+        p.kind = ProviderKind::AzureOpenai {
+            deployment: Some("dep".into()),
+            api_version: None,
+        };
+        let r = route(HarnessKind::Codex, &p, "m", None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            r.via_proxy,
+            Some((Protocol::OpenAiResponses, Protocol::OpenAiResponses))
+        );
+        assert!(r.guard.is_some());
+        let c: ProviderConfig = serde_json::from_value(serde_json::json!({
+            "protocol": "openai-chat", "base-url": "https://r.openai.azure.com",
+            "kind": {"type": "azure-openai", "deployment": "dep", "api-version": "2025-04-01-preview"}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.kind,
+            ProviderKind::AzureOpenai {
+                deployment: Some("dep".into()),
+                api_version: Some("2025-04-01-preview".into())
+            }
         );
     }
 

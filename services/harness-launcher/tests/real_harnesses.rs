@@ -82,6 +82,7 @@ async fn run_task(
                 base_url: scripted.url(),
                 api_key_env: None,
                 model: Some("fake-model".into()),
+                kind: Default::default(),
             },
         )]),
         default_provider: "scripted".into(),

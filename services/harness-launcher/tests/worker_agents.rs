@@ -63,6 +63,7 @@ async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it
                 base_url: "http://127.0.0.1:9".into(),
                 api_key_env: None,
                 model: Some("fake-model".into()),
+                kind: Default::default(),
             },
         )]),
         default_provider: "local".into(),
