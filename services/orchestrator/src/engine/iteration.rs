@@ -292,13 +292,7 @@ impl Engine {
         let records: Vec<EffectRecord> = journal
             .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
-        let mut all_views = HashMap::with_capacity(records.len());
-        for r in &records {
-            all_views.insert(
-                r.invocation_key.clone(),
-                views::view_of(journal, run_id, r).await?,
-            );
-        }
+        let all_views = views::views_of(journal, run_id, &records).await?;
         let spec = self.start_spec(run_id, &info);
         let shared = Shared {
             process_id: info.process_id.clone(),
@@ -437,13 +431,7 @@ impl Engine {
         let records: Vec<EffectRecord> = journal
             .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
-        let mut all_views: HashMap<String, EffectView> = HashMap::with_capacity(records.len());
-        for r in &records {
-            all_views.insert(
-                r.invocation_key.clone(),
-                views::view_of(journal, run_id, r).await?,
-            );
-        }
+        let all_views = views::views_of(journal, run_id, &records).await?;
         let spec = self.start_spec(run_id, info);
         let shared = Shared {
             process_id: info.process_id.clone(),

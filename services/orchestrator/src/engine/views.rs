@@ -7,9 +7,12 @@
 //! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
+use std::collections::HashMap;
+
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{Journal, JournalError};
+use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::engine::EngineError;
@@ -95,6 +98,40 @@ async fn read_text(journal: &Journal, run_id: &str, path: Option<&str>) -> Optio
     let file = RunFile::parse(path?).ok()?;
     let bytes = journal.get_run_file(run_id, &file).await.ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Result files read at once by [`views_of`]: a cold replay of a long run needs thousands, and a
+/// filesystem journal reads each on a blocking thread.
+const CONCURRENT_READS: usize = 32;
+
+/// The views of `records`, keyed by invocation key, their result files read concurrently.
+pub async fn views_of(
+    journal: &Journal,
+    run_id: &str,
+    records: &[EffectRecord],
+) -> Result<HashMap<String, EffectView>, EngineError> {
+    // Futures made up front: a stream holding a closure over borrowed data would make the
+    // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the
+    // compiler), and callers spawn it.
+    let reads: Vec<_> = records
+        .iter()
+        .map(|r| keyed_view(journal, run_id, r))
+        .collect();
+    let mut reads = futures::stream::iter(reads).buffer_unordered(CONCURRENT_READS);
+    let mut out = HashMap::with_capacity(records.len());
+    while let Some(item) = reads.next().await {
+        let (key, view) = item?;
+        out.insert(key, view);
+    }
+    Ok(out)
+}
+
+async fn keyed_view(
+    journal: &Journal,
+    run_id: &str,
+    r: &EffectRecord,
+) -> Result<(String, EffectView), EngineError> {
+    Ok((r.invocation_key.clone(), view_of(journal, run_id, r).await?))
 }
 
 /// Builds the view of one effect, reading its result file when it is resolved.
