@@ -14,13 +14,11 @@ use rquickjs::{Ctx, Function, Object, Persistent};
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
-use crate::engine::host::{HostConfig, HostError, JsHost};
+use crate::engine::host::{HostConfig, HostError, JsHost, precompiled};
 use crate::engine::identity;
 use crate::engine::views::EffectView;
 
-const RUNTIME_JS: &str = include_str!("js/runtime.js");
-const SDK_JS: &str = include_str!("js/sdk.js");
-pub const SDK_MODULE: &str = "@a5c-ai/babysitter-sdk";
+pub use crate::engine::host::precompiled::SDK_MODULE;
 
 /// A new effect the process asked for in this iteration.
 #[derive(Debug, Clone)]
@@ -429,12 +427,13 @@ impl Session {
         let started = tokio::time::Instant::now();
         let mut cfg = spec.host.clone();
         cfg.builtin_modules
-            .push((SDK_MODULE.to_owned(), SDK_JS.to_owned()));
+            .push((SDK_MODULE.to_owned(), precompiled::SDK_JS.to_owned()));
         let host = JsHost::new(cfg)?;
         let shared = Arc::new(Mutex::new(shared));
         host.context().with(|ctx| -> Result<(), EngineError> {
             install_host(&ctx, &shared).map_err(|e| HostError::from_js(&ctx, e))?;
-            ctx.eval::<(), _>(RUNTIME_JS).map_err(|e| HostError::from_js(&ctx, e))?;
+            precompiled::evaluate(&ctx, precompiled::RUNTIME_MODULE, precompiled::RUNTIME_JS)
+                .map_err(|e| HostError::from_js(&ctx, e))?;
             // Node's localeCompare is ICU's; QuickJS compares code points. Processes get ICU.
             ctx.eval::<(), _>(
                 "String.prototype.localeCompare = function (that) { return __bs_host.localeCompare(String(this), String(that)); };",
