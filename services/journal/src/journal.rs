@@ -36,6 +36,20 @@ pub struct JournalOptions {
     pub watch_poll_interval: Duration,
     /// Secret values replaced in event data and run files before they are stored.
     pub redactor: Option<Arc<crate::redact::Redactor>>,
+    /// Where event ULIDs come from (`None`: a monotonic generator over the wall clock). Tests
+    /// inject a recorded run's ULIDs to reproduce its journal file for file. A ULID that does
+    /// not parse, or does not follow the head, is replaced as a generated one would be.
+    pub ulids: Option<UlidSource>,
+}
+
+/// A source of event ULIDs (see [`JournalOptions::ulids`]).
+#[derive(Clone)]
+pub struct UlidSource(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for UlidSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UlidSource")
+    }
 }
 
 impl Default for JournalOptions {
@@ -46,6 +60,7 @@ impl Default for JournalOptions {
             snapshot_every: 1000,
             watch_poll_interval: Duration::from_millis(500),
             redactor: None,
+            ulids: None,
         }
     }
 }
@@ -363,16 +378,22 @@ impl Journal {
         Ok(out)
     }
 
-    /// A ULID from this process's monotonic generator, forced after `prev` (another writer's
-    /// clock may be ahead of ours).
+    /// A ULID from the injected source or this process's monotonic generator, forced after `prev`
+    /// (another writer's clock may be ahead of ours).
     fn next_ulid(&self, prev: &str) -> String {
-        let fresh = {
+        let injected = self
+            .inner
+            .options
+            .ulids
+            .as_ref()
+            .and_then(|source| ulid::Ulid::from_string(&(source.0)()).ok());
+        let fresh = injected.unwrap_or_else(|| {
             let mut g = self.inner.ulids.lock().unwrap_or_else(|p| p.into_inner());
             match g.generate() {
                 Ok(u) => u,
                 Err(overflow) => overflow.commit_overflow_increment(),
             }
-        };
+        });
         let prev = ulid::Ulid::from_string(prev).ok();
         match prev {
             Some(p) if fresh <= p => p.increment().unwrap_or(fresh).to_string(),
