@@ -577,7 +577,7 @@ impl Engine {
         if self.options().warm {
             self.set_warm_head(run_id, Some(new_head.seq));
         }
-        let next_actions = self.next_actions(run_id, &report).await?;
+        let next_actions = self.next_actions(run_id, &report, &iso(now)).await?;
         let mut warnings = warnings;
         // Only a cold replay that ran to the end knows what it no longer reaches.
         let unreached: Vec<String> = if status == IterationStatus::Waiting || warm {
@@ -662,11 +662,14 @@ impl Engine {
         })
     }
 
-    /// babysitter's `nextActions` for the effects the process is blocked on.
+    /// babysitter's `nextActions` for the effects the process is blocked on. Effects requested
+    /// by this iteration were journaled at `requested_at` (their `requestedAt`, as `task:list`
+    /// reports it later from the journal).
     async fn next_actions(
         &self,
         run_id: &str,
         report: &DriveReport,
+        requested_at: &str,
     ) -> Result<Vec<Value>, EngineError> {
         let known: Vec<&String> = report
             .blocked
@@ -697,7 +700,7 @@ impl Engine {
                 actions.push(json!({
                     "effectId": r.effect_id, "invocationKey": r.invocation_key, "kind": r.kind, "label": r.label,
                     "labels": r.labels, "taskDef": r.task_def, "taskId": r.task_id, "stepId": r.step_id,
-                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": iso(r.requested_at_ms),
+                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": requested_at,
                 }));
             } else if let Some(rec) = records.get(id) {
                 let task = self

@@ -32,7 +32,6 @@ pub struct Request {
     pub labels: Vec<String>,
     pub task_def: Value,
     pub task_json: String,
-    pub requested_at_ms: i64,
 }
 
 /// A `ctx.log` line, with the per-run sequence number used to de-duplicate across replays.
@@ -191,15 +190,13 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
                   label: Option<String>,
                   labels: Vec<String>,
                   task_def: String,
-                  args: Option<String>,
-                  requested_at_ms: f64| {
+                  args: Option<String>| {
                 let call = RequestCall {
                     ids: &ids,
                     label,
                     labels,
                     task_def: &task_def,
                     args: args.as_deref(),
-                    requested_at_ms,
                 };
                 let mut s = lock(&sh);
                 match parse_request(&s.process_id, call) {
@@ -322,7 +319,6 @@ struct RequestCall<'a> {
     task_def: &'a str,
     /// The args as JSON; `None` when they were `undefined`.
     args: Option<&'a str>,
-    requested_at_ms: f64,
 }
 
 fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, String> {
@@ -362,7 +358,6 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         labels: call.labels,
         task_json: babysitter_journal::jsjson::to_file_string(&doc),
         task_def,
-        requested_at_ms: call.requested_at_ms as i64,
     })
 }
 

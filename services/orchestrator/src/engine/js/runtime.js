@@ -247,7 +247,7 @@
     // task.json is built on the Rust side (identity::task_json, the reference's serializer).
     // Strings go as they are; only the TaskDef and the args cross as JSON.
     host.request([effectId, task.id, stepId, taskDef.kind], typeof effectLabel === "string" ? effectLabel : null,
-      labels, JSON.stringify(taskDef), args === undefined ? null : (JSON.stringify(args) ?? "null"), clockMs);
+      labels, JSON.stringify(taskDef), args === undefined ? null : (JSON.stringify(args) ?? "null"));
     return waitFor(effectId, taskDef.kind);
   }
 
