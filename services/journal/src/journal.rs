@@ -615,9 +615,35 @@ impl Journal {
             let content = self.stored_form(&file, content)?;
             out.push((file, content));
         }
+        self.store_run_files(run_id, out).await
+    }
+
+    /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's
+    /// `task.json`s): each is serialised once, as babysitter writes it, instead of being parsed
+    /// back from bytes.
+    pub async fn put_run_json_files(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, Value)>,
+    ) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let mut out = Vec::with_capacity(files.len());
+        for (file, doc) in files {
+            if !file.name().ends_with(".json") {
+                return Err(JournalError::invalid(
+                    "run file",
+                    format!("{file} is not a .json file"),
+                ));
+            }
+            out.push((file, Bytes::from(jsjson::to_file_string(&doc))));
+        }
+        self.store_run_files(run_id, out).await
+    }
+
+    async fn store_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let store = self.inner.store.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move { store.put_run_files(&run_id, out).await }).await
+        spawn_whole(async move { store.put_run_files(&run_id, files).await }).await
     }
 
     pub async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {

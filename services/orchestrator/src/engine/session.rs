@@ -31,7 +31,8 @@ pub struct Request {
     pub label: String,
     pub labels: Vec<String>,
     pub task_def: Value,
-    pub task_json: String,
+    /// The `task.json` document.
+    pub task_doc: Value,
 }
 
 /// A `ctx.log` line, with the per-run sequence number used to de-duplicate across replays.
@@ -356,7 +357,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         kind: kind.clone(),
         label,
         labels: call.labels,
-        task_json: babysitter_journal::jsjson::to_file_string(&doc),
+        task_doc: doc,
         task_def,
     })
 }
