@@ -619,8 +619,8 @@ impl Journal {
     }
 
     /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's
-    /// `task.json`s): each is serialised once, as babysitter writes it, instead of being parsed
-    /// back from bytes.
+    /// `task.json`s): each is redacted and serialised once, as babysitter writes it, instead of
+    /// being parsed back from bytes.
     pub async fn put_run_json_files(
         &self,
         run_id: &str,
@@ -628,12 +628,15 @@ impl Journal {
     ) -> Result<()> {
         validate_id("run id", run_id)?;
         let mut out = Vec::with_capacity(files.len());
-        for (file, doc) in files {
+        for (file, mut doc) in files {
             if !file.name().ends_with(".json") {
                 return Err(JournalError::invalid(
                     "run file",
                     format!("{file} is not a .json file"),
                 ));
+            }
+            if let Some(r) = &self.inner.options.redactor {
+                r.value(&mut doc);
             }
             out.push((file, Bytes::from(jsjson::to_file_string(&doc))));
         }
