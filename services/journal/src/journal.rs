@@ -410,12 +410,14 @@ impl Journal {
             return Ok(Vec::new());
         }
         // A tail the open view still remembers is served from memory (after a refresh, so
-        // other writers' events are included).
+        // other writers' events are included — unless the range ends at or before the view's
+        // head: committed events never change, so there is nothing to look for).
         {
             let slot = self.slot(run_id);
             let mut guard = slot.lock().await;
-            if guard.is_some() {
-                let view = self.current(run_id, &mut guard, true).await?;
+            if let Some(known) = guard.as_ref().map(|v| v.chain.head.seq) {
+                let refresh = to.is_none_or(|t| t > known);
+                let view = self.current(run_id, &mut guard, refresh).await?;
                 let head = view.chain.head.seq;
                 let end = to.unwrap_or(head).min(head);
                 if from > head {
