@@ -92,6 +92,10 @@ pub enum Part {
 pub enum ReasoningOrigin {
     Anthropic,
     OpenAiChat,
+    /// A Responses `reasoning` item; the signature is its `encrypted_content`.
+    OpenAiResponses,
+    /// A Gemini `thought` part; the signature is its `thoughtSignature`.
+    Gemini,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +133,8 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments as JSON text, exactly as produced upstream.
     pub arguments: String,
+    /// Gemini `thoughtSignature` of the `functionCall` part, byte for byte (spec §10).
+    pub signature: Option<String>,
 }
 
 impl ToolCall {
@@ -288,6 +294,80 @@ impl StopReason {
     }
 }
 
+/// How a Responses response ended: `status` plus `incomplete_details.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesStatus {
+    pub status: &'static str,
+    pub incomplete_reason: Option<&'static str>,
+}
+
+impl StopReason {
+    /// Responses `status` (+ `incomplete_details.reason`) → canonical. A completed response with
+    /// `function_call` items is a tool turn (rule 3); `incomplete` stays truncation even when a
+    /// call is present (rule 2); `failed`, `cancelled` and unknown values are errors.
+    pub fn from_responses(
+        status: &str,
+        incomplete_reason: Option<&str>,
+        has_complete_tool_calls: bool,
+    ) -> Result<Self, UnknownStopReason> {
+        Ok(match (status, incomplete_reason) {
+            ("completed", _) if has_complete_tool_calls => Self::ToolUse,
+            ("completed", _) => Self::EndTurn,
+            ("incomplete", Some("content_filter")) => Self::Refusal,
+            ("incomplete", Some("max_output_tokens") | None) => Self::MaxTokens,
+            ("incomplete", Some(other)) => return Err(unknown("openai-responses", other)),
+            (other, _) => return Err(unknown("openai-responses", other)),
+        })
+    }
+
+    /// Canonical → Responses terminal status. `pause_turn` and malformed calls have none.
+    pub fn to_responses(self) -> Result<ResponsesStatus, UnknownStopReason> {
+        let done = |status, incomplete_reason| ResponsesStatus {
+            status,
+            incomplete_reason,
+        };
+        Ok(match self {
+            Self::EndTurn | Self::StopSequence | Self::ToolUse => done("completed", None),
+            Self::MaxTokens | Self::ContextWindowExceeded => {
+                done("incomplete", Some("max_output_tokens"))
+            }
+            Self::Refusal => done("incomplete", Some("content_filter")),
+            Self::PauseTurn => return Err(unknown("openai-responses", "pause_turn")),
+            Self::MalformedToolCall => {
+                return Err(unknown("openai-responses", "malformed_tool_call"));
+            }
+        })
+    }
+
+    /// Gemini `finishReason` → canonical. `STOP` with complete calls is a tool turn (rule 3);
+    /// `MAX_TOKENS` stays truncation (T16); `OTHER`/unspecified/unknown are errors.
+    pub fn from_gemini(
+        value: &str,
+        has_complete_tool_calls: bool,
+    ) -> Result<Self, UnknownStopReason> {
+        Ok(match value {
+            "STOP" if has_complete_tool_calls => Self::ToolUse,
+            "STOP" => Self::EndTurn,
+            "MAX_TOKENS" => Self::MaxTokens,
+            "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+            | "IMAGE_SAFETY" | "LANGUAGE" => Self::Refusal,
+            "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" => Self::MalformedToolCall,
+            other => return Err(unknown("gemini", other)),
+        })
+    }
+
+    /// Canonical → Gemini `finishReason`.
+    pub fn to_gemini(self) -> Result<&'static str, UnknownStopReason> {
+        Ok(match self {
+            Self::EndTurn | Self::StopSequence | Self::ToolUse => "STOP",
+            Self::MaxTokens | Self::ContextWindowExceeded => "MAX_TOKENS",
+            Self::Refusal => "SAFETY",
+            Self::MalformedToolCall => "MALFORMED_FUNCTION_CALL",
+            Self::PauseTurn => return Err(unknown("gemini", "pause_turn")),
+        })
+    }
+}
+
 fn unknown(protocol: &'static str, value: &str) -> UnknownStopReason {
     UnknownStopReason {
         protocol,
@@ -383,8 +463,15 @@ pub enum StreamEvent {
 pub enum BlockStart {
     Text,
     Reasoning,
-    RedactedReasoning { data: String },
-    ToolCall { id: String, name: String },
+    RedactedReasoning {
+        data: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        /// Gemini `thoughtSignature` carried by the call (Gemini upstreams emit calls whole).
+        signature: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -527,6 +614,7 @@ mod tests {
             id: "c".into(),
             name: "n".into(),
             arguments: "{\"a\":".into(),
+            signature: None,
         };
         assert_eq!(
             call.arguments_object(),

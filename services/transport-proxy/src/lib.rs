@@ -24,9 +24,19 @@
 
 pub mod anthropic;
 pub mod canonical;
+pub mod checks;
 pub mod config;
 pub mod error;
+pub mod forward;
+pub mod gemini;
+pub mod metrics;
 pub mod openai_chat;
 pub mod pipeline;
+pub mod protocol;
+pub mod responses;
+#[cfg(feature = "test-support")]
+pub mod scripted;
 pub mod server;
+pub mod sigstore;
 pub mod sse;
+pub mod upstream;

@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use babysitter_transport_proxy::config::ConfigFile;
-use babysitter_transport_proxy::server::{AppState, serve};
+use babysitter_transport_proxy::forward::Proxy;
+use babysitter_transport_proxy::server::serve;
 use clap::Parser;
 
-/// LLM protocol proxy: Anthropic Messages ⇄ OpenAI Chat Completions.
+/// LLM protocol proxy: Anthropic Messages, OpenAI Chat Completions, OpenAI Responses and
+/// Gemini in front, any of them upstream.
 #[derive(Debug, Parser)]
 struct Args {
     /// TOML config file (see transport-proxy.example.toml).
@@ -35,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
     let config = file.resolve(&|k| std::env::var(k).ok())?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(config).context("building the upstream http client")?;
+    let state = Proxy::new(config).context("building the proxy")?;
     #[allow(clippy::print_stdout)]
     {
         println!(

@@ -169,6 +169,7 @@ fn content_to_parts(content: Content, path: &str) -> Result<Vec<Part>, ProxyErro
                 id,
                 name,
                 arguments: serde_json::to_string(&input).unwrap_or_else(|_| "{}".to_owned()),
+                signature: None,
             }),
             Block::ToolResult {
                 tool_use_id,

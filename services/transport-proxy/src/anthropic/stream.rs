@@ -85,7 +85,7 @@ impl AnthropicEncoder {
             BlockStart::RedactedReasoning { data } => {
                 json!({"type": "redacted_thinking", "data": data})
             }
-            BlockStart::ToolCall { id, name } => {
+            BlockStart::ToolCall { id, name, .. } => {
                 json!({"type": "tool_use", "id": id, "name": name, "input": {}})
             }
         };
@@ -316,7 +316,14 @@ impl StreamDecoder for AnthropicDecoder {
                             Value::Object(m) if m.is_empty() => None,
                             other => Some(BlockDelta::ToolArguments(other.to_string())),
                         };
-                        (BlockStart::ToolCall { id, name }, args)
+                        (
+                            BlockStart::ToolCall {
+                                id,
+                                name,
+                                signature: None,
+                            },
+                            args,
+                        )
                     }
                     other => {
                         tracing::debug!(

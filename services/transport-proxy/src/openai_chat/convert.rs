@@ -66,6 +66,7 @@ pub fn request_to_canonical(req: ChatRequest) -> Result<Request, ProxyError> {
                         id: c.id,
                         name: c.function.name,
                         arguments: c.function.arguments,
+                        signature: None,
                     }));
                 }
                 messages.push(Message {
@@ -467,6 +468,7 @@ pub fn response_to_canonical(resp: ChatResponse) -> Result<Response, ProxyError>
             id: c.id,
             name: c.function.name,
             arguments: c.function.arguments,
+            signature: None,
         }));
     }
     Ok(Response {
