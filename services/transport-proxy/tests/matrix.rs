@@ -5,15 +5,13 @@
 
 #[path = "support/clients.rs"]
 mod clients;
+#[path = "support/fixture.rs"]
+mod fixture;
 
-use std::sync::Arc;
-
-use babysitter_transport_proxy::config::{Provider, ProxyConfig, Route, Upstream};
-use babysitter_transport_proxy::forward::Proxy;
 use babysitter_transport_proxy::protocol::Protocol;
-use babysitter_transport_proxy::scripted::{Script, ScriptedServer};
-use babysitter_transport_proxy::server::serve;
+use babysitter_transport_proxy::scripted::Script;
 use clients::{Seen, end_stop, first_turn, path, read_json, read_sse, second_turn, tool_stop};
+use fixture::Fixture;
 use serde_json::{Value, json};
 
 fn script() -> Script {
@@ -27,89 +25,22 @@ fn script() -> Script {
     .unwrap_or_else(|e| panic!("script: {e}"))
 }
 
-pub fn upstream_for(protocol: Protocol, base: &str) -> Upstream {
-    let (provider, suffix) = match protocol {
-        Protocol::Anthropic => (Provider::Anthropic, "/v1"),
-        Protocol::OpenAiChat | Protocol::OpenAiResponses => (Provider::Openai, "/v1"),
-        Protocol::Gemini => (Provider::Gemini, "/v1beta"),
-    };
-    let mut up = Upstream::new(provider, format!("{base}{suffix}"));
-    up.protocol = protocol;
-    up.model = Some("fake-upstream".into());
-    up
-}
-
-struct Fixture {
-    scripted: ScriptedServer,
-    proxy: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    http: reqwest::Client,
-}
-
-impl Fixture {
-    async fn start(upstream: Protocol) -> Self {
-        let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script()), None)
-            .await
-            .unwrap_or_else(|e| panic!("scripted: {e}"));
-        let config = ProxyConfig::with_routes(vec![Route::new(
-            "all",
-            upstream_for(upstream, &scripted.url()),
-        )]);
-        let state: Arc<Proxy> = Proxy::new(config).unwrap_or_else(|e| panic!("proxy: {e}"));
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let proxy = format!(
-            "http://{}",
-            l.local_addr().unwrap_or_else(|e| panic!("{e}"))
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(l, state, async {
-            let _ = rx.await;
-        }));
-        Self {
-            scripted,
-            proxy,
-            stop: Some(tx),
-            task,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn turn(&self, front: Protocol, stream: bool, body: &Value) -> Seen {
-        let resp = self
-            .http
-            .post(format!("{}{}", self.proxy, path(front, stream)))
-            .json(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("post: {e}"));
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
-        assert_eq!(status, 200, "{front} stream={stream}: {text}");
-        if stream {
-            read_sse(front, &text)
-        } else {
-            read_json(front, &serde_json::from_str(&text).unwrap_or_default())
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let _ = (&mut self.task).await;
-        self.scripted.stop().await;
+async fn turn(fx: &Fixture, front: Protocol, stream: bool, body: &Value) -> Seen {
+    let (status, _, text) = fx.post(path(front, stream), body, &[]).await;
+    assert_eq!(status, 200, "{front} stream={stream}: {text}");
+    if stream {
+        read_sse(front, &text)
+    } else {
+        read_json(front, &serde_json::from_str(&text).unwrap_or_default())
     }
 }
 
 async fn run_pairs(upstream: Protocol) {
-    let fx = Fixture::start(upstream).await;
+    let fx = Fixture::simple(Some(script()), upstream).await;
     for front in Protocol::ALL {
         for stream in [false, true] {
             let case = format!("{front} -> {upstream}, stream={stream}");
-            let seen = fx.turn(front, stream, &first_turn(front, stream)).await;
+            let seen = turn(&fx, front, stream, &first_turn(front, stream)).await;
             assert_eq!(seen.calls.len(), 1, "{case}: {seen:?}");
             let (id, name, args, _) = &seen.calls[0];
             assert!(
@@ -147,7 +78,7 @@ async fn run_pairs(upstream: Protocol) {
             }
 
             let second = second_turn(front, stream, &seen);
-            let seen2 = fx.turn(front, stream, &second).await;
+            let seen2 = turn(&fx, front, stream, &second).await;
             assert_eq!(seen2.text, "It is sunny.", "{case}: {seen2:?}");
             assert!(seen2.calls.is_empty(), "{case}");
             assert_eq!(seen2.stop, end_stop(front), "{case}");

@@ -1,0 +1,542 @@
+//! End-to-end behaviour of the proxy around translation: errors in each protocol's envelope,
+//! client auth, size limits, retries and timeouts, token counting, model listing, metrics,
+//! provider URL/auth layouts, and the official Python SDKs as clients.
+
+#[path = "support/clients.rs"]
+mod clients;
+#[path = "support/fixture.rs"]
+mod fixture;
+
+use std::time::Duration;
+
+use babysitter_transport_proxy::config::{Provider, ProxyConfig, Route, Secret, Upstream};
+use babysitter_transport_proxy::protocol::Protocol;
+use clients::{first_turn, path};
+use fixture::{Fixture, script, upstream_for};
+use serde_json::{Value, json};
+
+fn weather_script() -> babysitter_transport_proxy::scripted::Script {
+    script(json!({"turns": [
+        {"when": {"has_tool_result": false},
+         "reply": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+                   "usage": {"input": 11, "output": 7, "cache_read": 4}}},
+        {"when": {"has_tool_result": true},
+         "reply": {"text": "It is sunny.", "usage": {"input": 11, "output": 7, "cache_read": 4}}}
+    ]}))
+}
+
+fn error_script(
+    status: u16,
+    retry_after: Option<&str>,
+) -> babysitter_transport_proxy::scripted::Script {
+    script(
+        json!({"turns": [{"when": {}, "reply": {"error": {"status": status, "message": "scripted failure", "retry_after": retry_after}}}]}),
+    )
+}
+
+fn no_retry(base: &str, upstream: Protocol) -> ProxyConfig {
+    let mut r = Route::new("all", upstream_for(upstream, base));
+    r.policy.max_retries = 0;
+    ProxyConfig::with_routes(vec![r])
+}
+
+/// T28: upstream 429 / 529 / 503 reach every client protocol with a retryable status, the
+/// client's own envelope and `retry-after` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t28_upstream_429_and_overload_keep_status_envelope_and_retry_after() {
+    for (status, anth, openai, gemini) in [
+        (429u16, 429u16, 429u16, 429u16),
+        (529, 529, 503, 503),
+        (503, 529, 503, 503),
+    ] {
+        let fx = Fixture::start(Some(error_script(status, Some("7"))), |b| {
+            no_retry(b, Protocol::OpenAiChat)
+        })
+        .await;
+        for front in Protocol::ALL {
+            let (got, headers, body) = fx
+                .post(path(front, false), &first_turn(front, false), &[])
+                .await;
+            let want = match front {
+                Protocol::Anthropic => anth,
+                Protocol::Gemini => gemini,
+                _ => openai,
+            };
+            assert_eq!(got, want, "{status} → {front}: {body}");
+            assert_eq!(
+                headers.get("retry-after").and_then(|v| v.to_str().ok()),
+                Some("7"),
+                "{front}"
+            );
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            match front {
+                Protocol::Anthropic => {
+                    assert_eq!(v["type"], "error");
+                    let ty = if status == 429 {
+                        "rate_limit_error"
+                    } else {
+                        "overloaded_error"
+                    };
+                    assert_eq!(v["error"]["type"], ty);
+                }
+                Protocol::Gemini => {
+                    let st = if status == 429 {
+                        "RESOURCE_EXHAUSTED"
+                    } else {
+                        "UNAVAILABLE"
+                    };
+                    assert_eq!(v["error"]["status"], st, "{body}");
+                }
+                _ => {
+                    let ty = if status == 429 {
+                        "rate_limit_exceeded"
+                    } else {
+                        "server_error"
+                    };
+                    assert_eq!(v["error"]["type"], ty, "{body}");
+                }
+            }
+        }
+        fx.stop().await;
+    }
+}
+
+/// Retries before the first byte: two scripted 503s, then success; the client sees only the
+/// success and the metrics count two retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_upstream_failures_are_retried_before_the_first_byte() {
+    let s = script(json!({"turns": [{"when": {}, "fail_times": 2, "reply": {"text": "ok"}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.retry_backoff = Duration::from_millis(1);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, body) = fx
+        .post(
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fx.scripted.requests().len(), 3);
+    let (_, metrics) = fx.get("/metrics", &[]).await;
+    assert!(
+        metrics.contains("babysitter_proxy_upstream_retries_total{route=\"all\"} 2"),
+        "{metrics}"
+    );
+    fx.stop().await;
+
+    // More failures than retries: the last upstream status reaches the client.
+    let s = script(json!({"turns": [{"when": {}, "fail_times": 9, "reply": {"text": "ok"}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.retry_backoff = Duration::from_millis(1);
+        r.policy.max_retries = 1;
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, _) = fx
+        .post(
+            path(Protocol::OpenAiChat, false),
+            &first_turn(Protocol::OpenAiChat, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 503);
+    assert_eq!(fx.scripted.requests().len(), 2);
+    fx.stop().await;
+}
+
+/// A connection refused before the first byte is retried, then reported as a 502-class error
+/// in the client's envelope; nothing about the upstream key leaks into the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors_are_retried_then_reported_without_secrets() {
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = dead.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    drop(dead);
+    let fx = Fixture::start(None, |_| {
+        let mut up = Upstream::new(Provider::Openai, format!("http://{addr}/v1"));
+        up.api_key = Some(Secret::new("sk-very-secret-key"));
+        let mut r = Route::new("dead", up);
+        r.policy.retry_backoff = Duration::from_millis(1);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, body) = fx
+        .post(
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!body.contains("sk-very-secret-key"));
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(v["error"]["type"], "api_error");
+    let (_, metrics) = fx.get("/metrics", &[]).await;
+    assert!(
+        metrics.contains("babysitter_proxy_upstream_retries_total{route=\"dead\"} 2"),
+        "{metrics}"
+    );
+    fx.stop().await;
+}
+
+/// T29 + idle timeout: an upstream stream that goes silent is ended by the proxy with the
+/// client protocol's in-band error, for a translated and for a passthrough stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t29_idle_upstream_stream_ends_with_in_band_error() {
+    let frames = vec![
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_owned(),
+    ];
+    let s = script(json!({"turns": [{"when": {}, "reply": {"raw_sse": frames, "stall": true}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.idle_timeout = Duration::from_millis(300);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, body) = fx
+        .post(
+            path(Protocol::Anthropic, true),
+            &first_turn(Protocol::Anthropic, true),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let seen = clients::read_sse(Protocol::Anthropic, &body);
+    assert_eq!(seen.text, "Hel");
+    assert_eq!(seen.stop, "error:timeout_error", "{body}");
+    let (_, _, body) = fx
+        .post(
+            path(Protocol::OpenAiChat, true),
+            &first_turn(Protocol::OpenAiChat, true),
+            &[],
+        )
+        .await;
+    let last = clients::sse_events(&body)
+        .pop()
+        .map(|e| e.1)
+        .unwrap_or_default();
+    assert_eq!(
+        last["error"]["type"], "timeout",
+        "passthrough stream: {body}"
+    );
+    fx.stop().await;
+}
+
+/// Client auth: 401 in every protocol's envelope; the token is accepted from `x-api-key`,
+/// `Authorization: Bearer`, `x-goog-api-key` and `?key=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_token_is_required_and_accepted_from_every_harness_header() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c = ProxyConfig::with_routes(vec![Route::new(
+            "all",
+            upstream_for(Protocol::OpenAiChat, b),
+        )]);
+        c.proxy_token = Some(Secret::new("tok"));
+        c
+    })
+    .await;
+    for front in Protocol::ALL {
+        let (status, _, body) = fx
+            .post(path(front, false), &first_turn(front, false), &[])
+            .await;
+        assert_eq!(status, 401, "{front}");
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        match front {
+            Protocol::Anthropic => assert_eq!(v["error"]["type"], "authentication_error"),
+            Protocol::Gemini => assert_eq!(v["error"]["status"], "UNAUTHENTICATED"),
+            _ => assert_eq!(v["error"]["code"], "invalid_api_key"),
+        }
+    }
+    let ok = [
+        (Protocol::Anthropic, ("x-api-key", "tok")),
+        (Protocol::OpenAiChat, ("authorization", "Bearer tok")),
+        (Protocol::Gemini, ("x-goog-api-key", "tok")),
+    ];
+    for (front, header) in ok {
+        let (status, _, body) = fx
+            .post(path(front, false), &first_turn(front, false), &[header])
+            .await;
+        assert_eq!(status, 200, "{front}: {body}");
+    }
+    let (status, _, _) = fx
+        .post(
+            "/v1beta/models/m:generateContent?key=tok",
+            &first_turn(Protocol::Gemini, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = fx.get("/health", &[]).await;
+    assert_eq!(status, 200, "health stays open");
+    fx.stop().await;
+}
+
+/// Malformed requests get a 400 naming the field, in each protocol's envelope, before any
+/// upstream call; an oversized body gets a 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_400_naming_the_field_and_large_bodies_413() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c = ProxyConfig::with_routes(vec![Route::new(
+            "all",
+            upstream_for(Protocol::OpenAiChat, b),
+        )]);
+        c.max_body_bytes = 4096;
+        c
+    })
+    .await;
+    let cases = [
+        (
+            Protocol::Anthropic,
+            json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}),
+            "messages[0].content",
+        ),
+        (
+            Protocol::OpenAiChat,
+            json!({"model":"m","messages":"nope"}),
+            "messages",
+        ),
+        (
+            Protocol::OpenAiResponses,
+            json!({"model":"m","input":[{"type":"function_call","name":"f"}]}),
+            "input[0].call_id",
+        ),
+        (
+            Protocol::Gemini,
+            json!({"contents":[{"role":"robot","parts":[]}]}),
+            "contents[0].role",
+        ),
+    ];
+    for (front, body, field) in cases {
+        let (status, _, text) = fx.post(path(front, false), &body, &[]).await;
+        assert_eq!(status, 400, "{front}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(field), "{front}: {msg}");
+    }
+    assert!(
+        fx.scripted.requests().is_empty(),
+        "nothing reached the upstream"
+    );
+    let big =
+        json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x".repeat(8000)}]});
+    let (status, _, body) = fx.post("/v1/messages", &big, &[]).await;
+    assert_eq!(status, 413, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(v["error"]["type"], "request_too_large");
+    fx.stop().await;
+}
+
+/// T30 + spec §14: Anthropic count_tokens is forwarded to an Anthropic upstream, estimated
+/// otherwise; Gemini countTokens and the `/v1/count_tokens` alias answer in their shapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t30_count_tokens_endpoints() {
+    let body = json!({"model":"claude-x","messages":[{"role":"user","content":"x".repeat(400)}]});
+    let fx = Fixture::simple(None, Protocol::Anthropic).await;
+    let (status, _, text) = fx
+        .post("/v1/messages/count_tokens?beta=true", &body, &[])
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert!(
+        v["input_tokens"].as_u64().is_some_and(|n| n >= 100),
+        "{text}"
+    );
+    let up = fx.last_upstream();
+    assert!(
+        up.path.ends_with("/v1/messages/count_tokens"),
+        "forwarded: {}",
+        up.path
+    );
+    assert_eq!(up.body["model"], "fake-upstream");
+    fx.stop().await;
+
+    let fx = Fixture::simple(None, Protocol::OpenAiChat).await;
+    let (_, _, text) = fx.post("/v1/messages/count_tokens", &body, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"input_tokens": 100})
+    );
+    let (_, _, text) = fx.post("/v1/count_tokens", &body, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"count": 100})
+    );
+    let g = json!({"contents":[{"role":"user","parts":[{"text":"y".repeat(40)}]}]});
+    let (_, _, text) = fx.post("/v1beta/models/gem:countTokens", &g, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"totalTokens": 10})
+    );
+    assert!(fx.scripted.requests().is_empty(), "estimated locally");
+    fx.stop().await;
+}
+
+/// `/v1/models`, `/v1beta/models`, `/health`, `/cache/stats`, `HEAD /` and the request id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informational_endpoints_and_request_id() {
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiChat).await;
+    let (_, text) = fx.get("/v1/models", &[]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["data"][0]["id"], "fake-upstream");
+    let (_, text) = fx.get("/v1beta/models", &[]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["models"][0]["name"], "models/fake-upstream");
+    let (_, text) = fx.get("/cache/stats", &[]).await;
+    assert_eq!(text, "{\"enabled\":false}");
+    let head = fx
+        .http
+        .head(format!("{}/", fx.proxy))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(head.status().as_u16(), 404);
+    let (_, headers, _) = fx
+        .post(
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[("x-request-id", "req-abc")],
+        )
+        .await;
+    assert_eq!(
+        headers.get("x-request-id").and_then(|v| v.to_str().ok()),
+        Some("req-abc")
+    );
+    let (_, text) = fx.get("/metrics", &[("accept", "application/json")]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["total_requests"], 1);
+    assert_eq!(v["total_input_tokens"], 15, "cache counted once");
+    assert_eq!(v["total_output_tokens"], 7);
+    fx.stop().await;
+}
+
+/// Azure OpenAI (deployment URL, api-version, `api-key`), Vertex (bearer) and the harness's
+/// own key passed through; `x-babysitter-*` headers never reach the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_url_and_auth_layouts() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut az = Upstream::new(Provider::AzureOpenai, b);
+        az.azure_deployment = Some("dep-1".into());
+        az.azure_api_version = Some("2025-04-01-preview".into());
+        az.api_key = Some(Secret::new("az-key-0123456789"));
+        let mut azure = Route::new("azure", az);
+        azure.front = Some(Protocol::Anthropic);
+        let mut vx = Upstream::new(
+            Provider::Vertex,
+            format!("{b}/v1/projects/p/locations/global/publishers/google"),
+        );
+        vx.api_key = Some(Secret::new("ya29.token"));
+        vx.model = Some("gemini-x".into());
+        let mut vertex = Route::new("vertex", vx);
+        vertex.front = Some(Protocol::OpenAiChat);
+        let mut own = Upstream::new(Provider::Anthropic, format!("{b}/v1"));
+        own.pass_through_client_key = true;
+        let mut own = Route::new("own-key", own);
+        own.front = Some(Protocol::OpenAiResponses);
+        ProxyConfig::with_routes(vec![azure, vertex, own])
+    })
+    .await;
+    fx.post(
+        path(Protocol::Anthropic, false),
+        &first_turn(Protocol::Anthropic, false),
+        &[("x-babysitter-run-id", "r1")],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(up.path, "/openai/deployments/dep-1/chat/completions");
+    assert_eq!(up.query.as_deref(), Some("api-version=2025-04-01-preview"));
+    assert_eq!(up.auth_header.as_deref(), Some("api-key"));
+    assert!(
+        up.headers
+            .iter()
+            .all(|(k, _)| !k.starts_with("x-babysitter"))
+    );
+    assert!(
+        up.headers.iter().all(|(_, v)| !v.contains("0123456789")),
+        "log redacted"
+    );
+    fx.post(
+        path(Protocol::OpenAiChat, false),
+        &first_turn(Protocol::OpenAiChat, false),
+        &[],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(
+        up.path,
+        "/v1/projects/p/locations/global/publishers/google/models/gemini-x:generateContent"
+    );
+    assert_eq!(up.auth_header.as_deref(), Some("authorization"));
+    fx.post(
+        path(Protocol::OpenAiResponses, false),
+        &first_turn(Protocol::OpenAiResponses, false),
+        &[("authorization", "Bearer harness-own-key")],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(up.auth_header.as_deref(), Some("x-api-key"));
+    let x = up
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-api-key")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(x.starts_with("harnes"), "{x}");
+    fx.stop().await;
+}
+
+/// The official Python `anthropic`, `openai` (Chat and Responses) and `google-genai` SDKs
+/// drive the proxy (tests/sdk_clients.py): tool-call and tool-result turns, streaming and not.
+/// Needs the venv that `scripts/ensure-sdk-venv.sh` creates (`.ci/run` does); skips, saying
+/// why, without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_clients_drive_the_proxy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("../../.ci-work/venv-sdk/bin/python");
+    if !std::fs::metadata(&python).is_ok_and(|m| m.is_file()) {
+        eprintln!(
+            "SKIPPED: {} missing; run scripts/ensure-sdk-venv.sh",
+            python.display()
+        );
+        return;
+    }
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let route = |name: &str, front, up| {
+            let mut r = Route::new(name, upstream_for(up, b));
+            r.front = Some(front);
+            r
+        };
+        let mut c = ProxyConfig::with_routes(vec![
+            route("a", Protocol::Anthropic, Protocol::OpenAiChat),
+            route("c", Protocol::OpenAiChat, Protocol::Anthropic),
+            route("r", Protocol::OpenAiResponses, Protocol::OpenAiChat),
+            route("g", Protocol::Gemini, Protocol::Anthropic),
+        ]);
+        c.proxy_token = Some(Secret::new("proxy-token"));
+        c
+    })
+    .await;
+    let out = tokio::process::Command::new(&python)
+        .arg(root.join("tests/sdk_clients.py"))
+        .arg(&fx.proxy)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running python: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "sdk script failed\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok: ")).count(),
+        16,
+        "{stdout}"
+    );
+    fx.stop().await;
+}
