@@ -98,6 +98,52 @@ pub enum ReasoningOrigin {
     Gemini,
 }
 
+const SIGNATURE_TAG: &str = "babysitter.";
+
+impl ReasoningOrigin {
+    fn tag(self) -> &'static str {
+        match self {
+            ReasoningOrigin::Anthropic => "anthropic",
+            ReasoningOrigin::OpenAiChat => "openai-chat",
+            ReasoningOrigin::OpenAiResponses => "openai-responses",
+            ReasoningOrigin::Gemini => "gemini",
+        }
+    }
+
+    /// The signature an Anthropic *client* is given for reasoning of this origin: Anthropic
+    /// signatures unchanged; others tagged `babysitter.<origin>.<opaque>` so that when the
+    /// client sends the thinking block back (Claude Code returns signatures verbatim) the
+    /// proxy knows whose it is and can replay it to that provider — and drop it for any other
+    /// (spec §10 rules 1 and 3). Responses `encrypted_content` and Gemini thought signatures
+    /// thereby survive a round trip through Claude Code.
+    pub fn client_signature(self, signature: &str) -> String {
+        match self {
+            ReasoningOrigin::Anthropic => signature.to_owned(),
+            other => format!("{SIGNATURE_TAG}{}.{signature}", other.tag()),
+        }
+    }
+
+    /// Inverse of [`ReasoningOrigin::client_signature`] for a signature an Anthropic client
+    /// sent back.
+    pub fn from_client_signature(signature: &str) -> (ReasoningOrigin, String) {
+        if let Some(rest) = signature.strip_prefix(SIGNATURE_TAG) {
+            for origin in [
+                ReasoningOrigin::OpenAiChat,
+                ReasoningOrigin::OpenAiResponses,
+                ReasoningOrigin::Gemini,
+            ] {
+                if let Some(sig) = rest
+                    .strip_prefix(origin.tag())
+                    .and_then(|r| r.strip_prefix('.'))
+                {
+                    return (origin, sig.to_owned());
+                }
+            }
+        }
+        (ReasoningOrigin::Anthropic, signature.to_owned())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Image {
     Base64 { media_type: String, data: String },

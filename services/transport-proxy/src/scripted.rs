@@ -619,15 +619,20 @@ fn sample(schema: &Value) -> Value {
     }
 }
 
+/// Reasoning a scripted server of protocol `p` returns is that provider's own.
+fn origin_of(p: Protocol) -> ReasoningOrigin {
+    match p {
+        Protocol::Anthropic => ReasoningOrigin::Anthropic,
+        Protocol::OpenAiChat => ReasoningOrigin::OpenAiChat,
+        Protocol::OpenAiResponses => ReasoningOrigin::OpenAiResponses,
+        Protocol::Gemini => ReasoningOrigin::Gemini,
+    }
+}
+
 fn canonical_reply(p: Protocol, reply: &Reply) -> (Vec<Part>, StopReason, Usage) {
     let mut parts = Vec::new();
     if let Some(t) = &reply.thinking {
-        let origin = match p {
-            Protocol::Anthropic => ReasoningOrigin::Anthropic,
-            Protocol::OpenAiChat => ReasoningOrigin::OpenAiChat,
-            Protocol::OpenAiResponses => ReasoningOrigin::OpenAiResponses,
-            Protocol::Gemini => ReasoningOrigin::Gemini,
-        };
+        let origin = origin_of(p);
         parts.push(Part::Reasoning {
             text: t.text.clone(),
             signature: t.signature.clone(),
@@ -761,7 +766,12 @@ fn render_reply(p: Protocol, req: &Request, reply: &Reply) -> Response {
                     .into_iter()
                     .map(BlockDelta::Reasoning)
                     .collect();
-                d.extend(signature.clone().map(BlockDelta::Signature));
+                let origin = origin_of(p);
+                d.extend(
+                    signature
+                        .as_deref()
+                        .map(|s| BlockDelta::Signature(origin.client_signature(s))),
+                );
                 (BlockStart::Reasoning, d)
             }
             Part::Text(t) => (

@@ -1165,3 +1165,88 @@ async fn t30_messages_count_tokens_answers_input_tokens() {
     );
     fx.stop().await;
 }
+
+/// Spec §10 rule 1 across protocols: a Responses provider's `encrypted_content` and a Gemini
+/// thought signature reach Claude Code as tagged thinking signatures and go back to the same
+/// provider byte for byte on the next turn, streaming and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_signatures_round_trip_through_an_anthropic_client() {
+    for (up, sig) in [
+        (Protocol::OpenAiResponses, "gAAAA-ENC-1+/="),
+        (Protocol::Gemini, "TS-gem-1+/="),
+    ] {
+        let s = script(json!({"turns": [
+            {"when": {"has_tool_result": false}, "reply": {"thinking": {"text": "plan", "signature": sig},
+                "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}},
+            {"when": {"has_tool_result": true}, "reply": {"text": "done"}}]}));
+        let fx = Fixture::simple(Some(s), up).await;
+        for stream in [false, true] {
+            let (_, _, text) = fx
+                .post(
+                    path(Protocol::Anthropic, stream),
+                    &first_turn(Protocol::Anthropic, stream),
+                    &[],
+                )
+                .await;
+            let (thinking, signature, call) = if stream {
+                let evs = sse_events(&text);
+                let t: String = evs
+                    .iter()
+                    .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+                    .collect();
+                let s: String = evs
+                    .iter()
+                    .filter_map(|(_, d)| d["delta"]["signature"].as_str())
+                    .collect();
+                let seen = read_sse(Protocol::Anthropic, &text);
+                (t, s, seen.calls[0].clone())
+            } else {
+                let v: Value = serde_json::from_str(&text).unwrap_or_default();
+                let seen = read_json(Protocol::Anthropic, &v);
+                (
+                    s_of(&v["content"][0]["thinking"]),
+                    s_of(&v["content"][0]["signature"]),
+                    seen.calls[0].clone(),
+                )
+            };
+            assert_eq!(thinking, "plan", "{up} stream={stream}: {text}");
+            assert!(
+                signature.ends_with(sig) && signature.starts_with("babysitter."),
+                "{up} stream={stream}: {signature}: {text}"
+            );
+            let mut body = first_turn(Protocol::Anthropic, stream);
+            body["messages"] = json!([{"role":"user","content":"weather?"},
+                {"role":"assistant","content":[{"type":"thinking","thinking":thinking,"signature":signature},
+                    {"type":"tool_use","id":call.0,"name":call.1,"input":call.2}]},
+                {"role":"user","content":[{"type":"tool_result","tool_use_id":call.0,"content":"sun"}]}]);
+            let (status, _, text) = fx.post(path(Protocol::Anthropic, stream), &body, &[]).await;
+            assert_eq!(status, 200, "{text}");
+            let sent = fx.last_upstream().body;
+            let replayed = match up {
+                Protocol::OpenAiResponses => sent["input"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|i| i["type"] == "reasoning")
+                    .map(|i| s_of(&i["encrypted_content"])),
+                _ => sent["contents"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|c| c["parts"].as_array().into_iter().flatten())
+                    .find(|p| p["thought"] == true)
+                    .map(|p| s_of(&p["thoughtSignature"])),
+            };
+            assert_eq!(
+                replayed.as_deref(),
+                Some(sig),
+                "{up} stream={stream}: {sent}"
+            );
+        }
+        fx.stop().await;
+    }
+}
+
+fn s_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}

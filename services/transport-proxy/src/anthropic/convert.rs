@@ -202,11 +202,20 @@ fn content_to_parts(content: Content, path: &str) -> Result<Vec<Part>, ProxyErro
             Block::Thinking {
                 thinking,
                 signature,
-            } => Part::Reasoning {
-                text: thinking,
-                signature,
-                origin: ReasoningOrigin::Anthropic,
-            },
+            } => {
+                let (origin, signature) = match signature {
+                    Some(s) => {
+                        let (o, s) = ReasoningOrigin::from_client_signature(&s);
+                        (o, Some(s))
+                    }
+                    None => (ReasoningOrigin::Anthropic, None),
+                };
+                Part::Reasoning {
+                    text: thinking,
+                    signature,
+                    origin,
+                }
+            }
             Block::RedactedThinking { data } => Part::RedactedReasoning { data },
         });
     }
@@ -456,19 +465,25 @@ pub fn canonical_to_response(resp: &Response) -> Result<Value, ProxyError> {
 }
 
 /// Blocks for an Anthropic *client*: unlike an upstream, a client sees reasoning of any origin
-/// as thinking blocks (T4); a foreign signature is not forwarded since it would not validate.
+/// as thinking blocks (T4); a foreign signature travels tagged with its origin
+/// ([`ReasoningOrigin::client_signature`]), so it is replayed only to its own provider.
 fn anthropic_client_blocks(parts: &[Part]) -> Vec<ContentBlock> {
     parts
         .iter()
         .flat_map(|p| match p {
             Part::Reasoning {
                 text,
-                origin: ReasoningOrigin::OpenAiChat,
-                ..
-            } => {
+                signature,
+                origin,
+            } if *origin != ReasoningOrigin::Anthropic => {
                 vec![ContentBlock::Known(Block::Thinking {
                     thinking: text.clone(),
-                    signature: Some(String::new()),
+                    signature: Some(
+                        signature
+                            .as_deref()
+                            .map(|s| origin.client_signature(s))
+                            .unwrap_or_default(),
+                    ),
                 })]
             }
             other => parts_to_blocks(std::slice::from_ref(other)),

@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 
 use super::GenerateResponse;
 use super::convert::{usage_from_wire, usage_to_json};
-use crate::canonical::{BlockDelta, BlockStart, StopReason, StreamEvent, ToolCall, Usage};
+use crate::canonical::{
+    BlockDelta, BlockStart, ReasoningOrigin, StopReason, StreamEvent, ToolCall, Usage,
+};
 use crate::error::{ErrorKind, StreamError, gemini_error_body};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
 use crate::sigstore::SignatureStore;
@@ -135,10 +137,11 @@ impl StreamDecoder for GeminiDecoder {
                     });
                     out.push(StreamEvent::BlockStop { index });
                 } else if let Some(text) = p.text {
-                    if text.is_empty() {
+                    let thought = p.thought == Some(true);
+                    let signature = p.thought_signature.filter(|_| thought);
+                    if text.is_empty() && signature.is_none() {
                         continue;
                     }
-                    let thought = p.thought == Some(true);
                     let index = match (self.open, thought) {
                         (Some(Open::Thought(i)), true) | (Some(Open::Text(i)), false) => i,
                         _ => {
@@ -153,12 +156,23 @@ impl StreamDecoder for GeminiDecoder {
                             i
                         }
                     };
+                    let text_is_empty = text.is_empty();
                     let delta = if thought {
                         BlockDelta::Reasoning(text)
                     } else {
                         BlockDelta::Text(text)
                     };
-                    out.push(StreamEvent::BlockDelta { index, delta });
+                    if !text_is_empty {
+                        out.push(StreamEvent::BlockDelta { index, delta });
+                    }
+                    if let Some(sig) = signature {
+                        out.push(StreamEvent::BlockDelta {
+                            index,
+                            delta: BlockDelta::Signature(
+                                ReasoningOrigin::Gemini.client_signature(&sig),
+                            ),
+                        });
+                    }
                 }
             }
             if cand.finish_reason.is_some() {
@@ -287,7 +301,14 @@ impl StreamEncoder for GeminiEncoder {
                 BlockDelta::Reasoning(t) => {
                     out.push(self.frame(vec![json!({"text": t, "thought": true})], None, false));
                 }
-                BlockDelta::Signature(_) => {}
+                BlockDelta::Signature(sig) => {
+                    if let (ReasoningOrigin::Gemini, s) =
+                        ReasoningOrigin::from_client_signature(&sig)
+                    {
+                        let part = json!({"text": "", "thought": true, "thoughtSignature": s});
+                        out.push(self.frame(vec![part], None, false));
+                    }
+                }
                 BlockDelta::ToolArguments(a) => {
                     if let Some(c) = self.calls.get_mut(&index) {
                         c.arguments.push_str(&a);

@@ -11,8 +11,8 @@
 //! `response.in_progress` first (T13), one output item per canonical block with its own
 //! `output_index` (interleaved tool calls stay separate, T11), every event with a monotonically
 //! increasing `sequence_number`, and a terminal response whose `output` equals the streamed
-//! items. No `data: [DONE]` (a Chat convention). Signature deltas of other providers are not
-//! forwarded: they would reach a Responses client as `encrypted_content` it cannot use.
+//! items. No `data: [DONE]` (a Chat convention). Only signatures tagged as a Responses
+//! provider's become `encrypted_content`; other providers' would be useless to the client.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -24,7 +24,9 @@ use super::convert::{
     usage_from_wire,
 };
 use super::{ResponseObject, item_type, str_field};
-use crate::canonical::{BlockDelta, BlockStart, StopReason, StreamEvent, ToolCall, Usage};
+use crate::canonical::{
+    BlockDelta, BlockStart, ReasoningOrigin, StopReason, StreamEvent, ToolCall, Usage,
+};
 use crate::error::{ErrorKind, StreamError};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
 use crate::sse::{SseEvent, named_frame};
@@ -87,6 +89,17 @@ impl ResponsesDecoder {
                     out.push(StreamEvent::BlockDelta {
                         index: b,
                         delta: BlockDelta::ToolArguments(args.to_owned()),
+                    });
+                }
+            }
+            "reasoning" => {
+                if let Some(enc) = item.get("encrypted_content").and_then(Value::as_str) {
+                    let b = self.block(idx, BlockStart::Reasoning, out);
+                    out.push(StreamEvent::BlockDelta {
+                        index: b,
+                        delta: BlockDelta::Signature(
+                            ReasoningOrigin::OpenAiResponses.client_signature(enc),
+                        ),
                     });
                 }
             }
@@ -301,7 +314,8 @@ impl ResponsesDecoder {
 #[derive(Debug)]
 enum EncItem {
     Text(String),
-    Reasoning(String),
+    /// Summary text and, when the upstream was a Responses provider, its encrypted content.
+    Reasoning(String, Option<String>),
     Call(ToolCall),
 }
 
@@ -346,7 +360,7 @@ impl ResponsesEncoder {
     fn item_id(&self, n: usize, item: &EncItem) -> String {
         let prefix = match item {
             EncItem::Text(_) => "msg",
-            EncItem::Reasoning(_) => "rs",
+            EncItem::Reasoning(..) => "rs",
             EncItem::Call(_) => "fc",
         };
         format!("{prefix}_{}_{n}", self.seed)
@@ -356,7 +370,7 @@ impl ResponsesEncoder {
         let id = self.item_id(n, item);
         match item {
             EncItem::Text(t) => message_item(&id, t.clone(), status),
-            EncItem::Reasoning(s) => reasoning_item(&id, s, None),
+            EncItem::Reasoning(s, enc) => reasoning_item(&id, s, enc.as_ref()),
             EncItem::Call(c) => function_call_item(&id, c, status),
         }
     }
@@ -394,7 +408,7 @@ impl ResponsesEncoder {
                     json!({"item_id": id, "output_index": n, "content_index": 0, "part": {"type": "output_text", "text": t, "annotations": []}}),
                 ),
             ],
-            EncItem::Reasoning(s) => vec![
+            EncItem::Reasoning(s, _) => vec![
                 (
                     "response.reasoning_summary_text.done",
                     json!({"item_id": id, "output_index": n, "summary_index": 0, "text": s}),
@@ -451,7 +465,7 @@ impl StreamEncoder for ResponsesEncoder {
                 self.ensure_started(&mut out);
                 let item = match block {
                     BlockStart::Text => EncItem::Text(String::new()),
-                    BlockStart::Reasoning => EncItem::Reasoning(String::new()),
+                    BlockStart::Reasoning => EncItem::Reasoning(String::new(), None),
                     BlockStart::ToolCall { id, name, .. } => EncItem::Call(ToolCall {
                         id,
                         name,
@@ -474,7 +488,7 @@ impl StreamEncoder for ResponsesEncoder {
                 );
                 match &item {
                     EncItem::Text(_) => self.frame("response.content_part.added", json!({"item_id": id, "output_index": n, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}), &mut out),
-                    EncItem::Reasoning(_) => self.frame("response.reasoning_summary_part.added", json!({"item_id": id, "output_index": n, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}), &mut out),
+                    EncItem::Reasoning(..) => self.frame("response.reasoning_summary_part.added", json!({"item_id": id, "output_index": n, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}), &mut out),
                     EncItem::Call(_) => {}
                 }
                 self.items.insert(n, (item, true));
@@ -495,7 +509,16 @@ impl StreamEncoder for ResponsesEncoder {
                             json!({"item_id": id, "output_index": n, "content_index": 0, "delta": t, "logprobs": []}),
                         ))
                     }
-                    (BlockDelta::Reasoning(t), Some((EncItem::Reasoning(acc), _))) => {
+                    (BlockDelta::Signature(sig), Some((EncItem::Reasoning(_, enc), _))) => {
+                        // Only a Responses provider's own encrypted content is given back.
+                        if let (ReasoningOrigin::OpenAiResponses, s) =
+                            ReasoningOrigin::from_client_signature(&sig)
+                        {
+                            *enc = Some(s);
+                        }
+                        None
+                    }
+                    (BlockDelta::Reasoning(t), Some((EncItem::Reasoning(acc, _), _))) => {
                         acc.push_str(&t);
                         Some((
                             "response.reasoning_summary_text.delta",
