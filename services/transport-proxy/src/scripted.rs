@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode, Uri};
@@ -210,6 +211,10 @@ impl ScriptedServer {
     ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        // Streams are written frame by frame: without TCP_NODELAY each waits for a delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let failures = script
             .as_ref()
             .map(|s| s.turns.iter().map(|_| AtomicU32::new(0)).collect())

@@ -16,6 +16,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use http::{HeaderMap, HeaderValue, header};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -310,6 +311,13 @@ pub async fn serve(
     state: Arc<Proxy>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // axum 0.8 leaves Nagle on: streamed frames would wait for the client's delayed ACK
+    // (~40 ms per stream), so every accepted socket gets TCP_NODELAY.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
