@@ -53,6 +53,10 @@ pub struct ConfigFile {
     /// Routes, tried by priority (highest first), ties in file order. Since v0.2.
     #[serde(default)]
     pub routes: Vec<RouteFile>,
+    /// The gRPC control API (`TransportProxyService`: routes and stats) and its listener,
+    /// limits and tokens; not served when absent. Since v0.2.
+    #[serde(default)]
+    pub control: Option<babysitter_common::server::ServerConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -206,6 +210,7 @@ pub struct ProxyConfig {
     pub signature_store_max_entries: usize,
     pub signature_store_ttl: Duration,
     pub routes: Vec<Route>,
+    pub control: Option<babysitter_common::server::ServerConfig>,
 }
 
 impl ProxyConfig {
@@ -219,19 +224,29 @@ impl ProxyConfig {
             signature_store_max_entries: default_sig_max(),
             signature_store_ttl: Duration::from_secs(default_sig_ttl()),
             routes,
+            control: None,
         }
     }
 
-    /// The route for a request: matching front and model, highest priority, earliest on ties.
+    /// The route for a request (see [`select_route`]).
     pub fn route_for(&self, front: Protocol, model: &str) -> Option<usize> {
-        let mut best: Option<(usize, i32)> = None;
-        for (i, r) in self.routes.iter().enumerate() {
-            if r.matches(front, model) && best.is_none_or(|(_, p)| r.priority > p) {
-                best = Some((i, r.priority));
-            }
-        }
-        best.map(|(i, _)| i)
+        select_route(self.routes.iter(), front, model)
     }
+}
+
+/// The route for a request: matching front and model, highest priority, earliest on ties.
+pub fn select_route<'a>(
+    routes: impl Iterator<Item = &'a Route>,
+    front: Protocol,
+    model: &str,
+) -> Option<usize> {
+    let mut best: Option<(usize, i32)> = None;
+    for (i, r) in routes.enumerate() {
+        if r.matches(front, model) && best.is_none_or(|(_, p)| r.priority > p) {
+            best = Some((i, r.priority));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +289,9 @@ pub struct Upstream {
     pub base_url: String,
     pub model: Option<String>,
     pub api_key: Option<Secret>,
+    /// Where `api_key` came from (names only, shown by the control API).
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
     pub pass_through_client_key: bool,
     pub azure_deployment: Option<String>,
     pub azure_api_version: Option<String>,
@@ -291,6 +309,8 @@ impl Upstream {
             base_url: base_url.into(),
             model: None,
             api_key: None,
+            api_key_env: None,
+            api_key_file: None,
             pass_through_client_key: false,
             azure_deployment: None,
             azure_api_version: None,
@@ -373,7 +393,8 @@ pub enum ConfigError {
     },
 }
 
-fn read_secret(
+/// Reads a key from the env var named `env_name`, else from `file`.
+pub fn read_secret(
     env_name: Option<&String>,
     file: Option<&PathBuf>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -451,6 +472,8 @@ impl ConfigFile {
                     base_url,
                     model: u.model.clone(),
                     api_key,
+                    api_key_env: u.api_key_env.clone(),
+                    api_key_file: u.api_key_file.clone(),
                     pass_through_client_key: u.pass_through_client_key,
                     azure_deployment: u.azure_deployment.clone(),
                     azure_api_version: u.azure_api_version.clone(),
@@ -473,6 +496,7 @@ impl ConfigFile {
             signature_store_max_entries: self.signature_store_max_entries,
             signature_store_ttl: Duration::from_secs(self.signature_store_ttl_secs),
             routes,
+            control: self.control,
         })
     }
 }
@@ -504,6 +528,8 @@ mod tests {
         );
         assert_eq!(cfg.routes[0].policy.max_retries, 3, "route override");
         assert_eq!(cfg.routes[1].policy.max_retries, 2, "defaults section");
+        let control = cfg.control.as_ref().map(|c| c.listen_addr.port());
+        assert_eq!(control, Some(50054));
     }
 
     #[test]

@@ -37,11 +37,23 @@ pub struct RouteRuntime {
     pub stats: Arc<RouteStats>,
 }
 
-/// The proxy: configuration, per-route clients and stats, the signature store.
+/// The routes in force, replaced as a whole on every change (requests in flight keep the
+/// snapshot they started with).
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    /// Increases on every change (compare-and-set for the control API).
+    pub revision: u64,
+    pub routes: Vec<Arc<RouteRuntime>>,
+}
+
+/// The proxy: configuration, the route table, per-route stats, the signature store.
 #[derive(Debug)]
 pub struct Proxy {
+    /// The configuration the proxy started with (its `routes` are the initial table).
     pub config: ProxyConfig,
-    pub routes: Vec<RouteRuntime>,
+    table: std::sync::RwLock<Arc<RouteTable>>,
+    /// Stats by route name, kept across route updates.
+    stats: std::sync::Mutex<std::collections::HashMap<String, Arc<RouteStats>>>,
     pub store: SignatureStore,
     started: tokio::time::Instant,
 }
@@ -79,33 +91,84 @@ impl Proxy {
                 SignatureStore::memory(config.signature_store_max_entries)
             }
         };
-        let mut routes = Vec::with_capacity(config.routes.len());
-        for route in &config.routes {
-            let client = reqwest::Client::builder()
-                .connect_timeout(route.policy.connect_timeout)
-                .build()?;
-            routes.push(RouteRuntime {
-                route: route.clone(),
-                client,
-                stats: Arc::default(),
-            });
-        }
-        Ok(Arc::new(Self {
+        let proxy = Self {
+            table: std::sync::RwLock::default(),
+            stats: std::sync::Mutex::default(),
             config,
-            routes,
             store,
             started: tokio::time::Instant::now(),
-        }))
+        };
+        let mut routes = Vec::with_capacity(proxy.config.routes.len());
+        for route in &proxy.config.routes {
+            routes.push(Arc::new(proxy.runtime(route.clone())?));
+        }
+        proxy.replace_table(|t| {
+            t.routes = routes;
+            Ok::<(), BuildError>(())
+        })?;
+        Ok(Arc::new(proxy))
+    }
+
+    /// A route with its own client (for its connect timeout) and its stats by name.
+    pub(crate) fn runtime(&self, route: Route) -> Result<RouteRuntime, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(route.policy.connect_timeout)
+            .build()?;
+        let stats = self
+            .stats
+            .lock()
+            .map(|mut s| s.entry(route.name.clone()).or_default().clone())
+            .unwrap_or_default();
+        Ok(RouteRuntime {
+            route,
+            client,
+            stats,
+        })
+    }
+
+    /// The routes in force now.
+    pub fn table(&self) -> Arc<RouteTable> {
+        self.table
+            .read()
+            .map(|t| t.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Applies `change` to a copy of the table and installs it with the next revision.
+    pub(crate) fn replace_table<E>(
+        &self,
+        change: impl FnOnce(&mut RouteTable) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        let mut guard = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = RouteTable {
+            revision: guard.revision + 1,
+            routes: guard.routes.clone(),
+        };
+        change(&mut next)?;
+        let revision = next.revision;
+        *guard = Arc::new(next);
+        Ok(revision)
+    }
+
+    /// Stats of every route ever configured, by name.
+    pub fn stats_by_name(&self) -> Vec<(String, Arc<RouteStats>)> {
+        let mut v: Vec<(String, Arc<RouteStats>)> = self
+            .stats
+            .lock()
+            .map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     pub fn uptime_secs(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
 
-    fn route(&self, front: Protocol, model: &str) -> Result<&RouteRuntime, ProxyError> {
-        self.config
-            .route_for(front, model)
-            .and_then(|i| self.routes.get(i))
+    fn route(&self, front: Protocol, model: &str) -> Result<Arc<RouteRuntime>, ProxyError> {
+        let table = self.table();
+        crate::config::select_route(table.routes.iter().map(|r| &r.route), front, model)
+            .and_then(|i| table.routes.get(i).cloned())
             .ok_or(ProxyError::NoRoute)
     }
 
@@ -115,10 +178,16 @@ impl Proxy {
     pub async fn generate(&self, inb: Inbound) -> Result<Response, ProxyError> {
         let canon = protocol::decode_request(inb.front, &inb.body, &inb.url)?;
         let rt = self.route(inb.front, &canon.model)?;
+        let rt = &*rt;
         let up = &rt.route.upstream;
         rt.stats
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if canon.stream {
+            rt.stats
+                .streaming_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let started = tokio::time::Instant::now();
         let fail = |e: ProxyError| {
             rt.stats.finish(&Usage::default(), true, started.elapsed());
@@ -217,6 +286,7 @@ impl Proxy {
         }
         let canon = protocol::decode_request(inb.front, &inb.body, &inb.url)?;
         let rt = self.route(inb.front, &canon.model)?;
+        let rt = &*rt;
         let up = &rt.route.upstream;
         let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
         if up.protocol == inb.front && matches!(up.protocol, Protocol::Anthropic | Protocol::Gemini)
@@ -251,7 +321,7 @@ impl Proxy {
     /// Distinct model names the routes send upstream, else the route names.
     pub fn model_ids(&self) -> Vec<(String, &'static str)> {
         let mut out: Vec<(String, &'static str)> = Vec::new();
-        for r in &self.config.routes {
+        for r in self.table().routes.iter().map(|r| &r.route) {
             let id = r.upstream.model.clone().unwrap_or_else(|| r.name.clone());
             let owner = r.upstream.protocol.name();
             if !out.iter().any(|(i, _)| *i == id) {

@@ -20,6 +20,7 @@ const BUCKETS: [f64; 12] = [
 #[derive(Debug, Default)]
 pub struct RouteStats {
     pub requests: AtomicU64,
+    pub streaming_requests: AtomicU64,
     pub errors: AtomicU64,
     pub retries: AtomicU64,
     pub input_tokens: AtomicU64,
@@ -59,7 +60,25 @@ impl RouteStats {
     }
 }
 
-fn get(c: &AtomicU64) -> u64 {
+impl RouteStats {
+    /// `(le_seconds, cumulative count)` per bucket, the total count and the sum in seconds.
+    pub fn histogram(&self) -> (Vec<(f64, u64)>, u64, f64) {
+        let buckets = self
+            .buckets
+            .iter()
+            .zip(BUCKETS)
+            .map(|(b, le)| (le, get(b)))
+            .collect();
+        (
+            buckets,
+            get(&self.latency_count),
+            get(&self.latency_micros_sum) as f64 / 1e6,
+        )
+    }
+}
+
+/// A counter's value.
+pub fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 

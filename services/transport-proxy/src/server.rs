@@ -56,11 +56,9 @@ async fn health() -> impl IntoResponse {
 }
 
 async fn metrics_handler(State(st): State<Arc<Proxy>>, headers: HeaderMap) -> Response {
-    let routes: Vec<(&str, &metrics::RouteStats)> = st
-        .routes
-        .iter()
-        .map(|r| (r.route.name.as_str(), &*r.stats))
-        .collect();
+    let all = st.stats_by_name();
+    let routes: Vec<(&str, &metrics::RouteStats)> =
+        all.iter().map(|(n, s)| (n.as_str(), &**s)).collect();
     let wants_json = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
