@@ -8,7 +8,7 @@
 //! (Anthropic `/v1/messages` → Chat), and LiteLLM when `scripts/ensure-litellm.sh` installed it
 //! (else its rows are skipped, saying why). All on 127.0.0.1, all stopped by PID at the end.
 //! Environment knobs: `BENCH_N` (sequential requests, default 200), `BENCH_RATE_SECS` (length
-//! of the 1,000 req/s run, default 3).
+//! of the 1,000 req/s run, default 3), `BENCH_SOAK_ROUNDS` (memory soak rounds, default 5).
 #![allow(clippy::print_stdout)] // a bench binary: its figures are its output
 
 use std::io::{BufRead, BufReader};
@@ -408,6 +408,19 @@ async fn main() -> anyhow::Result<()> {
         let (c_ls, rps_ls) = concurrent(&http, t, true, 64, n / 8).await?;
         row(&format!("LiteLLM, streaming ({rps_ls:.0} req/s)"), c_ls);
     }
+
+    let rounds: usize = std::env::var("BENCH_SOAK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    print!(
+        "\nsoak (T31): {rounds} rounds × 2,048 streaming requests, 64 concurrent; proxy RSS MB after each:"
+    );
+    for _ in 0..rounds {
+        concurrent(&http, &via_proxy, true, 64, 32).await?;
+        print!(" {:.1}", rss_mb(proxy_pid));
+    }
+    println!();
 
     println!("\nopen loop at 1,000 requests/s for {rate_secs} s, non-streaming; times in ms\n");
     let r_d = paced(&http, &direct, 1000, rate_secs).await?;
