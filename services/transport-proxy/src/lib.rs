@@ -22,6 +22,7 @@
 //! upstream, streaming and not. Responses, Gemini, retries and metrics come later.
 #![forbid(unsafe_code)]
 
+pub mod agent_mux;
 pub mod anthropic;
 pub mod canonical;
 pub mod checks;

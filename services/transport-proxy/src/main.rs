@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use babysitter_common::env::EnvMap;
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
+use babysitter_transport_proxy::agent_mux;
 use babysitter_transport_proxy::config::ConfigFile;
 use babysitter_transport_proxy::forward::Proxy;
 use babysitter_transport_proxy::grpc::TransportProxyGrpcServer;
@@ -18,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 /// Gemini in front, any of them upstream.
 #[derive(Debug, Parser)]
 struct Args {
-    /// TOML config file (see transport-proxy.example.toml).
+    /// TOML config file (see transport-proxy.example.toml). Without it the reference's
+    /// `AGENT_MUX_PROXY_*` environment contract is used (one route, a client token).
     #[arg(long, env = "BABYSITTER_TRANSPORT_PROXY_CONFIG")]
-    config: PathBuf,
+    config: Option<PathBuf>,
     /// Listen address, overriding the config's `listen`.
     #[arg(long)]
     listen: Option<String>,
@@ -33,14 +35,26 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("reading {}", args.config.display()))?;
-    let mut file = ConfigFile::from_toml(&text)?;
-    if let Some(l) = args.listen {
-        file.listen = l;
-    }
     let env = EnvMap::from_process();
-    let config = file.resolve(&|k| env.get(k).map(str::to_owned))?;
+    let lookup = |k: &str| env.get(k).map(str::to_owned);
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            ConfigFile::from_toml(&text)?.resolve(&lookup)?
+        }
+        None if agent_mux::requested(&lookup) => agent_mux::config_from_env(&lookup)?,
+        None => anyhow::bail!("give --config or set AGENT_MUX_PROXY_TARGET_PROVIDER"),
+    };
+    if let Some(l) = args.listen {
+        config.listen = l.parse().with_context(|| format!("invalid --listen {l}"))?;
+    }
+    // The launcher contract (spec §1): the client token is part of the ready line.
+    let auth_token = args
+        .config
+        .is_none()
+        .then(|| config.proxy_token.as_ref().map(|t| t.expose().to_owned()))
+        .flatten();
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
     let control = config.control.clone();
@@ -49,6 +63,9 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let mut ready =
         serde_json::json!({"event": "ready", "port": addr.port(), "url": format!("http://{addr}")});
+    if let Some(t) = auth_token {
+        ready["auth_token"] = serde_json::json!(t);
+    }
     let grpc = match control {
         None => None,
         Some(cfg) => {
