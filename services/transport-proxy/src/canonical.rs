@@ -34,6 +34,66 @@ pub struct Request {
     pub stream: bool,
     /// The client asked for a usage chunk at the end of a Chat stream.
     pub include_usage: bool,
+    /// Structured output: JSON (optionally to a schema) instead of free text.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// Structured-output hint (Chat `response_format`, Responses `text.format`, Anthropic
+/// `output_config.format`, Gemini `responseMimeType` + `responseJsonSchema`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON matching `schema`.
+    JsonSchema {
+        name: Option<String>,
+        schema: Value,
+        strict: Option<bool>,
+    },
+}
+
+impl ResponseFormat {
+    /// From an OpenAI-style `{type, json_schema:{name, schema, strict}}` (Chat) or flat
+    /// `{type, name, schema, strict}` (Responses, Anthropic) object; `text` = none.
+    pub fn from_openai(v: &Value) -> Option<Self> {
+        match v.get("type").and_then(Value::as_str) {
+            Some("json_object") => Some(Self::JsonObject),
+            Some("json_schema") => {
+                let inner = v.get("json_schema").unwrap_or(v);
+                Some(Self::JsonSchema {
+                    name: inner.get("name").and_then(Value::as_str).map(str::to_owned),
+                    schema: inner
+                        .get("schema")
+                        .cloned()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                    strict: inner.get("strict").and_then(Value::as_bool),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Flat form (Responses `text.format`, Anthropic `output_config.format`); `None` for
+    /// [`ResponseFormat::JsonObject`] when `json_object_ok` is false (Anthropic has none).
+    pub fn to_flat(&self, json_object_ok: bool) -> Option<Value> {
+        match self {
+            Self::JsonObject => json_object_ok.then(|| serde_json::json!({"type": "json_object"})),
+            Self::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => {
+                let mut v = serde_json::json!({"type": "json_schema", "schema": schema});
+                if let Some(n) = name {
+                    v["name"] = serde_json::json!(n);
+                }
+                if let Some(s) = strict {
+                    v["strict"] = serde_json::json!(s);
+                }
+                Some(v)
+            }
+        }
+    }
 }
 
 /// A text part with an optional cache hint (Anthropic `cache_control`, kept opaque).

@@ -236,3 +236,69 @@ fn every_pair_keeps_system_tools_choice_sampling_history_and_pairing() {
         }
     }
 }
+
+fn schema() -> Value {
+    json!({"type":"object","properties":{"complexity_score":{"type":"integer","minimum":1}},"required":["complexity_score"]})
+}
+
+/// A structured-output request in each front protocol.
+fn json_mode_body(p: Protocol) -> Value {
+    let msgs = json!([{"role":"user","content":"route me"}]);
+    match p {
+        Protocol::Anthropic => json!({"model":"m","max_tokens":50,"messages":msgs,
+            "output_config":{"format":{"type":"json_schema","schema":schema()}}}),
+        Protocol::OpenAiChat => json!({"model":"m","messages":msgs,
+            "response_format":{"type":"json_schema","json_schema":{"name":"router","schema":schema()}}}),
+        Protocol::OpenAiResponses => json!({"model":"m","input":msgs,
+            "text":{"format":{"type":"json_schema","name":"router","schema":schema()}}}),
+        Protocol::Gemini => json!({"contents":[{"role":"user","parts":[{"text":"route me"}]}],
+            "generationConfig":{"responseMimeType":"application/json","responseSchema":{"type":"OBJECT","properties":{"complexity_score":{"type":"INTEGER","minimum":1}},"required":["complexity_score"]}}}),
+    }
+}
+
+/// The schema an upstream body of protocol `p` asks for.
+fn requested_schema(p: Protocol, b: &Value) -> Value {
+    match p {
+        Protocol::Anthropic => b["output_config"]["format"]["schema"].clone(),
+        Protocol::OpenAiChat => {
+            assert_eq!(b["response_format"]["type"], "json_schema");
+            b["response_format"]["json_schema"]["schema"].clone()
+        }
+        Protocol::OpenAiResponses => b["text"]["format"]["schema"].clone(),
+        Protocol::Gemini => {
+            assert_eq!(
+                b["generationConfig"]["responseMimeType"],
+                "application/json"
+            );
+            b["generationConfig"]["responseJsonSchema"].clone()
+        }
+    }
+}
+
+/// Structured output (Gemini CLI's router call, Claude Code's title call, Codex
+/// `--output-schema`) keeps its JSON schema across every pair.
+#[test]
+fn every_pair_keeps_structured_output_schema() {
+    let store = SignatureStore::memory(4);
+    let opts = EncodeOptions {
+        default_max_tokens: 100,
+        forward_reasoning_effort: false,
+    };
+    for front in Protocol::ALL {
+        let url = UrlFacts {
+            model: Some("m".into()),
+            stream: Some(false),
+        };
+        let canon = decode_request(front, json_mode_body(front).to_string().as_bytes(), &url)
+            .unwrap_or_else(|e| panic!("{front}: {e}"));
+        for up in Protocol::ALL {
+            let wire =
+                encode_request(up, &canon, "t", opts, &store).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                requested_schema(up, &wire),
+                schema(),
+                "{front} -> {up}: {wire}"
+            );
+        }
+    }
+}

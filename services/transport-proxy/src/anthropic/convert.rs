@@ -119,6 +119,12 @@ pub fn request_to_canonical(req: MessagesRequest) -> Result<Request, ProxyError>
         },
         stream: req.stream.unwrap_or(false),
         include_usage: true,
+        response_format: req
+            .output_config
+            .as_ref()
+            .and_then(|c| c.get("format"))
+            .or_else(|| req.extra.get("output_format"))
+            .and_then(crate::canonical::ResponseFormat::from_openai),
     })
 }
 
@@ -404,7 +410,14 @@ pub fn canonical_to_request(
             user_id: Some(u),
             extra: Default::default(),
         }),
-        output_config,
+        output_config: match req.response_format.as_ref().and_then(|f| f.to_flat(false)) {
+            Some(format) => {
+                let mut c = output_config.unwrap_or_else(|| json!({}));
+                c["format"] = format;
+                Some(c)
+            }
+            None => output_config,
+        },
         extra: Default::default(),
     }
 }

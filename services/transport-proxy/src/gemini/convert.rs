@@ -199,6 +199,22 @@ pub fn request_to_canonical(
     if !gc.extra.is_empty() || !req.extra.is_empty() {
         tracing::debug!("gemini fields without canonical equivalent dropped");
     }
+    let json_mode =
+        gc.extra.get("responseMimeType").and_then(Value::as_str) == Some("application/json");
+    let response_format = json_mode.then(|| {
+        match gc
+            .extra
+            .get("responseJsonSchema")
+            .or_else(|| gc.extra.get("responseSchema"))
+        {
+            Some(schema) => crate::canonical::ResponseFormat::JsonSchema {
+                name: None,
+                schema: lower_types(schema.clone()),
+                strict: None,
+            },
+            None => crate::canonical::ResponseFormat::JsonObject,
+        }
+    });
     Ok(Request {
         model,
         system,
@@ -215,6 +231,7 @@ pub fn request_to_canonical(
         metadata: Metadata::default(),
         stream,
         include_usage: true,
+        response_format,
     })
 }
 
@@ -499,7 +516,17 @@ pub fn canonical_to_request(req: &Request, store: &SignatureStore) -> GenerateRe
             top_k: req.top_k,
             stop_sequences: (!req.stop_sequences.is_empty()).then(|| req.stop_sequences.clone()),
             thinking_config,
-            extra: Map::new(),
+            extra: match &req.response_format {
+                None => Map::new(),
+                Some(f) => {
+                    let mut m = Map::new();
+                    m.insert("responseMimeType".into(), json!("application/json"));
+                    if let crate::canonical::ResponseFormat::JsonSchema { schema, .. } = f {
+                        m.insert("responseJsonSchema".into(), schema.clone());
+                    }
+                    m
+                }
+            },
         }),
         extra: Map::new(),
     }

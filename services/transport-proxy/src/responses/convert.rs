@@ -109,6 +109,11 @@ pub fn request_to_canonical(req: ResponsesRequest) -> Result<Request, ProxyError
         metadata: Metadata { user_id: req.user },
         stream: req.stream.unwrap_or(false),
         include_usage: true,
+        response_format: req
+            .extra
+            .get("text")
+            .and_then(|t| t.get("format"))
+            .and_then(crate::canonical::ResponseFormat::from_openai),
     })
 }
 
@@ -352,6 +357,13 @@ pub fn canonical_to_request(req: &Request, model: &str) -> Value {
     }
     if let Some(u) = &req.metadata.user_id {
         body["user"] = json!(u);
+    }
+    if let Some(f) = req.response_format.as_ref().and_then(|f| f.to_flat(true)) {
+        let mut f = f;
+        if f.get("type") == Some(&json!("json_schema")) && f.get("name").is_none() {
+            f["name"] = json!("response");
+        }
+        body["text"] = json!({"format": f});
     }
     body
 }
