@@ -24,21 +24,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
 use bytes::Bytes;
-use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::canonical::{
-    BlockDelta, BlockStart, Part, ReasoningOrigin, Request, Role, StopReason, StreamEvent,
-    TextPart, Tool, ToolCall, Usage,
-};
+use crate::canonical::{Part, Request, Role, Tool};
 use crate::error::{ErrorKind, render};
 use crate::protocol::{self, Protocol, UrlFacts};
+
+mod harness;
+mod render;
+
+pub use harness::harness_reply;
+use render::render_reply;
 
 /// A script: turns tried in order.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -438,21 +439,21 @@ async fn answer(
     render_reply(p, &req, &reply)
 }
 
-fn assistant_turns(req: &Request) -> usize {
+pub(crate) fn assistant_turns(req: &Request) -> usize {
     req.messages
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .count()
 }
 
-fn has_tool_result(req: &Request) -> bool {
+pub(crate) fn has_tool_result(req: &Request) -> bool {
     req.messages
         .iter()
         .flat_map(|m| &m.content)
         .any(|p| matches!(p, Part::ToolResult(_)))
 }
 
-fn last_user_text(req: &Request) -> String {
+pub(crate) fn last_user_text(req: &Request) -> String {
     req.messages
         .iter()
         .rev()
@@ -513,330 +514,4 @@ fn check(exp: &Expect, req: &Request, raw: &Value) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The built-in harness rule of `harnesses.md` §7.2.
-pub fn harness_reply(req: &Request, raw: &Value) -> Reply {
-    let json_mode = raw
-        .pointer("/generationConfig/responseMimeType")
-        .and_then(Value::as_str)
-        == Some("application/json");
-    if json_mode {
-        let schema = raw
-            .pointer("/generationConfig/responseJsonSchema")
-            .or_else(|| raw.pointer("/generationConfig/responseSchema"))
-            .cloned()
-            .unwrap_or(json!({}));
-        return Reply {
-            text: Some(sample(&schema).to_string()),
-            ..Reply::default()
-        };
-    }
-    const SHELLS: [&str; 7] = [
-        "Bash",
-        "bash",
-        "shell",
-        "shell_command",
-        "exec_command",
-        "run_shell_command",
-        "local_shell",
-    ];
-    let shell = SHELLS.iter().find_map(|want| {
-        req.tools.iter().find_map(|t| match t {
-            Tool::Function {
-                name, parameters, ..
-            } if name == want => Some((name.clone(), parameters.clone())),
-            _ => None,
-        })
-    });
-    if let Some((name, schema)) = shell.filter(|_| !has_tool_result(req)) {
-        let command = "echo hello > out.txt";
-        let props = schema.get("properties").cloned().unwrap_or(json!({}));
-        let mut args = serde_json::Map::new();
-        for key in ["command", "cmd"] {
-            if let Some(prop) = props.get(key) {
-                let v = if prop.get("type").and_then(Value::as_str) == Some("array") {
-                    json!(["bash", "-lc", command])
-                } else {
-                    json!(command)
-                };
-                args.insert(key.to_owned(), v);
-                break;
-            }
-        }
-        if args.is_empty() {
-            args.insert("command".to_owned(), json!(command));
-        }
-        if props.get("description").is_some() {
-            args.insert("description".to_owned(), json!("Write hello to out.txt"));
-        }
-        return Reply {
-            tool_calls: vec![ScriptedCall {
-                id: None,
-                name,
-                arguments: Value::Object(args),
-                thought_signature: None,
-            }],
-            ..Reply::default()
-        };
-    }
-    let text = if last_user_text(req).contains("Stop hook feedback") {
-        "DONE-AGAIN"
-    } else {
-        "DONE"
-    };
-    Reply {
-        text: Some(text.to_owned()),
-        ..Reply::default()
-    }
-}
-
-/// A value satisfying a (simple) JSON schema.
-fn sample(schema: &Value) -> Value {
-    if let Some(e) = schema
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|a| a.first())
-    {
-        return e.clone();
-    }
-    let ty = schema
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("object")
-        .to_ascii_lowercase();
-    match ty.as_str() {
-        "object" => Value::Object(
-            schema
-                .get("properties")
-                .and_then(Value::as_object)
-                .map(|p| p.iter().map(|(k, v)| (k.clone(), sample(v))).collect())
-                .unwrap_or_default(),
-        ),
-        "string" => json!("simple"),
-        "integer" | "number" => {
-            let min = schema.get("minimum").and_then(Value::as_f64).unwrap_or(1.0);
-            json!(min.max(1.0) as i64)
-        }
-        "boolean" => json!(true),
-        "array" => json!([]),
-        _ => Value::Null,
-    }
-}
-
-/// Reasoning a scripted server of protocol `p` returns is that provider's own.
-fn origin_of(p: Protocol) -> ReasoningOrigin {
-    match p {
-        Protocol::Anthropic => ReasoningOrigin::Anthropic,
-        Protocol::OpenAiChat => ReasoningOrigin::OpenAiChat,
-        Protocol::OpenAiResponses => ReasoningOrigin::OpenAiResponses,
-        Protocol::Gemini => ReasoningOrigin::Gemini,
-    }
-}
-
-fn canonical_reply(p: Protocol, reply: &Reply) -> (Vec<Part>, StopReason, Usage) {
-    let mut parts = Vec::new();
-    if let Some(t) = &reply.thinking {
-        let origin = origin_of(p);
-        parts.push(Part::Reasoning {
-            text: t.text.clone(),
-            signature: t.signature.clone(),
-            origin,
-        });
-    }
-    if let Some(t) = &reply.text {
-        parts.push(Part::Text(TextPart::plain(t.clone())));
-    }
-    for (i, c) in reply.tool_calls.iter().enumerate() {
-        let prefix = if p == Protocol::Anthropic {
-            "toolu"
-        } else {
-            "call"
-        };
-        parts.push(Part::ToolCall(ToolCall {
-            id: c
-                .id
-                .clone()
-                .unwrap_or_else(|| format!("{prefix}_{}_{i}", ulid::Ulid::generate())),
-            name: c.name.clone(),
-            arguments: c.arguments.to_string(),
-            signature: c.thought_signature.clone(),
-        }));
-    }
-    let stop = reply
-        .stop
-        .as_deref()
-        .and_then(|s| StopReason::from_anthropic(s).ok())
-        .unwrap_or(if reply.tool_calls.is_empty() {
-            StopReason::EndTurn
-        } else {
-            StopReason::ToolUse
-        });
-    let u = reply.usage.unwrap_or(ScriptedUsage {
-        input: Some(100),
-        output: Some(10),
-        ..ScriptedUsage::default()
-    });
-    let usage = Usage {
-        input: u.input,
-        cache_read: u.cache_read,
-        cache_write: u.cache_write,
-        output: u.output,
-        reasoning: u.reasoning,
-    };
-    (parts, stop, usage)
-}
-
-fn render_reply(p: Protocol, req: &Request, reply: &Reply) -> Response {
-    if let Some(e) = &reply.error {
-        let (status, body) = render(
-            p,
-            ErrorKind::from_status(e.status),
-            e.message.as_deref().unwrap_or("scripted error"),
-        );
-        let mut resp = (
-            StatusCode::from_u16(e.status)
-                .unwrap_or(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)),
-            axum::Json(body),
-        )
-            .into_response();
-        if let Some(ra) = e
-            .retry_after
-            .as_deref()
-            .and_then(|v| http::HeaderValue::from_str(v).ok())
-        {
-            resp.headers_mut().insert(http::header::RETRY_AFTER, ra);
-        }
-        return resp;
-    }
-    if let Some(v) = &reply.raw_json {
-        return axum::Json(v.clone()).into_response();
-    }
-    if let Some(frames) = &reply.raw_sse {
-        let frames: Vec<Result<Bytes, std::convert::Infallible>> =
-            frames.iter().map(|f| Ok(Bytes::from(f.clone()))).collect();
-        let stall = reply.stall;
-        let stream = futures::stream::iter(frames).chain(futures::stream::unfold(
-            stall,
-            |stall| async move {
-                if stall {
-                    std::future::pending::<()>().await;
-                }
-                None
-            },
-        ));
-        return sse(Body::from_stream(stream));
-    }
-    let (parts, stop, usage) = canonical_reply(p, reply);
-    let id = ulid::Ulid::generate().to_string();
-    let model = if req.model.is_empty() {
-        "fake-model".to_owned()
-    } else {
-        req.model.clone()
-    };
-    if !req.stream {
-        let resp = crate::canonical::Response {
-            id: match p {
-                Protocol::Anthropic => format!("msg_{id}"),
-                Protocol::OpenAiChat => format!("chatcmpl-{id}"),
-                Protocol::OpenAiResponses => format!("resp_{id}"),
-                Protocol::Gemini => id,
-            },
-            model,
-            content: parts,
-            stop,
-            stop_sequence: None,
-            usage,
-        };
-        return match protocol::encode_response(p, &resp) {
-            Ok(v) => axum::Json(v).into_response(),
-            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-        };
-    }
-    let chunk = reply.chunk_chars.unwrap_or(4).max(1);
-    let mut events = vec![StreamEvent::MessageStart {
-        id: String::new(),
-        model: model.clone(),
-        usage: Usage {
-            output: Some(1),
-            ..usage
-        },
-    }];
-    for (index, part) in parts.iter().enumerate() {
-        let (start, deltas): (BlockStart, Vec<BlockDelta>) = match part {
-            Part::Reasoning {
-                text, signature, ..
-            } => {
-                let mut d: Vec<BlockDelta> = pieces(text, chunk)
-                    .into_iter()
-                    .map(BlockDelta::Reasoning)
-                    .collect();
-                let origin = origin_of(p);
-                d.extend(
-                    signature
-                        .as_deref()
-                        .map(|s| BlockDelta::Signature(origin.client_signature(s))),
-                );
-                (BlockStart::Reasoning, d)
-            }
-            Part::Text(t) => (
-                BlockStart::Text,
-                pieces(&t.text, chunk)
-                    .into_iter()
-                    .map(BlockDelta::Text)
-                    .collect(),
-            ),
-            Part::ToolCall(c) => (
-                BlockStart::ToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    signature: c.signature.clone(),
-                },
-                pieces(&c.arguments, c.arguments.len().div_ceil(2).max(1))
-                    .into_iter()
-                    .map(BlockDelta::ToolArguments)
-                    .collect(),
-            ),
-            _ => continue,
-        };
-        events.push(StreamEvent::BlockStart {
-            index,
-            block: start,
-        });
-        events.extend(
-            deltas
-                .into_iter()
-                .map(|delta| StreamEvent::BlockDelta { index, delta }),
-        );
-        events.push(StreamEvent::BlockStop { index });
-    }
-    events.push(StreamEvent::Usage(usage));
-    events.push(StreamEvent::MessageStop {
-        stop,
-        stop_sequence: None,
-    });
-    let mut enc = protocol::stream_encoder(p, &id, model, true);
-    let frames: Vec<Result<Bytes, std::convert::Infallible>> = events
-        .into_iter()
-        .flat_map(|e| enc.on_event(e))
-        .map(Ok)
-        .collect();
-    sse(Body::from_stream(futures::stream::iter(frames)))
-}
-
-fn pieces(s: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    chars.chunks(n).map(|c| c.iter().collect()).collect()
-}
-
-fn sse(body: Body) -> Response {
-    let mut resp = Response::new(body);
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/event-stream"),
-    );
-    resp
 }
