@@ -1,5 +1,6 @@
 //! The real Claude Code CLI (npm `@anthropic-ai/claude-code` 2.1.197, pinned) runs headless
-//! through the proxy to an OpenAI-Chat scripted upstream and completes a tool-call turn:
+//! through the proxy to a scripted upstream of every protocol (OpenAI Chat, Gemini, OpenAI
+//! Responses, and Anthropic as passthrough) and completes a tool-call turn each time:
 //! `out.txt` holds `hello`, the final answer is `DONE`, exit 0 (`harnesses.md` §1, §7).
 //! Needs the CLI that `scripts/ensure-claude-code.sh` installs (`.ci/run` does); skips, saying
 //! why, without it. Outside traffic is pointed at a dead loopback proxy, so the run is offline.
@@ -15,7 +16,21 @@ use fixture::{Fixture, upstream_for};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream() {
+async fn claude_code_completes_a_tool_turn_through_the_proxy_to_every_upstream() {
+    for upstream in [
+        Protocol::OpenAiChat,
+        Protocol::Gemini,
+        Protocol::OpenAiResponses,
+        Protocol::Anthropic,
+    ] {
+        if !run(upstream).await {
+            return;
+        }
+    }
+}
+
+/// One Claude Code run against a scripted `upstream`; false when the CLI is missing.
+async fn run(upstream: Protocol) -> bool {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let claude = root.join("../../.ci-work/harness-claude/node_modules/.bin/claude");
     if !std::fs::metadata(&claude).is_ok_and(|m| m.is_file()) {
@@ -23,13 +38,10 @@ async fn claude_code_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream(
             "SKIPPED: {} missing; run scripts/ensure-claude-code.sh",
             claude.display()
         );
-        return;
+        return false;
     }
     let fx = Fixture::start(None, |b| {
-        let mut c = ProxyConfig::with_routes(vec![Route::new(
-            "cc",
-            upstream_for(Protocol::OpenAiChat, b),
-        )]);
+        let mut c = ProxyConfig::with_routes(vec![Route::new("cc", upstream_for(upstream, b))]);
         c.proxy_token = Some(Secret::new("sk-proxy-token"));
         c
     })
@@ -78,7 +90,7 @@ async fn claude_code_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream(
         .collect();
     assert!(
         out.status.success(),
-        "exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
+        "{upstream}: exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
         out.status.code()
     );
     let written = std::fs::read_to_string(proj.join("out.txt")).unwrap_or_default();
@@ -91,17 +103,21 @@ async fn claude_code_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream(
     assert_eq!(result["result"], "DONE", "{stdout}");
     let turns: Vec<_> = requests
         .iter()
-        .filter(|r| r.path.ends_with("/chat/completions"))
+        .filter(|r| r.protocol == Some(upstream))
         .collect();
-    assert_eq!(turns.len(), 2, "{summary:?}");
-    let second = &turns[1].body["messages"];
+    assert_eq!(turns.len(), 2, "{upstream}: {summary:?}");
+    let second = turns[1].body.to_string();
     assert!(
-        second
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|m| m["role"] == "tool"),
-        "tool result reached the Chat upstream"
+        [
+            "\"tool_result\"",
+            "\"role\":\"tool\"",
+            "function_call_output",
+            "functionResponse"
+        ]
+        .iter()
+        .any(|m| second.contains(m)),
+        "{upstream}: the tool result reached the upstream: {second}"
     );
     fx.stop().await;
+    true
 }

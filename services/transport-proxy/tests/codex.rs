@@ -1,6 +1,6 @@
 //! The real Codex CLI (npm `@openai/codex` 0.171.0, pinned; it speaks only OpenAI Responses)
-//! runs headless through the proxy to an OpenAI-Chat scripted upstream — the spec's priority-3
-//! pair, "Codex on chat-only providers" — and completes a tool-call turn: `out.txt` holds
+//! runs headless through the proxy to a scripted upstream of every protocol — first the spec's
+//! priority-3 pair, "Codex on chat-only providers" — and completes a tool-call turn each time: `out.txt` holds
 //! `hello`, the final answer is `DONE`, exit 0 (`harnesses.md` §2). Needs the CLI that
 //! `scripts/ensure-codex.sh` installs (`.ci/run` does); skips, saying why, without it.
 //! Outside traffic is pointed at a dead loopback proxy.
@@ -16,7 +16,21 @@ use fixture::{Fixture, upstream_for};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream() {
+async fn codex_completes_a_tool_turn_through_the_proxy_to_every_upstream() {
+    for upstream in [
+        Protocol::OpenAiChat,
+        Protocol::Anthropic,
+        Protocol::Gemini,
+        Protocol::OpenAiResponses,
+    ] {
+        if !run(upstream).await {
+            return;
+        }
+    }
+}
+
+/// One Codex run against a scripted `upstream`; false when the CLI is missing.
+async fn run(upstream: Protocol) -> bool {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let codex = root.join("../../.ci-work/harness-codex/node_modules/.bin/codex");
     if !std::fs::metadata(&codex).is_ok_and(|m| m.is_file()) {
@@ -24,13 +38,10 @@ async fn codex_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream() {
             "SKIPPED: {} missing; run scripts/ensure-codex.sh",
             codex.display()
         );
-        return;
+        return false;
     }
     let fx = Fixture::start(None, |b| {
-        let mut c = ProxyConfig::with_routes(vec![Route::new(
-            "codex",
-            upstream_for(Protocol::OpenAiChat, b),
-        )]);
+        let mut c = ProxyConfig::with_routes(vec![Route::new("codex", upstream_for(upstream, b))]);
         c.proxy_token = Some(Secret::new("sk-proxy-token"));
         c
     })
@@ -87,7 +98,7 @@ async fn codex_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream() {
         .collect();
     assert!(
         out.status.success(),
-        "exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
+        "{upstream}: exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
         out.status.code()
     );
     let written = std::fs::read_to_string(proj.join("out.txt")).unwrap_or_default();
@@ -101,16 +112,21 @@ async fn codex_completes_a_tool_turn_through_the_proxy_to_a_chat_upstream() {
     assert_eq!(last_message.as_deref(), Some("DONE"), "{stdout}");
     let turns: Vec<_> = requests
         .iter()
-        .filter(|r| r.path.ends_with("/chat/completions"))
+        .filter(|r| r.protocol == Some(upstream))
         .collect();
-    assert_eq!(turns.len(), 2, "{summary:?}");
+    assert_eq!(turns.len(), 2, "{upstream}: {summary:?}");
+    let second = turns[1].body.to_string();
     assert!(
-        turns[1].body["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|m| m["role"] == "tool"),
-        "function_call_output reached the Chat upstream as a tool message"
+        [
+            "\"tool_result\"",
+            "\"role\":\"tool\"",
+            "function_call_output",
+            "functionResponse"
+        ]
+        .iter()
+        .any(|m| second.contains(m)),
+        "{upstream}: the tool result reached the upstream: {second}"
     );
     fx.stop().await;
+    true
 }

@@ -1,5 +1,6 @@
 //! The real Gemini CLI (npm `@google/gemini-cli` 0.61.0, pinned) runs headless through the
-//! proxy's Gemini front to an Anthropic scripted upstream and completes a tool-call turn:
+//! proxy's Gemini front to a scripted upstream of every protocol and completes a tool-call turn
+//! each time:
 //! `out.txt` holds `hello`, the final answer is `DONE`, exit 0 (`harnesses.md` §3). The client
 //! token travels as `x-goog-api-key`. Needs the CLI that `scripts/ensure-gemini-cli.sh`
 //! installs (`.ci/run` does); skips, saying why, without it.
@@ -15,7 +16,21 @@ use fixture::{Fixture, upstream_for};
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_cli_completes_a_tool_turn_through_the_proxy_to_an_anthropic_upstream() {
+async fn gemini_cli_completes_a_tool_turn_through_the_proxy_to_every_upstream() {
+    for upstream in [
+        Protocol::Anthropic,
+        Protocol::OpenAiChat,
+        Protocol::OpenAiResponses,
+        Protocol::Gemini,
+    ] {
+        if !run(upstream).await {
+            return;
+        }
+    }
+}
+
+/// One Gemini CLI run against a scripted `upstream`; false when the CLI is missing.
+async fn run(upstream: Protocol) -> bool {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let gemini = root.join("../../.ci-work/harness-gemini/node_modules/.bin/gemini");
     if !std::fs::metadata(&gemini).is_ok_and(|m| m.is_file()) {
@@ -23,13 +38,10 @@ async fn gemini_cli_completes_a_tool_turn_through_the_proxy_to_an_anthropic_upst
             "SKIPPED: {} missing; run scripts/ensure-gemini-cli.sh",
             gemini.display()
         );
-        return;
+        return false;
     }
     let fx = Fixture::start(None, |b| {
-        let mut c = ProxyConfig::with_routes(vec![Route::new(
-            "gemini",
-            upstream_for(Protocol::Anthropic, b),
-        )]);
+        let mut c = ProxyConfig::with_routes(vec![Route::new("gemini", upstream_for(upstream, b))]);
         c.proxy_token = Some(Secret::new("gk-proxy-token"));
         c
     })
@@ -81,7 +93,7 @@ async fn gemini_cli_completes_a_tool_turn_through_the_proxy_to_an_anthropic_upst
         .collect();
     assert!(
         out.status.success(),
-        "exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
+        "{upstream}: exit {:?}\nupstream: {summary:?}\n{stdout}\n{stderr}",
         out.status.code()
     );
     let written = std::fs::read_to_string(proj.join("out.txt")).unwrap_or_default();
@@ -95,21 +107,21 @@ async fn gemini_cli_completes_a_tool_turn_through_the_proxy_to_an_anthropic_upst
     assert_eq!(answer.trim(), "DONE", "{stdout}");
     let turns: Vec<_> = requests
         .iter()
-        .filter(|r| r.path.ends_with("/v1/messages"))
+        .filter(|r| r.protocol == Some(upstream))
         .collect();
-    assert_eq!(turns.len(), 2, "{summary:?}");
-    let last = turns[1].body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .cloned()
-        .unwrap_or_default();
+    assert_eq!(turns.len(), 2, "{upstream}: {summary:?}");
+    let second = turns[1].body.to_string();
     assert!(
-        last["content"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|b| b["type"] == "tool_result"),
-        "functionResponse reached the Anthropic upstream as a tool_result: {last}"
+        [
+            "\"tool_result\"",
+            "\"role\":\"tool\"",
+            "function_call_output",
+            "functionResponse"
+        ]
+        .iter()
+        .any(|m| second.contains(m)),
+        "{upstream}: the tool result reached the upstream: {second}"
     );
     fx.stop().await;
+    true
 }
