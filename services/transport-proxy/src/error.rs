@@ -93,6 +93,20 @@ impl ErrorKind {
         }
     }
 
+    /// The error class reported by the control API's `errors_by_class`.
+    pub fn class(self) -> &'static str {
+        match self {
+            Self::InvalidRequest | Self::RequestTooLarge => "invalid_request",
+            Self::Authentication | Self::Permission => "upstream_auth",
+            Self::NotFound => "not_found",
+            Self::Timeout => "timeout",
+            Self::RateLimit => "rate_limited",
+            Self::Api => "upstream_5xx",
+            Self::Unavailable => "unavailable",
+            Self::Overloaded => "overloaded",
+        }
+    }
+
     /// Whether a retry before the first byte may succeed (429, 5xx, connection failures).
     pub fn retryable(self) -> bool {
         matches!(
@@ -156,6 +170,21 @@ impl ProxyError {
             Self::Connect(_) => ErrorKind::Unavailable,
             Self::Timeout => ErrorKind::Timeout,
             Self::UpstreamProtocol(_) | Self::StopReason(_) => ErrorKind::Api,
+        }
+    }
+
+    /// The error class for metrics: upstream answers by status class, the proxy's own
+    /// failures by cause.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } | Self::TooLarge { .. } => "invalid_request",
+            Self::Unauthorized => "unauthorized",
+            Self::NoRoute => "no_route",
+            Self::Upstream { status, .. } if *status >= 500 => "upstream_5xx",
+            Self::Upstream { .. } => "upstream_4xx",
+            Self::Connect(_) => "connect",
+            Self::Timeout => "timeout",
+            Self::UpstreamProtocol(_) | Self::StopReason(_) => "translation",
         }
     }
 

@@ -190,7 +190,8 @@ impl Proxy {
         }
         let started = tokio::time::Instant::now();
         let fail = |e: ProxyError| {
-            rt.stats.finish(&Usage::default(), true, started.elapsed());
+            rt.stats
+                .fail(e.class(), &Usage::default(), started.elapsed());
             e
         };
         validate_pairing(&canon, up.protocol != Protocol::Gemini).map_err(fail)?;
@@ -227,6 +228,7 @@ impl Proxy {
             .map_err(fail)?;
         tracing::debug!(route = %rt.route.name, passthrough, stream = canon.stream, "upstream answered");
         if canon.stream {
+            rt.stats.first_byte(started.elapsed());
             let output = if passthrough {
                 Output::Raw(inb.front)
             } else {
@@ -238,8 +240,9 @@ impl Proxy {
                 ))
             };
             let stats = rt.stats.clone();
-            let done = Box::new(move |o: StreamOutcome| {
-                stats.finish(&o.usage, o.failed, started.elapsed());
+            let done = Box::new(move |o: StreamOutcome| match o.failed {
+                Some(kind) => stats.fail(kind.class(), &o.usage, started.elapsed()),
+                None => stats.finish(&o.usage, false, started.elapsed()),
             });
             let rx = spawn_stream(
                 resp.bytes_stream(),

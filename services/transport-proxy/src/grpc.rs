@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::config::{Policy, Provider, Route, Upstream, read_secret};
 use crate::control::ControlError;
 use crate::forward::Proxy;
-use crate::metrics::{RouteStats, get};
+use crate::metrics::get;
 use crate::protocol::Protocol;
 
 /// `TransportProxyService` over a [`Proxy`].
@@ -239,8 +239,7 @@ impl TransportProxyGrpcServer {
     }
 }
 
-fn histogram(st: &RouteStats) -> pb::LatencyHistogram {
-    let (buckets, count, sum) = st.histogram();
+fn histogram((buckets, count, sum): (Vec<(f64, u64)>, u64, f64)) -> pb::LatencyHistogram {
     pb::LatencyHistogram {
         buckets: buckets
             .into_iter()
@@ -309,14 +308,18 @@ impl TransportProxyService for TransportProxyGrpcServer {
                 requests: get(&st.requests),
                 streaming_requests: get(&st.streaming_requests),
                 errors: get(&st.errors),
-                errors_by_class: Default::default(),
+                errors_by_class: st
+                    .errors_by_class()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
                 retries: get(&st.retries),
                 input_tokens: get(&st.input_tokens),
                 output_tokens: get(&st.output_tokens),
                 cache_read_tokens: get(&st.cache_read_tokens),
                 cache_write_tokens: get(&st.cache_write_tokens),
-                latency: Some(histogram(&st)),
-                first_byte_latency: None,
+                latency: Some(histogram(st.histogram())),
+                first_byte_latency: Some(histogram(st.first_byte_histogram())),
             })
             .collect();
         Ok(Response::new(pb::GetRouteStatsResponse {

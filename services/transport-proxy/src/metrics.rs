@@ -30,9 +30,39 @@ pub struct RouteStats {
     buckets: [AtomicU64; BUCKETS.len()],
     latency_micros_sum: AtomicU64,
     latency_count: AtomicU64,
+    first_byte: [AtomicU64; BUCKETS.len()],
+    first_byte_micros_sum: AtomicU64,
+    first_byte_count: AtomicU64,
+    errors_by_class: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl RouteStats {
+    /// Records a failed request of error class `class` (with the usage it still reported).
+    pub fn fail(&self, class: &'static str, usage: &Usage, elapsed: std::time::Duration) {
+        if let Ok(mut m) = self.errors_by_class.lock() {
+            *m.entry(class).or_default() += 1;
+        }
+        self.finish(usage, true, elapsed);
+    }
+
+    /// Errors by class so far.
+    pub fn errors_by_class(&self) -> Vec<(&'static str, u64)> {
+        self.errors_by_class
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (*k, *v)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records the time to the upstream's first response byte of a streaming request.
+    pub fn first_byte(&self, elapsed: std::time::Duration) {
+        observe(
+            &self.first_byte,
+            &self.first_byte_micros_sum,
+            &self.first_byte_count,
+            elapsed,
+        );
+    }
+
     /// Records one finished request: its usage (canonical quantities, cache counted once), whether
     /// it failed, and its duration.
     pub fn finish(&self, usage: &Usage, failed: bool, elapsed: std::time::Duration) {
@@ -46,35 +76,64 @@ impl RouteStats {
         if failed {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
-        let secs = elapsed.as_secs_f64();
-        for (b, le) in self.buckets.iter().zip(BUCKETS) {
-            if secs <= le {
-                b.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_micros_sum.fetch_add(
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
+        observe(
+            &self.buckets,
+            &self.latency_micros_sum,
+            &self.latency_count,
+            elapsed,
         );
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+fn observe(
+    buckets: &[AtomicU64; BUCKETS.len()],
+    sum: &AtomicU64,
+    count: &AtomicU64,
+    elapsed: std::time::Duration,
+) {
+    let secs = elapsed.as_secs_f64();
+    for (b, le) in buckets.iter().zip(BUCKETS) {
+        if secs <= le {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    sum.fetch_add(
+        u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    count.fetch_add(1, Ordering::Relaxed);
 }
 
 impl RouteStats {
     /// `(le_seconds, cumulative count)` per bucket, the total count and the sum in seconds.
     pub fn histogram(&self) -> (Vec<(f64, u64)>, u64, f64) {
-        let buckets = self
-            .buckets
+        snapshot(&self.buckets, &self.latency_micros_sum, &self.latency_count)
+    }
+
+    /// As [`RouteStats::histogram`], for the time to the first byte of streaming requests.
+    pub fn first_byte_histogram(&self) -> (Vec<(f64, u64)>, u64, f64) {
+        snapshot(
+            &self.first_byte,
+            &self.first_byte_micros_sum,
+            &self.first_byte_count,
+        )
+    }
+}
+
+fn snapshot(
+    buckets: &[AtomicU64; BUCKETS.len()],
+    sum: &AtomicU64,
+    count: &AtomicU64,
+) -> (Vec<(f64, u64)>, u64, f64) {
+    (
+        buckets
             .iter()
             .zip(BUCKETS)
             .map(|(b, le)| (le, get(b)))
-            .collect();
-        (
-            buckets,
-            get(&self.latency_count),
-            get(&self.latency_micros_sum) as f64 / 1e6,
-        )
-    }
+            .collect(),
+        get(count),
+        get(sum) as f64 / 1e6,
+    )
 }
 
 /// A counter's value.
@@ -109,6 +168,18 @@ pub fn prometheus(routes: &[(&str, &RouteStats)], uptime_secs: f64) -> String {
         "upstream attempts retried before the first byte",
         &|st| get(&st.retries),
     );
+    let _ = writeln!(
+        s,
+        "# HELP babysitter_proxy_errors_by_class_total errors by class\n# TYPE babysitter_proxy_errors_by_class_total counter"
+    );
+    for (route, st) in routes {
+        for (class, n) in st.errors_by_class() {
+            let _ = writeln!(
+                s,
+                "babysitter_proxy_errors_by_class_total{{route=\"{route}\",class=\"{class}\"}} {n}"
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "# HELP babysitter_proxy_tokens_total tokens by kind (input excludes cache)\n# TYPE babysitter_proxy_tokens_total counter"

@@ -96,7 +96,8 @@ fn feed<D: StreamDecoder, E: StreamEncoder>(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StreamOutcome {
     pub usage: Usage,
-    pub failed: bool,
+    /// The kind of the in-band error that ended the stream, if one did.
+    pub failed: Option<ErrorKind>,
 }
 
 /// How upstream bytes reach the client.
@@ -186,7 +187,7 @@ where
                     StreamEvent::MessageStart { usage, .. } | StreamEvent::Usage(usage) => {
                         outcome.usage.merge(usage);
                     }
-                    StreamEvent::Error(_) => outcome.failed = true,
+                    StreamEvent::Error(e) => outcome.failed = Some(e.kind),
                     _ => {}
                 }
                 match &mut output {

@@ -157,6 +157,11 @@ async fn routes_change_at_runtime_and_stats_are_reported() {
     let st = &stats.routes[0];
     assert_eq!((st.requests, st.streaming_requests, st.errors), (1, 1, 0));
     assert_eq!((st.input_tokens, st.output_tokens), (3, 2));
+    assert_eq!(
+        st.first_byte_latency.as_ref().map(|h| h.count),
+        Some(1),
+        "streaming request"
+    );
     assert_eq!(st.latency.as_ref().map(|h| h.count), Some(1));
 
     let del = admin

@@ -182,6 +182,11 @@ async fn connect_errors_are_retried_then_reported_without_secrets() {
         metrics.contains("babysitter_proxy_upstream_retries_total{route=\"dead\"} 2"),
         "{metrics}"
     );
+    assert!(
+        metrics
+            .contains("babysitter_proxy_errors_by_class_total{route=\"dead\",class=\"connect\"} 1"),
+        "{metrics}"
+    );
     fx.stop().await;
 }
 
