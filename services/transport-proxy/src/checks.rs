@@ -69,6 +69,22 @@ pub fn validate_pairing(req: &Request, require_answers: bool) -> Result<(), Prox
     Ok(())
 }
 
+/// Refuses requests whose meaning would be lost in translation (they pass through untouched to
+/// an upstream of their own protocol): a Responses `previous_response_id` refers to server-side
+/// state only an OpenAI upstream holds, so dropping it would silently lose the history.
+pub fn translatable(front: crate::protocol::Protocol, body: &[u8]) -> Result<(), ProxyError> {
+    if front == crate::protocol::Protocol::OpenAiResponses
+        && let Ok(v) = serde_json::from_slice::<serde_json::Value>(body)
+        && v.get("previous_response_id").is_some_and(|p| !p.is_null())
+    {
+        return Err(ProxyError::invalid(
+            "previous_response_id",
+            "server-side conversation state cannot be translated to this route's upstream; send the full input (store: false)",
+        ));
+    }
+    Ok(())
+}
+
 /// A local token estimate (≈ 4 bytes per token over all text, arguments and schemas), used for
 /// `count_tokens` when the upstream has no counting endpoint (spec §14).
 pub fn estimate_tokens(req: &Request) -> u64 {

@@ -22,7 +22,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::canonical::Usage;
 use crate::checks::{estimate_tokens, validate_pairing};
 use crate::config::{ProxyConfig, Route};
-use crate::error::ProxyError;
+use crate::cost::{CostContext, CostSink};
+use crate::error::{ErrorKind, ProxyError};
 use crate::metrics::RouteStats;
 use crate::pipeline::{Output, StreamOutcome, spawn_stream};
 use crate::protocol::{self, EncodeOptions, Protocol, UrlFacts};
@@ -55,7 +56,29 @@ pub struct Proxy {
     /// Stats by route name, kept across route updates.
     stats: std::sync::Mutex<std::collections::HashMap<String, Arc<RouteStats>>>,
     pub store: SignatureStore,
+    cost: CostSink,
     started: tokio::time::Instant,
+}
+
+/// Per-request accounting: route stats and, for babysitter-keyed requests, a cost record.
+#[derive(Debug, Clone)]
+struct Accounting {
+    stats: Arc<RouteStats>,
+    cost: Option<(CostSink, CostContext, String, String)>,
+    started: tokio::time::Instant,
+}
+
+impl Accounting {
+    fn done(&self, usage: &Usage, failure: Option<&'static str>) {
+        let elapsed = self.started.elapsed();
+        match failure {
+            Some(class) => self.stats.fail(class, usage, elapsed),
+            None => self.stats.finish(usage, false, elapsed),
+        }
+        if let Some((sink, ctx, route, model)) = &self.cost {
+            sink.record(ctx, route, model, usage, failure.is_some());
+        }
+    }
 }
 
 /// A request as the front received it.
@@ -91,7 +114,12 @@ impl Proxy {
                 SignatureStore::memory(config.signature_store_max_entries)
             }
         };
+        let cost = match &config.data_dir {
+            Some(dir) => CostSink::open(dir)?,
+            None => CostSink::default(),
+        };
         let proxy = Self {
+            cost,
             table: std::sync::RwLock::default(),
             stats: std::sync::Mutex::default(),
             config,
@@ -189,13 +217,21 @@ impl Proxy {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let started = tokio::time::Instant::now();
+        let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
+        let acct = Accounting {
+            stats: rt.stats.clone(),
+            cost: CostContext::from_headers(&inb.headers)
+                .map(|ctx| (self.cost.clone(), ctx, rt.route.name.clone(), model.clone())),
+            started,
+        };
         let fail = |e: ProxyError| {
-            rt.stats
-                .fail(e.class(), &Usage::default(), started.elapsed());
+            acct.done(&Usage::default(), Some(e.class()));
             e
         };
         validate_pairing(&canon, up.protocol != Protocol::Gemini).map_err(fail)?;
-        let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
+        if up.protocol != inb.front {
+            crate::checks::translatable(inb.front, &inb.body).map_err(fail)?;
+        }
         let passthrough = up.protocol == inb.front;
         let body = if passthrough {
             let mut v: Value = serde_json::from_slice(&inb.body)
@@ -239,10 +275,9 @@ impl Proxy {
                     canon.include_usage,
                 ))
             };
-            let stats = rt.stats.clone();
-            let done = Box::new(move |o: StreamOutcome| match o.failed {
-                Some(kind) => stats.fail(kind.class(), &o.usage, started.elapsed()),
-                None => stats.finish(&o.usage, false, started.elapsed()),
+            let acct = acct.clone();
+            let done = Box::new(move |o: StreamOutcome| {
+                acct.done(&o.usage, o.failed.map(ErrorKind::class));
             });
             let rx = spawn_stream(
                 resp.bytes_stream(),
@@ -260,14 +295,14 @@ impl Proxy {
             let usage = protocol::decode_response(up.protocol, &bytes, &self.store)
                 .map(|r| r.usage)
                 .unwrap_or_default();
-            rt.stats.finish(&usage, false, started.elapsed());
+            acct.done(&usage, None);
             return Ok(json_bytes(bytes));
         }
         let result = protocol::decode_response(up.protocol, &bytes, &self.store)
             .and_then(|r| Ok((protocol::encode_response(inb.front, &r)?, r.usage)));
         match result {
             Ok((v, usage)) => {
-                rt.stats.finish(&usage, false, started.elapsed());
+                acct.done(&usage, None);
                 Ok(axum::Json(v).into_response())
             }
             Err(e) => Err(fail(e)),

@@ -28,6 +28,7 @@ pub mod canonical;
 pub mod checks;
 pub mod config;
 pub mod control;
+pub mod cost;
 pub mod error;
 pub mod forward;
 pub mod gemini;

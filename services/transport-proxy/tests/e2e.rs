@@ -545,3 +545,84 @@ async fn sdk_clients_drive_the_proxy() {
     );
     fx.stop().await;
 }
+
+/// Babysitter-keyed requests leave one cost record each (spec §2.3), streamed or not, and
+/// their `x-babysitter-*` headers never reach the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babysitter_headers_produce_cost_records() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data_dir = dir.path().to_path_buf();
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c =
+            ProxyConfig::with_routes(vec![Route::new("r", upstream_for(Protocol::OpenAiChat, b))]);
+        c.data_dir = Some(data_dir.clone());
+        c
+    })
+    .await;
+    let headers = [
+        ("x-babysitter-run-id", "run-7"),
+        ("x-babysitter-effect-id", "eff-3"),
+    ];
+    for stream in [false, true] {
+        let (status, _, _) = fx
+            .post(
+                path(Protocol::Anthropic, stream),
+                &first_turn(Protocol::Anthropic, stream),
+                &headers,
+            )
+            .await;
+        assert_eq!(status, 200);
+        let up = fx.last_upstream();
+        assert!(
+            up.headers
+                .iter()
+                .all(|(k, _)| !k.starts_with("x-babysitter"))
+        );
+    }
+    fx.post(
+        path(Protocol::Anthropic, false),
+        &first_turn(Protocol::Anthropic, false),
+        &[],
+    )
+    .await;
+    fx.stop().await;
+    let text = std::fs::read_to_string(dir.path().join("cost.jsonl")).unwrap_or_default();
+    let records: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(records.len(), 2, "only keyed requests: {text}");
+    for r in &records {
+        assert_eq!(
+            (r["run_id"].as_str(), r["effect_id"].as_str()),
+            (Some("run-7"), Some("eff-3"))
+        );
+        assert_eq!(
+            (r["input_tokens"].as_u64(), r["cache_read_tokens"].as_u64()),
+            (Some(11), Some(4))
+        );
+        assert_eq!(r["output_tokens"], 7);
+        assert_eq!(r["route"], "r");
+    }
+}
+
+/// `previous_response_id` names state only an OpenAI upstream holds: refused (400 naming it)
+/// when translating, passed through to a Responses upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_response_id_is_refused_only_when_translating() {
+    let mut body = first_turn(Protocol::OpenAiResponses, false);
+    body["previous_response_id"] = json!("resp_earlier");
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiChat).await;
+    let (status, _, text) = fx.post("/v1/responses", &body, &[]).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("previous_response_id"), "{text}");
+    fx.stop().await;
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiResponses).await;
+    let (status, _, text) = fx.post("/v1/responses", &body, &[]).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        fx.last_upstream().body["previous_response_id"],
+        "resp_earlier"
+    );
+    fx.stop().await;
+}
