@@ -339,13 +339,7 @@ impl StreamEncoder for GeminiEncoder {
                         out.push(self.frame(vec![json!({"text": ""})], Some(reason), true));
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.into(), &mut out),
                 }
             }
             StreamEvent::Error(err) => self.error(&err, &mut out),

@@ -566,13 +566,7 @@ impl StreamEncoder for ResponsesEncoder {
                         self.frame(ty, json!({"response": resp}), &mut out);
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.to_stream_error(), &mut out),
                 }
             }
             StreamEvent::Error(err) => {
