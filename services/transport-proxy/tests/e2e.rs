@@ -678,3 +678,42 @@ async fn passthrough_forwards_unchanged_with_the_route_key() {
     assert_eq!(status, 404, "upstream status relayed");
     fx.stop().await;
 }
+
+/// A client that disconnects mid-stream ends the proxy's stream task at once (the upstream
+/// connection is dropped, so the provider stops generating), even while the upstream is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_ends_the_upstream_stream_at_once() {
+    let frames = vec!["data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_owned()];
+    let s = script(json!({"turns": [{"when": {}, "reply": {"raw_sse": frames, "stall": true}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.idle_timeout = Duration::from_secs(3600);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let mut resp = fx
+        .http
+        .post(format!("{}{}", fx.proxy, path(Protocol::Anthropic, true)))
+        .json(&first_turn(Protocol::Anthropic, true))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let first = resp.chunk().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_some_and(|c| !c.is_empty()));
+    drop(resp);
+    // Wait for the request to be accounted as finished (bounded; not a timing assertion).
+    let finished = "babysitter_proxy_request_duration_seconds_count{route=\"all\"} 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = fx.get("/metrics", &[]).await;
+        if metrics.contains(finished) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stream task still waiting on the silent upstream:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fx.stop().await;
+}
