@@ -34,6 +34,66 @@ pub struct Request {
     pub stream: bool,
     /// The client asked for a usage chunk at the end of a Chat stream.
     pub include_usage: bool,
+    /// Structured output: JSON (optionally to a schema) instead of free text.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// Structured-output hint (Chat `response_format`, Responses `text.format`, Anthropic
+/// `output_config.format`, Gemini `responseMimeType` + `responseJsonSchema`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON matching `schema`.
+    JsonSchema {
+        name: Option<String>,
+        schema: Value,
+        strict: Option<bool>,
+    },
+}
+
+impl ResponseFormat {
+    /// From an OpenAI-style `{type, json_schema:{name, schema, strict}}` (Chat) or flat
+    /// `{type, name, schema, strict}` (Responses, Anthropic) object; `text` = none.
+    pub fn from_openai(v: &Value) -> Option<Self> {
+        match v.get("type").and_then(Value::as_str) {
+            Some("json_object") => Some(Self::JsonObject),
+            Some("json_schema") => {
+                let inner = v.get("json_schema").unwrap_or(v);
+                Some(Self::JsonSchema {
+                    name: inner.get("name").and_then(Value::as_str).map(str::to_owned),
+                    schema: inner
+                        .get("schema")
+                        .cloned()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                    strict: inner.get("strict").and_then(Value::as_bool),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Flat form (Responses `text.format`, Anthropic `output_config.format`); `None` for
+    /// [`ResponseFormat::JsonObject`] when `json_object_ok` is false (Anthropic has none).
+    pub fn to_flat(&self, json_object_ok: bool) -> Option<Value> {
+        match self {
+            Self::JsonObject => json_object_ok.then(|| serde_json::json!({"type": "json_object"})),
+            Self::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => {
+                let mut v = serde_json::json!({"type": "json_schema", "schema": schema});
+                if let Some(n) = name {
+                    v["name"] = serde_json::json!(n);
+                }
+                if let Some(s) = strict {
+                    v["strict"] = serde_json::json!(s);
+                }
+                Some(v)
+            }
+        }
+    }
 }
 
 /// A text part with an optional cache hint (Anthropic `cache_control`, kept opaque).
@@ -92,6 +152,74 @@ pub enum Part {
 pub enum ReasoningOrigin {
     Anthropic,
     OpenAiChat,
+    /// A Responses `reasoning` item; the signature is its `encrypted_content`.
+    OpenAiResponses,
+    /// A Gemini `thought` part; the signature is its `thoughtSignature`.
+    Gemini,
+}
+
+const SIGNATURE_TAG: &str = "babysitter.";
+
+impl ReasoningOrigin {
+    fn tag_name(self) -> &'static str {
+        match self {
+            ReasoningOrigin::Anthropic => "anthropic",
+            ReasoningOrigin::OpenAiChat => "openai-chat",
+            ReasoningOrigin::OpenAiResponses => "openai-responses",
+            ReasoningOrigin::Gemini => "gemini",
+        }
+    }
+
+    /// The origin of reasoning a provider speaking `p` produced.
+    pub fn of(p: crate::protocol::Protocol) -> Self {
+        match p {
+            crate::protocol::Protocol::Anthropic => ReasoningOrigin::Anthropic,
+            crate::protocol::Protocol::OpenAiChat => ReasoningOrigin::OpenAiChat,
+            crate::protocol::Protocol::OpenAiResponses => ReasoningOrigin::OpenAiResponses,
+            crate::protocol::Protocol::Gemini => ReasoningOrigin::Gemini,
+        }
+    }
+
+    /// `babysitter.<origin>.<opaque>`: the form a signature takes in canonical stream events
+    /// (so encoders know whose it is) and towards clients of another protocol.
+    pub fn tag(self, signature: &str) -> String {
+        format!("{SIGNATURE_TAG}{}.{signature}", self.tag_name())
+    }
+
+    /// The origin and opaque value of a tagged signature; `None` when untagged.
+    pub fn untag(signature: &str) -> Option<(ReasoningOrigin, String)> {
+        let rest = signature.strip_prefix(SIGNATURE_TAG)?;
+        [
+            ReasoningOrigin::Anthropic,
+            ReasoningOrigin::OpenAiChat,
+            ReasoningOrigin::OpenAiResponses,
+            ReasoningOrigin::Gemini,
+        ]
+        .into_iter()
+        .find_map(|o| {
+            rest.strip_prefix(o.tag_name())
+                .and_then(|r| r.strip_prefix('.'))
+                .map(|sig| (o, sig.to_owned()))
+        })
+    }
+
+    /// The signature a client speaking `client` is given: its own provider's unchanged, any
+    /// other tagged with its origin. Clients return signatures verbatim (Claude Code's thinking
+    /// `signature`, Codex's reasoning `encrypted_content`, Gemini CLI's `thoughtSignature`), so
+    /// the proxy learns on the next turn whose reasoning it is and replays it to that provider
+    /// only (spec §10 rules 1 and 3) — across every pair, not just the same-provider one.
+    pub fn for_client(self, client: crate::protocol::Protocol, signature: &str) -> String {
+        if self == Self::of(client) {
+            signature.to_owned()
+        } else {
+            self.tag(signature)
+        }
+    }
+
+    /// Inverse of [`ReasoningOrigin::for_client`] for a signature a `client` sent back.
+    pub fn from_client(client: crate::protocol::Protocol, signature: &str) -> (Self, String) {
+        Self::untag(signature).unwrap_or_else(|| (Self::of(client), signature.to_owned()))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +257,8 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments as JSON text, exactly as produced upstream.
     pub arguments: String,
+    /// Gemini `thoughtSignature` of the `functionCall` part, byte for byte (spec §10).
+    pub signature: Option<String>,
 }
 
 impl ToolCall {
@@ -288,6 +418,80 @@ impl StopReason {
     }
 }
 
+/// How a Responses response ended: `status` plus `incomplete_details.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesStatus {
+    pub status: &'static str,
+    pub incomplete_reason: Option<&'static str>,
+}
+
+impl StopReason {
+    /// Responses `status` (+ `incomplete_details.reason`) → canonical. A completed response with
+    /// `function_call` items is a tool turn (rule 3); `incomplete` stays truncation even when a
+    /// call is present (rule 2); `failed`, `cancelled` and unknown values are errors.
+    pub fn from_responses(
+        status: &str,
+        incomplete_reason: Option<&str>,
+        has_complete_tool_calls: bool,
+    ) -> Result<Self, UnknownStopReason> {
+        Ok(match (status, incomplete_reason) {
+            ("completed", _) if has_complete_tool_calls => Self::ToolUse,
+            ("completed", _) => Self::EndTurn,
+            ("incomplete", Some("content_filter")) => Self::Refusal,
+            ("incomplete", Some("max_output_tokens") | None) => Self::MaxTokens,
+            ("incomplete", Some(other)) => return Err(unknown("openai-responses", other)),
+            (other, _) => return Err(unknown("openai-responses", other)),
+        })
+    }
+
+    /// Canonical → Responses terminal status. `pause_turn` and malformed calls have none.
+    pub fn to_responses(self) -> Result<ResponsesStatus, UnknownStopReason> {
+        let done = |status, incomplete_reason| ResponsesStatus {
+            status,
+            incomplete_reason,
+        };
+        Ok(match self {
+            Self::EndTurn | Self::StopSequence | Self::ToolUse => done("completed", None),
+            Self::MaxTokens | Self::ContextWindowExceeded => {
+                done("incomplete", Some("max_output_tokens"))
+            }
+            Self::Refusal => done("incomplete", Some("content_filter")),
+            Self::PauseTurn => return Err(unknown("openai-responses", "pause_turn")),
+            Self::MalformedToolCall => {
+                return Err(unknown("openai-responses", "malformed_tool_call"));
+            }
+        })
+    }
+
+    /// Gemini `finishReason` → canonical. `STOP` with complete calls is a tool turn (rule 3);
+    /// `MAX_TOKENS` stays truncation (T16); `OTHER`/unspecified/unknown are errors.
+    pub fn from_gemini(
+        value: &str,
+        has_complete_tool_calls: bool,
+    ) -> Result<Self, UnknownStopReason> {
+        Ok(match value {
+            "STOP" if has_complete_tool_calls => Self::ToolUse,
+            "STOP" => Self::EndTurn,
+            "MAX_TOKENS" => Self::MaxTokens,
+            "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+            | "IMAGE_SAFETY" | "LANGUAGE" => Self::Refusal,
+            "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" => Self::MalformedToolCall,
+            other => return Err(unknown("gemini", other)),
+        })
+    }
+
+    /// Canonical → Gemini `finishReason`.
+    pub fn to_gemini(self) -> Result<&'static str, UnknownStopReason> {
+        Ok(match self {
+            Self::EndTurn | Self::StopSequence | Self::ToolUse => "STOP",
+            Self::MaxTokens | Self::ContextWindowExceeded => "MAX_TOKENS",
+            Self::Refusal => "SAFETY",
+            Self::MalformedToolCall => "MALFORMED_FUNCTION_CALL",
+            Self::PauseTurn => return Err(unknown("gemini", "pause_turn")),
+        })
+    }
+}
+
 fn unknown(protocol: &'static str, value: &str) -> UnknownStopReason {
     UnknownStopReason {
         protocol,
@@ -383,8 +587,15 @@ pub enum StreamEvent {
 pub enum BlockStart {
     Text,
     Reasoning,
-    RedactedReasoning { data: String },
-    ToolCall { id: String, name: String },
+    RedactedReasoning {
+        data: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        /// Gemini `thoughtSignature` carried by the call (Gemini upstreams emit calls whole).
+        signature: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -527,6 +738,7 @@ mod tests {
             id: "c".into(),
             name: "n".into(),
             arguments: "{\"a\":".into(),
+            signature: None,
         };
         assert_eq!(
             call.arguments_object(),

@@ -1,16 +1,22 @@
-//! Typed proxy configuration: which upstream serves each front, and the limits.
+//! Typed proxy configuration: routes (which upstream serves which client protocol and model),
+//! upstream providers, timeouts, retries and limits.
 //!
 //! Why two layers: [`ConfigFile`] is what a person writes (kebab-case TOML, unknown keys
 //! rejected, secrets referenced by env-var name or file path, never inlined), and
 //! [`ProxyConfig`] is the validated result with keys already read. The environment is passed in
 //! as a lookup function so that tests inject values and nothing deep in the code reads the
-//! process environment. Secrets live in [`Secret`], whose `Debug` never prints them.
+//! process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
+//! follow `proto/babysitter/transport_proxy/v1` (`Route`, `RouteMatch`, `Upstream`,
+//! `RoutePolicy`) so the gRPC control API can map onto them one to one.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::protocol::Protocol;
 
 /// The TOML file shape.
 #[derive(Debug, Clone, Deserialize)]
@@ -25,40 +31,135 @@ pub struct ConfigFile {
     /// Largest accepted request body in bytes (413 above). Since v0.1.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
-    /// Env var holding the token clients must present (`x-api-key` or `Bearer`); open if unset.
+    /// Env var holding the token clients must present; open if neither this nor the file is set.
     #[serde(default)]
     pub proxy_token_env: Option<String>,
-    /// Upstream (OpenAI Chat Completions) behind `POST /v1/messages`. Since v0.1.
+    /// File holding the client token (trailing whitespace trimmed). Since v0.2.
     #[serde(default)]
-    pub anthropic_front: Option<UpstreamFile>,
-    /// Upstream (Anthropic Messages) behind `POST /v1/chat/completions`. Since v0.1.
+    pub proxy_token_file: Option<PathBuf>,
+    /// Directory for durable state (the Gemini thoughtSignature store). Memory only when unset.
+    /// Since v0.2.
     #[serde(default)]
-    pub chat_front: Option<UpstreamFile>,
+    pub data_dir: Option<PathBuf>,
+    /// Bound of the signature store. Since v0.2.
+    #[serde(default = "default_sig_max")]
+    pub signature_store_max_entries: usize,
+    /// Lifetime of a stored signature, seconds. Since v0.2.
+    #[serde(default = "default_sig_ttl")]
+    pub signature_store_ttl_secs: u64,
+    /// Timeouts and retries for routes that do not set their own. Since v0.2.
+    #[serde(default)]
+    pub defaults: PolicyFile,
+    /// Routes, tried by priority (highest first), ties in file order. Since v0.2.
+    #[serde(default)]
+    pub routes: Vec<RouteFile>,
+    /// The gRPC control API (`TransportProxyService`: routes and stats) and its listener,
+    /// limits and tokens; not served when absent. Since v0.2.
+    #[serde(default)]
+    pub control: Option<babysitter_common::server::ServerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RouteFile {
+    /// `[a-z0-9-]+`.
+    pub name: String,
+    /// Client protocol this route takes; any when unset.
+    #[serde(default)]
+    pub front: Option<Protocol>,
+    /// Requested model names, exact or with a trailing `*`; any when empty.
+    #[serde(default)]
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub priority: i32,
+    pub upstream: UpstreamFile,
+    #[serde(default)]
+    pub policy: PolicyFile,
+}
+
+/// Kind of provider: decides URL layout and authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Provider {
+    /// `x-api-key`, Messages protocol.
+    Anthropic,
+    /// Bearer key; Chat Completions or Responses.
+    Openai,
+    /// `api-key` header, deployment + api-version in the URL.
+    AzureOpenai,
+    /// `x-goog-api-key`.
+    Gemini,
+    /// Bearer token (Vertex AI).
+    Vertex,
+}
+
+impl Provider {
+    fn default_protocol(self) -> Protocol {
+        match self {
+            Provider::Anthropic => Protocol::Anthropic,
+            Provider::Openai | Provider::AzureOpenai => Protocol::OpenAiChat,
+            Provider::Gemini | Provider::Vertex => Protocol::Gemini,
+        }
+    }
+
+    fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            Provider::Anthropic => Some("https://api.anthropic.com/v1"),
+            Provider::Openai => Some("https://api.openai.com/v1"),
+            Provider::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            Provider::AzureOpenai | Provider::Vertex => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct UpstreamFile {
-    /// Base URL including the version segment, e.g. `https://api.openai.com/v1`.
-    pub base_url: String,
-    /// Name of the env var holding the upstream API key.
+    pub provider: Provider,
+    /// Protocol spoken upstream; the provider's usual one when unset.
     #[serde(default)]
-    pub api_key_env: Option<String>,
-    /// File holding the upstream API key (trailing whitespace trimmed).
+    pub protocol: Option<Protocol>,
+    /// Base URL including the version segment, e.g. `https://api.openai.com/v1`; Vertex:
+    /// `https://aiplatform.googleapis.com/v1/projects/<p>/locations/<l>/publishers/google`.
     #[serde(default)]
-    pub api_key_file: Option<PathBuf>,
-    /// Model sent upstream; when unset the client's model name is forwarded.
+    pub base_url: Option<String>,
+    /// Model sent upstream; the client's model when unset.
     #[serde(default)]
     pub model: Option<String>,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Forward the harness's own key instead of injecting one.
+    #[serde(default)]
+    pub pass_through_client_key: bool,
+    #[serde(default)]
+    pub azure_deployment: Option<String>,
+    #[serde(default)]
+    pub azure_api_version: Option<String>,
+    /// Extra headers on every upstream request (no secrets here).
+    #[serde(default)]
+    pub extra_headers: BTreeMap<String, String>,
     /// `max_tokens` for an Anthropic upstream when the client gave none.
     #[serde(default = "default_max_tokens")]
     pub default_max_tokens: u64,
     /// Forward reasoning controls as Chat `reasoning_effort` (non-reasoning models reject it).
     #[serde(default)]
     pub forward_reasoning_effort: bool,
-    /// Whole-request timeout towards the upstream, in seconds (legacy default 600).
-    #[serde(default = "default_timeout")]
-    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PolicyFile {
+    pub connect_timeout_secs: Option<u64>,
+    /// Until the upstream's response headers.
+    pub first_byte_timeout_secs: Option<u64>,
+    /// Longest silence inside a response body.
+    pub idle_timeout_secs: Option<u64>,
+    /// Retries on 429 / 5xx / connect errors before the first byte reached the client.
+    pub max_retries: Option<u32>,
+    /// First back-off; doubles per retry (capped at 8 s).
+    pub retry_backoff_ms: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -73,11 +174,14 @@ fn default_max_body() -> usize {
 fn default_max_tokens() -> u64 {
     8192
 }
-fn default_timeout() -> u64 {
-    600
+fn default_sig_max() -> usize {
+    100_000
+}
+fn default_sig_ttl() -> u64 {
+    7 * 24 * 3600
 }
 
-/// A secret string; `Debug` and `Display` are redacted.
+/// A secret string; `Debug` is redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
@@ -102,30 +206,117 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
     pub proxy_token: Option<Secret>,
-    pub anthropic_front: Option<Upstream>,
-    pub chat_front: Option<Upstream>,
+    pub data_dir: Option<PathBuf>,
+    pub signature_store_max_entries: usize,
+    pub signature_store_ttl: Duration,
+    pub routes: Vec<Route>,
+    pub control: Option<babysitter_common::server::ServerConfig>,
+}
+
+impl ProxyConfig {
+    /// A config with `routes` and defaults for everything else (tests, embedding).
+    pub fn with_routes(routes: Vec<Route>) -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 0).into(),
+            max_body_bytes: default_max_body(),
+            proxy_token: None,
+            data_dir: None,
+            signature_store_max_entries: default_sig_max(),
+            signature_store_ttl: Duration::from_secs(default_sig_ttl()),
+            routes,
+            control: None,
+        }
+    }
+
+    /// The route for a request (see [`select_route`]).
+    pub fn route_for(&self, front: Protocol, model: &str) -> Option<usize> {
+        select_route(self.routes.iter(), front, model)
+    }
+}
+
+/// The route for a request: matching front and model, highest priority, earliest on ties.
+pub fn select_route<'a>(
+    routes: impl Iterator<Item = &'a Route>,
+    front: Protocol,
+    model: &str,
+) -> Option<usize> {
+    let mut best: Option<(usize, i32)> = None;
+    for (i, r) in routes.enumerate() {
+        if r.matches(front, model) && best.is_none_or(|(_, p)| r.priority > p) {
+            best = Some((i, r.priority));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub front: Option<Protocol>,
+    pub models: Vec<String>,
+    pub priority: i32,
+    pub upstream: Upstream,
+    pub policy: Policy,
+}
+
+impl Route {
+    /// A catch-all route to `upstream` with default policy.
+    pub fn new(name: impl Into<String>, upstream: Upstream) -> Self {
+        Self {
+            name: name.into(),
+            front: None,
+            models: Vec::new(),
+            priority: 0,
+            upstream,
+            policy: Policy::default(),
+        }
+    }
+
+    pub fn matches(&self, front: Protocol, model: &str) -> bool {
+        self.front.is_none_or(|f| f == front)
+            && (self.models.is_empty()
+                || self.models.iter().any(|m| match m.strip_suffix('*') {
+                    Some(prefix) => model.starts_with(prefix),
+                    None => m == model,
+                }))
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct Upstream {
+    pub provider: Provider,
+    pub protocol: Protocol,
     pub base_url: String,
-    pub api_key: Option<Secret>,
     pub model: Option<String>,
+    pub api_key: Option<Secret>,
+    /// Where `api_key` came from (names only, shown by the control API).
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub pass_through_client_key: bool,
+    pub azure_deployment: Option<String>,
+    pub azure_api_version: Option<String>,
+    pub extra_headers: Vec<(String, String)>,
     pub default_max_tokens: u64,
     pub forward_reasoning_effort: bool,
-    pub timeout: Duration,
 }
 
 impl Upstream {
-    /// An upstream at `base_url` with defaults (tests, embedding).
-    pub fn new(base_url: impl Into<String>) -> Self {
+    /// An upstream of `provider` at `base_url` speaking its usual protocol (tests, embedding).
+    pub fn new(provider: Provider, base_url: impl Into<String>) -> Self {
         Self {
+            provider,
+            protocol: provider.default_protocol(),
             base_url: base_url.into(),
-            api_key: None,
             model: None,
+            api_key: None,
+            api_key_env: None,
+            api_key_file: None,
+            pass_through_client_key: false,
+            azure_deployment: None,
+            azure_api_version: None,
+            extra_headers: Vec::new(),
             default_max_tokens: default_max_tokens(),
             forward_reasoning_effort: false,
-            timeout: Duration::from_secs(default_timeout()),
         }
     }
 
@@ -139,6 +330,49 @@ impl Upstream {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_retries: u32,
+    pub retry_backoff: Duration,
+}
+
+impl Default for Policy {
+    /// Connect 10 s; first byte 600 s (the legacy proxy's call timeout: long prompts are slow
+    /// to start); idle 300 s inside a stream; 2 retries (legacy default) from 250 ms.
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(300),
+            max_retries: 2,
+            retry_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Policy {
+    fn layered(base: Policy, f: &PolicyFile) -> Policy {
+        Policy {
+            connect_timeout: f
+                .connect_timeout_secs
+                .map_or(base.connect_timeout, Duration::from_secs),
+            first_byte_timeout: f
+                .first_byte_timeout_secs
+                .map_or(base.first_byte_timeout, Duration::from_secs),
+            idle_timeout: f
+                .idle_timeout_secs
+                .map_or(base.idle_timeout, Duration::from_secs),
+            max_retries: f.max_retries.unwrap_or(base.max_retries),
+            retry_backoff: f
+                .retry_backoff_ms
+                .map_or(base.retry_backoff, Duration::from_millis),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -148,8 +382,8 @@ pub enum ConfigError {
     Version(u32),
     #[error("invalid listen address {0}")]
     Listen(String),
-    #[error("invalid upstream base url {0}")]
-    BaseUrl(String),
+    #[error("route {route}: {message}")]
+    Route { route: String, message: String },
     #[error("env var {0} named by the config is not set")]
     MissingEnv(String),
     #[error("key file {path} unreadable: {source}")]
@@ -157,6 +391,27 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// Reads a key from the env var named `env_name`, else from `file`.
+pub fn read_secret(
+    env_name: Option<&String>,
+    file: Option<&PathBuf>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Secret>, ConfigError> {
+    match (env_name, file) {
+        (Some(name), _) => Ok(Some(Secret(
+            env(name).ok_or_else(|| ConfigError::MissingEnv(name.clone()))?,
+        ))),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+                path: path.clone(),
+                source,
+            })?;
+            Ok(Some(Secret(text.trim_end().to_owned())))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 impl ConfigFile {
@@ -173,46 +428,75 @@ impl ConfigFile {
             .listen
             .parse()
             .map_err(|_| ConfigError::Listen(self.listen.clone()))?;
-        let proxy_token = match &self.proxy_token_env {
-            None => None,
-            Some(name) => Some(Secret(
-                env(name).ok_or_else(|| ConfigError::MissingEnv(name.clone()))?,
-            )),
-        };
-        let up = |u: Option<UpstreamFile>| -> Result<Option<Upstream>, ConfigError> {
-            let Some(u) = u else { return Ok(None) };
-            if url::Url::parse(&u.base_url).is_err() {
-                return Err(ConfigError::BaseUrl(u.base_url));
-            }
-            let api_key = match (&u.api_key_env, &u.api_key_file) {
-                (Some(name), _) => Some(Secret(
-                    env(name).ok_or_else(|| ConfigError::MissingEnv(name.clone()))?,
-                )),
-                (None, Some(path)) => {
-                    let text =
-                        std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
-                            path: path.clone(),
-                            source,
-                        })?;
-                    Some(Secret(text.trim_end().to_owned()))
-                }
-                (None, None) => None,
+        let proxy_token = read_secret(
+            self.proxy_token_env.as_ref(),
+            self.proxy_token_file.as_ref(),
+            env,
+        )?;
+        let defaults = Policy::layered(Policy::default(), &self.defaults);
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for r in self.routes {
+            let bad = |message: String| ConfigError::Route {
+                route: r.name.clone(),
+                message,
             };
-            Ok(Some(Upstream {
-                base_url: u.base_url,
-                api_key,
-                model: u.model,
-                default_max_tokens: u.default_max_tokens,
-                forward_reasoning_effort: u.forward_reasoning_effort,
-                timeout: Duration::from_secs(u.timeout_secs),
-            }))
-        };
+            if r.name.is_empty()
+                || !r
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            {
+                return Err(bad("name must match [a-z0-9-]+".into()));
+            }
+            let u = &r.upstream;
+            let base_url = match (&u.base_url, u.provider.default_base_url()) {
+                (Some(b), _) => b.clone(),
+                (None, Some(d)) => d.to_owned(),
+                (None, None) => return Err(bad("upstream.base-url is required".into())),
+            };
+            if url::Url::parse(&base_url).is_err() {
+                return Err(bad(format!("invalid upstream.base-url {base_url}")));
+            }
+            if u.provider == Provider::AzureOpenai && u.azure_api_version.is_none() {
+                return Err(bad("azure-openai needs upstream.azure-api-version".into()));
+            }
+            let api_key = read_secret(u.api_key_env.as_ref(), u.api_key_file.as_ref(), env)?;
+            routes.push(Route {
+                front: r.front,
+                models: r.models.clone(),
+                priority: r.priority,
+                policy: Policy::layered(defaults, &r.policy),
+                upstream: Upstream {
+                    provider: u.provider,
+                    protocol: u.protocol.unwrap_or(u.provider.default_protocol()),
+                    base_url,
+                    model: u.model.clone(),
+                    api_key,
+                    api_key_env: u.api_key_env.clone(),
+                    api_key_file: u.api_key_file.clone(),
+                    pass_through_client_key: u.pass_through_client_key,
+                    azure_deployment: u.azure_deployment.clone(),
+                    azure_api_version: u.azure_api_version.clone(),
+                    extra_headers: u
+                        .extra_headers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    default_max_tokens: u.default_max_tokens,
+                    forward_reasoning_effort: u.forward_reasoning_effort,
+                },
+                name: r.name,
+            });
+        }
         Ok(ProxyConfig {
             listen,
             max_body_bytes: self.max_body_bytes,
             proxy_token,
-            anthropic_front: up(self.anthropic_front)?,
-            chat_front: up(self.chat_front)?,
+            data_dir: self.data_dir,
+            signature_store_max_entries: self.signature_store_max_entries,
+            signature_store_ttl: Duration::from_secs(self.signature_store_ttl_secs),
+            routes,
+            control: self.control,
         })
     }
 }
@@ -221,29 +505,73 @@ impl ConfigFile {
 mod tests {
     use super::*;
 
-    #[test]
-    fn example_config_resolves_and_never_prints_keys() {
+    fn example() -> ProxyConfig {
         let text = include_str!("../transport-proxy.example.toml");
-        let env = |k: &str| {
-            (k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY").then(|| "sk-secret".to_owned())
-        };
-        let cfg = ConfigFile::from_toml(text).and_then(|f| f.resolve(&env));
-        let cfg = match cfg {
+        let env = |k: &str| k.ends_with("_KEY").then(|| "sk-secret".to_owned());
+        match ConfigFile::from_toml(text).and_then(|f| f.resolve(&env)) {
             Ok(c) => c,
             Err(e) => panic!("example config: {e}"),
-        };
-        let shown = format!("{cfg:?}");
-        assert!(!shown.contains("sk-secret"), "{shown}");
-        assert!(cfg.anthropic_front.is_some() && cfg.chat_front.is_some());
+        }
     }
 
     #[test]
-    fn unknown_keys_and_missing_env_are_rejected() {
+    fn example_config_resolves_and_never_prints_keys() {
+        let cfg = example();
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert_eq!(cfg.routes.len(), 5);
+        let azure = &cfg.routes[0].upstream;
+        assert_eq!(azure.provider, Provider::AzureOpenai);
+        assert_eq!(
+            azure.azure_api_version.as_deref(),
+            Some("2025-04-01-preview")
+        );
+        assert_eq!(cfg.routes[0].policy.max_retries, 3, "route override");
+        assert_eq!(cfg.routes[1].policy.max_retries, 2, "defaults section");
+        let control = cfg.control.as_ref().map(|c| c.listen_addr.port());
+        assert_eq!(control, Some(50054));
+    }
+
+    #[test]
+    fn routes_match_by_front_model_and_priority() {
+        let cfg = example();
+        let name = |f, m| cfg.route_for(f, m).map(|i| cfg.routes[i].name.as_str());
+        assert_eq!(
+            name(Protocol::Anthropic, "claude-opus-4-8"),
+            Some("claude-to-azure")
+        );
+        assert_eq!(
+            name(Protocol::Anthropic, "claude-haiku-4"),
+            Some("claude-haiku-to-openai")
+        );
+        assert_eq!(
+            name(Protocol::OpenAiResponses, "gpt-5"),
+            Some("codex-to-chat")
+        );
+        assert_eq!(name(Protocol::Gemini, "gemini-3"), Some("gemini-to-vertex"));
+        assert_eq!(name(Protocol::OpenAiChat, "x"), Some("chat-to-anthropic"));
+    }
+
+    #[test]
+    fn unknown_keys_bad_names_and_missing_env_are_rejected() {
         assert!(ConfigFile::from_toml("bogus = 1").is_err());
         let f = ConfigFile::from_toml(
-            "[chat-front]\nbase-url = \"http://x/v1\"\napi-key-env = \"NOPE\"",
+            "[[routes]]\nname = \"a\"\n[routes.upstream]\nprovider = \"openai\"\napi-key-env = \"NOPE\"",
         );
         let r = f.and_then(|f| f.resolve(&|_| None));
         assert!(matches!(r, Err(ConfigError::MissingEnv(_))));
+        let f = ConfigFile::from_toml(
+            "[[routes]]\nname = \"Bad Name\"\n[routes.upstream]\nprovider = \"openai\"",
+        );
+        let r = f.and_then(|f| f.resolve(&|_| None));
+        assert!(matches!(r, Err(ConfigError::Route { .. })));
+        let f = ConfigFile::from_toml(
+            "[[routes]]\nname = \"v\"\n[routes.upstream]\nprovider = \"vertex\"",
+        );
+        let r = f.and_then(|f| f.resolve(&|_| None));
+        assert!(
+            matches!(r, Err(ConfigError::Route { .. })),
+            "vertex needs a base url"
+        );
     }
 }

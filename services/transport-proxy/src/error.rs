@@ -76,6 +76,44 @@ impl ErrorKind {
             Self::Overloaded => (503, "server_error", Some("server_error")),
         }
     }
+
+    /// `(status, error.status)` for a Gemini client.
+    pub fn gemini(self) -> (u16, &'static str) {
+        match self {
+            Self::InvalidRequest => (400, "INVALID_ARGUMENT"),
+            Self::Authentication => (401, "UNAUTHENTICATED"),
+            Self::Permission => (403, "PERMISSION_DENIED"),
+            Self::NotFound => (404, "NOT_FOUND"),
+            Self::Timeout => (504, "DEADLINE_EXCEEDED"),
+            Self::RequestTooLarge => (413, "INVALID_ARGUMENT"),
+            Self::RateLimit => (429, "RESOURCE_EXHAUSTED"),
+            Self::Api => (500, "INTERNAL"),
+            Self::Unavailable => (502, "UNAVAILABLE"),
+            Self::Overloaded => (503, "UNAVAILABLE"),
+        }
+    }
+
+    /// The error class reported by the control API's `errors_by_class`.
+    pub fn class(self) -> &'static str {
+        match self {
+            Self::InvalidRequest | Self::RequestTooLarge => "invalid_request",
+            Self::Authentication | Self::Permission => "upstream_auth",
+            Self::NotFound => "not_found",
+            Self::Timeout => "timeout",
+            Self::RateLimit => "rate_limited",
+            Self::Api => "upstream_5xx",
+            Self::Unavailable => "unavailable",
+            Self::Overloaded => "overloaded",
+        }
+    }
+
+    /// Whether a retry before the first byte may succeed (429, 5xx, connection failures).
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Self::RateLimit | Self::Api | Self::Unavailable | Self::Overloaded | Self::Timeout
+        )
+    }
 }
 
 /// An in-band stream failure, rendered as the client protocol's error event.
@@ -84,6 +122,16 @@ impl ErrorKind {
 pub struct StreamError {
     pub kind: ErrorKind,
     pub message: String,
+}
+
+impl From<UnknownStopReason> for StreamError {
+    /// A stop reason the client protocol cannot express ends the stream as an API error.
+    fn from(e: UnknownStopReason) -> Self {
+        Self {
+            kind: ErrorKind::Api,
+            message: e.to_string(),
+        }
+    }
 }
 
 /// Everything that can fail while serving one request.
@@ -135,6 +183,21 @@ impl ProxyError {
         }
     }
 
+    /// The error class for metrics: upstream answers by status class, the proxy's own
+    /// failures by cause.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } | Self::TooLarge { .. } => "invalid_request",
+            Self::Unauthorized => "unauthorized",
+            Self::NoRoute => "no_route",
+            Self::Upstream { status, .. } if *status >= 500 => "upstream_5xx",
+            Self::Upstream { .. } => "upstream_4xx",
+            Self::Connect(_) => "connect",
+            Self::Timeout => "timeout",
+            Self::UpstreamProtocol(_) | Self::StopReason(_) => "translation",
+        }
+    }
+
     /// The same failure as an in-band stream error.
     pub fn to_stream_error(&self) -> StreamError {
         StreamError {
@@ -145,11 +208,7 @@ impl ProxyError {
 }
 
 /// The protocol a client spoke, which decides the error envelope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientProtocol {
-    Anthropic,
-    OpenAiChat,
-}
+pub type ClientProtocol = crate::protocol::Protocol;
 
 /// Anthropic envelope `{"type":"error","error":{"type","message"}}`.
 pub fn anthropic_error_body(kind: ErrorKind, message: &str) -> serde_json::Value {
@@ -160,6 +219,27 @@ pub fn anthropic_error_body(kind: ErrorKind, message: &str) -> serde_json::Value
 pub fn openai_error_body(kind: ErrorKind, message: &str) -> serde_json::Value {
     let (_, ty, code) = kind.openai();
     json!({ "error": { "message": message, "type": ty, "param": null, "code": code } })
+}
+
+/// Gemini envelope `{"error":{"code","message","status"}}`.
+pub fn gemini_error_body(kind: ErrorKind, message: &str) -> serde_json::Value {
+    let (code, status) = kind.gemini();
+    json!({ "error": { "code": code, "message": message, "status": status } })
+}
+
+/// `(status, body)` of an error in `protocol`'s own envelope.
+pub fn render(
+    protocol: ClientProtocol,
+    kind: ErrorKind,
+    message: &str,
+) -> (u16, serde_json::Value) {
+    match protocol {
+        ClientProtocol::Anthropic => (kind.anthropic().0, anthropic_error_body(kind, message)),
+        ClientProtocol::OpenAiChat | ClientProtocol::OpenAiResponses => {
+            (kind.openai().0, openai_error_body(kind, message))
+        }
+        ClientProtocol::Gemini => (kind.gemini().0, gemini_error_body(kind, message)),
+    }
 }
 
 /// A [`ProxyError`] bound to the client protocol, ready to become an HTTP response.
@@ -174,10 +254,7 @@ impl IntoResponse for ProtocolError {
         let kind = self.error.kind();
         let message = self.error.to_string();
         tracing::debug!(error = %message, "request failed");
-        let (status, body) = match self.protocol {
-            ClientProtocol::Anthropic => (kind.anthropic().0, anthropic_error_body(kind, &message)),
-            ClientProtocol::OpenAiChat => (kind.openai().0, openai_error_body(kind, &message)),
-        };
+        let (status, body) = render(self.protocol, kind, &message);
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut resp = (status, axum::Json(body)).into_response();
         if let ProxyError::Upstream {

@@ -22,11 +22,25 @@
 //! upstream, streaming and not. Responses, Gemini, retries and metrics come later.
 #![forbid(unsafe_code)]
 
+pub mod agent_mux;
 pub mod anthropic;
 pub mod canonical;
+pub mod checks;
 pub mod config;
+pub mod control;
+pub mod cost;
 pub mod error;
+pub mod forward;
+pub mod gemini;
+pub mod grpc;
+pub mod metrics;
 pub mod openai_chat;
 pub mod pipeline;
+pub mod protocol;
+pub mod responses;
+#[cfg(feature = "test-support")]
+pub mod scripted;
 pub mod server;
+pub mod sigstore;
 pub mod sse;
+pub mod upstream;

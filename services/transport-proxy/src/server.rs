@@ -1,86 +1,276 @@
-//! The HTTP front (axum) and the upstream client (reqwest).
+//! The HTTP front (axum): routes, client authentication, body limits, and the small
+//! informational endpoints.
 //!
-//! Handlers stay thin: authenticate, read the body under the size limit, decode it into the
-//! canonical model (a malformed body is a 400 naming the field, in the client's envelope),
-//! encode it for the upstream, and either translate the JSON answer or hand the upstream body to
-//! the streaming pipeline. Upstream failures keep their status class and `retry-after`
-//! (spec §13.2). Routes: `POST /v1/messages` (any query, e.g. Claude Code's `?beta=true`) →
-//! Chat upstream; `POST /v1/chat/completions` → Anthropic upstream; `GET /health`.
+//! Handlers stay thin: authenticate, read the body under the size limit, hand the request to
+//! [`Proxy`] and render any failure in the *client's* protocol envelope (spec §13.2). Routes:
+//! `POST /v1/messages` (any query, e.g. Claude Code's `?beta=true`), `/v1/messages/count_tokens`,
+//! `/v1/count_tokens`, `/v1/chat/completions`, `/v1/responses`,
+//! `/v1beta/models/{model}:generateContent|streamGenerateContent|countTokens`, `GET /v1/models`,
+//! `GET /v1beta/models`, `GET /metrics`, `GET /health`, `GET /cache/stats`, `ANY /passthrough/*`
+//! (unchanged, to the catch-all route's upstream). Anything else
+//! (including Claude Code's `HEAD /` probe) gets a quick 404.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use bytes::Bytes;
-use futures::StreamExt;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::routing::{any, get, post};
+use axum::serve::ListenerExt;
+use http::{HeaderMap, HeaderValue, header};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
-use tokio_stream::wrappers::ReceiverStream;
+use serde_json::json;
 
-use crate::anthropic::{self, MessagesRequest, MessagesResponse};
-use crate::config::{ProxyConfig, Upstream};
-use crate::error::{ClientProtocol, ProtocolError, ProxyError};
-use crate::openai_chat::{self, ChatRequest, ChatResponse};
-use crate::pipeline::spawn_translation;
+use crate::error::{ProtocolError, ProxyError};
+use crate::forward::{Inbound, Proxy};
+use crate::metrics;
+use crate::protocol::{Protocol, UrlFacts};
 
 /// Shared state of the front.
-#[derive(Debug)]
-pub struct AppState {
-    pub config: ProxyConfig,
-    client: reqwest::Client,
-}
-
-impl AppState {
-    /// Builds the upstream client. Fails when TLS roots cannot be loaded (reqwest 0.13).
-    pub fn new(config: ProxyConfig) -> Result<Arc<Self>, reqwest::Error> {
-        let client = reqwest::Client::builder().build()?;
-        Ok(Arc::new(Self { config, client }))
-    }
-}
+pub type AppState = Proxy;
 
 /// The router. Body limits are enforced in the handlers so the 413 has the protocol's shape.
-pub fn router(state: Arc<AppState>) -> Router {
+pub fn router(state: Arc<Proxy>) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics_handler))
+        .route(
+            "/cache/stats",
+            get(|| async { axum::Json(json!({"enabled": false})) }),
+        )
+        .route("/v1/models", get(models_openai))
+        .route("/v1beta/models", get(models_gemini))
         .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens_anthropic))
+        .route("/v1/count_tokens", post(count_tokens_alias))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/v1beta/models/{action}", post(gemini))
+        .route("/v1/models/{action}", post(gemini))
+        .route("/passthrough/{*rest}", any(passthrough))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
 }
 
 async fn health() -> impl IntoResponse {
-    axum::Json(json!({"ok": true, "transport": "anthropic,openai-chat"}))
+    axum::Json(json!({"ok": true, "transport": "anthropic,openai-chat,openai-responses,gemini"}))
 }
 
-async fn messages(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let p = ClientProtocol::Anthropic;
-    match anthropic_front(&st, &headers, body).await {
-        Ok(r) => with_request_id(r, &headers),
-        Err(error) => with_request_id(
-            ProtocolError { protocol: p, error }.into_response(),
-            &headers,
+async fn metrics_handler(State(st): State<Arc<Proxy>>, headers: HeaderMap) -> Response {
+    let all = st.stats_by_name();
+    let routes: Vec<(&str, &metrics::RouteStats)> =
+        all.iter().map(|(n, s)| (n.as_str(), &**s)).collect();
+    let wants_json = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/json"));
+    if wants_json {
+        return axum::Json(metrics::json_summary(&routes, st.uptime_secs())).into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        metrics::prometheus(&routes, st.uptime_secs()),
+    )
+        .into_response()
+}
+
+async fn models_openai(State(st): State<Arc<Proxy>>) -> impl IntoResponse {
+    let data: Vec<_> = st
+        .model_ids()
+        .into_iter()
+        .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data}))
+}
+
+async fn models_gemini(State(st): State<Arc<Proxy>>) -> impl IntoResponse {
+    let models: Vec<_> = st
+        .model_ids()
+        .into_iter()
+        .map(|(id, _)| json!({"name": format!("models/{id}"), "displayName": id,
+            "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}))
+        .collect();
+    axum::Json(json!({"models": models}))
+}
+
+async fn messages(st: State<Arc<Proxy>>, q: RawQuery, h: HeaderMap, body: Body) -> Response {
+    generate(st, Protocol::Anthropic, UrlFacts::default(), q, h, body).await
+}
+
+async fn chat_completions(st: State<Arc<Proxy>>, q: RawQuery, h: HeaderMap, b: Body) -> Response {
+    generate(st, Protocol::OpenAiChat, UrlFacts::default(), q, h, b).await
+}
+
+async fn responses(st: State<Arc<Proxy>>, q: RawQuery, h: HeaderMap, body: Body) -> Response {
+    generate(
+        st,
+        Protocol::OpenAiResponses,
+        UrlFacts::default(),
+        q,
+        h,
+        body,
+    )
+    .await
+}
+
+/// `{model}:{method}` of a Gemini path.
+async fn gemini(
+    st: State<Arc<Proxy>>,
+    Path(action): Path<String>,
+    q: RawQuery,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    let (model, method) = action.rsplit_once(':').unwrap_or((action.as_str(), ""));
+    let url = |stream| UrlFacts {
+        model: Some(model.to_owned()),
+        stream: Some(stream),
+    };
+    match method {
+        "generateContent" => generate(st, Protocol::Gemini, url(false), q, h, body).await,
+        "streamGenerateContent" => generate(st, Protocol::Gemini, url(true), q, h, body).await,
+        "countTokens" => {
+            count(
+                st,
+                Protocol::Gemini,
+                url(false),
+                q,
+                h,
+                body,
+                |n| json!({"totalTokens": n}),
+            )
+            .await
+        }
+        _ => fail(
+            Protocol::Gemini,
+            ProxyError::invalid("path", format!("unknown method {method}")),
+            &h,
         ),
     }
 }
 
-async fn chat_completions(
-    State(st): State<Arc<AppState>>,
+/// `ANY /passthrough/*`: forwarded unchanged (errors of the proxy itself in OpenAI shape, the
+/// reference's generic `{"error":{"message"}}` being a subset of it).
+async fn passthrough(
+    State(st): State<Arc<Proxy>>,
+    method: http::Method,
+    Path(rest): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let p = ClientProtocol::OpenAiChat;
-    match chat_front(&st, &headers, body).await {
+    let front = Protocol::OpenAiChat;
+    let result = match read(&st, front, UrlFacts::default(), query, &headers, body).await {
+        Ok(inb) => st.passthrough(method, &rest, inb).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(r) => with_request_id(r, &headers),
-        Err(error) => with_request_id(
-            ProtocolError { protocol: p, error }.into_response(),
-            &headers,
-        ),
+        Err(e) => fail(front, e, &headers),
     }
+}
+
+async fn count_tokens_anthropic(
+    st: State<Arc<Proxy>>,
+    q: RawQuery,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    count(
+        st,
+        Protocol::Anthropic,
+        UrlFacts::default(),
+        q,
+        h,
+        body,
+        |n| json!({"input_tokens": n}),
+    )
+    .await
+}
+
+async fn count_tokens_alias(
+    st: State<Arc<Proxy>>,
+    q: RawQuery,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    count(
+        st,
+        Protocol::Anthropic,
+        UrlFacts::default(),
+        q,
+        h,
+        body,
+        |n| json!({"count": n}),
+    )
+    .await
+}
+
+async fn read(
+    st: &Proxy,
+    front: Protocol,
+    url: UrlFacts,
+    query: Option<String>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Inbound, ProxyError> {
+    authorize(st, headers, query.as_deref())?;
+    let limit = st.config.max_body_bytes;
+    let body = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ProxyError::TooLarge { limit })?;
+    Ok(Inbound {
+        front,
+        body,
+        headers: headers.clone(),
+        query,
+        url,
+    })
+}
+
+async fn generate(
+    State(st): State<Arc<Proxy>>,
+    front: Protocol,
+    url: UrlFacts,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let result = match read(&st, front, url, query, &headers, body).await {
+        Ok(inb) => st.generate(inb).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(r) => with_request_id(r, &headers),
+        Err(e) => fail(front, e, &headers),
+    }
+}
+
+async fn count(
+    State(st): State<Arc<Proxy>>,
+    front: Protocol,
+    url: UrlFacts,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+    shape: fn(u64) -> serde_json::Value,
+) -> Response {
+    let result = match read(&st, front, url, query, &headers, body).await {
+        Ok(inb) => st.count_tokens(inb).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(n) => with_request_id(axum::Json(shape(n)).into_response(), &headers),
+        Err(e) => fail(front, e, &headers),
+    }
+}
+
+fn fail(protocol: Protocol, error: ProxyError, headers: &HeaderMap) -> Response {
+    with_request_id(ProtocolError { protocol, error }.into_response(), headers)
 }
 
 fn with_request_id(mut resp: Response, headers: &HeaderMap) -> Response {
@@ -89,36 +279,30 @@ fn with_request_id(mut resp: Response, headers: &HeaderMap) -> Response {
         .cloned()
         .or_else(|| HeaderValue::from_str(&format!("req_{}", ulid::Ulid::generate())).ok());
     if let Some(id) = id {
-        resp.headers_mut().insert("x-request-id", id);
+        resp.headers_mut().insert("x-request-id", id.clone());
+        resp.headers_mut().insert("request-id", id);
     }
     resp
 }
 
-fn authorize(cfg: &ProxyConfig, headers: &HeaderMap) -> Result<(), ProxyError> {
-    let Some(token) = &cfg.proxy_token else {
+/// Client token check: `x-api-key`, `Authorization: Bearer`, `x-goog-api-key` or `?key=`
+/// (spec §2.2). Open when no token is configured.
+fn authorize(st: &Proxy, headers: &HeaderMap, query: Option<&str>) -> Result<(), ProxyError> {
+    let Some(token) = &st.config.proxy_token else {
         return Ok(());
     };
-    let given = headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| {
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-        });
-    if given == Some(token.expose()) {
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let candidates = [
+        h("x-api-key"),
+        h("authorization").and_then(|v| v.strip_prefix("Bearer ")),
+        h("x-goog-api-key"),
+        query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("key="))),
+    ];
+    if candidates.iter().flatten().any(|c| *c == token.expose()) {
         Ok(())
     } else {
         Err(ProxyError::Unauthorized)
     }
-}
-
-async fn read_json<T: DeserializeOwned>(body: Body, limit: usize) -> Result<T, ProxyError> {
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| ProxyError::TooLarge { limit })?;
-    parse_json(&bytes)
 }
 
 /// Parses a request body; the error names the offending field path.
@@ -142,157 +326,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProxyError> {
     })
 }
 
-async fn anthropic_front(
-    st: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ProxyError> {
-    authorize(&st.config, headers)?;
-    let up = st
-        .config
-        .anthropic_front
-        .as_ref()
-        .ok_or(ProxyError::NoRoute)?;
-    let req: MessagesRequest = read_json(body, st.config.max_body_bytes).await?;
-    let canon = anthropic::convert::request_to_canonical(req)?;
-    let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
-    let wire =
-        openai_chat::convert::canonical_to_request(&canon, &model, up.forward_reasoning_effort);
-    let mut rb = st
-        .client
-        .post(up.url("chat/completions"))
-        .timeout(up.timeout)
-        .json(&wire);
-    if let Some(k) = &up.api_key {
-        rb = rb.bearer_auth(k.expose());
-    }
-    let resp = send(rb).await?;
-    if canon.stream {
-        let enc = anthropic::stream::AnthropicEncoder::new(
-            format!("msg_{}", ulid::Ulid::generate()),
-            model,
-        );
-        let rx = spawn_translation(
-            resp.bytes_stream(),
-            openai_chat::stream::ChatDecoder::new(),
-            enc,
-        );
-        return Ok(sse_response(rx));
-    }
-    let chat: ChatResponse = upstream_json(resp).await?;
-    let canon_resp = openai_chat::convert::response_to_canonical(chat)?;
-    Ok(axum::Json(anthropic::convert::canonical_to_response(&canon_resp)?).into_response())
-}
-
-async fn chat_front(
-    st: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ProxyError> {
-    authorize(&st.config, headers)?;
-    let up = st.config.chat_front.as_ref().ok_or(ProxyError::NoRoute)?;
-    let req: ChatRequest = read_json(body, st.config.max_body_bytes).await?;
-    let canon = openai_chat::convert::request_to_canonical(req)?;
-    let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
-    let wire = anthropic::convert::canonical_to_request(&canon, &model, up.default_max_tokens);
-    let resp = send(anthropic_request(st, up, &wire)).await?;
-    if canon.stream {
-        let enc = openai_chat::stream::ChatEncoder::new(
-            format!("chatcmpl-{}", ulid::Ulid::generate()),
-            model,
-            canon.include_usage,
-        );
-        let rx = spawn_translation(
-            resp.bytes_stream(),
-            anthropic::stream::AnthropicDecoder::new(),
-            enc,
-        );
-        return Ok(sse_response(rx));
-    }
-    let msg: MessagesResponse = upstream_json(resp).await?;
-    let canon_resp = anthropic::convert::response_to_canonical(msg)?;
-    Ok(axum::Json(openai_chat::convert::canonical_to_response(&canon_resp)?).into_response())
-}
-
-fn anthropic_request(
-    st: &AppState,
-    up: &Upstream,
-    wire: &MessagesRequest,
-) -> reqwest::RequestBuilder {
-    let mut rb = st
-        .client
-        .post(up.url("messages"))
-        .timeout(up.timeout)
-        .header("anthropic-version", "2023-06-01")
-        .json(wire);
-    if let Some(k) = &up.api_key {
-        rb = rb.header("x-api-key", k.expose());
-    }
-    rb
-}
-
-/// Sends and turns a non-2xx answer into [`ProxyError::Upstream`] (status and `retry-after`
-/// kept, message taken from either protocol's envelope).
-async fn send(rb: reqwest::RequestBuilder) -> Result<reqwest::Response, ProxyError> {
-    let resp = rb.send().await.map_err(|e| {
-        if e.is_timeout() {
-            ProxyError::Timeout
-        } else {
-            tracing::warn!(error = %e, "upstream request failed");
-            ProxyError::Connect("connection to upstream failed".to_owned())
-        }
-    })?;
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let retry_after = resp.headers().get(header::RETRY_AFTER).cloned();
-    let text = resp.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<Value>(&text)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| text.chars().take(500).collect());
-    Err(ProxyError::Upstream {
-        status: status.as_u16(),
-        message,
-        retry_after,
-    })
-}
-
-async fn upstream_json<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, ProxyError> {
-    let bytes = resp.bytes().await.map_err(|e| {
-        if e.is_timeout() {
-            ProxyError::Timeout
-        } else {
-            ProxyError::Connect(e.to_string())
-        }
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ProxyError::UpstreamProtocol(e.to_string()))
-}
-
-fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response {
-    let stream = ReceiverStream::new(rx).map(Ok::<Bytes, Infallible>);
-    let mut resp = Response::new(Body::from_stream(stream));
-    *resp.status_mut() = StatusCode::OK;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
-}
-
 /// Serves `router` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    state: Arc<AppState>,
+    state: Arc<Proxy>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // axum 0.8 leaves Nagle on: streamed frames would wait for the client's delayed ACK
+    // (~40 ms per stream), so every accepted socket gets TCP_NODELAY.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

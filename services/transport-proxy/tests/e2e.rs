@@ -1,500 +1,504 @@
-//! End-to-end: the real proxy on 127.0.0.1:0 in front of a scripted upstream (a tiny axum
-//! server in this test that answers like OpenAI Chat or Anthropic Messages, JSON or SSE).
-//! Each test drives a tool-call turn and a tool-result turn through the proxy and asserts on
-//! what the client sees and on what the upstream received.
+//! End-to-end behaviour of the proxy around translation: errors in each protocol's envelope,
+//! client auth, size limits, retries and timeouts, token counting, model listing, metrics,
+//! provider URL/auth layouts, and the official Python SDKs as clients.
 
-use std::sync::{Arc, Mutex};
+#[path = "support/clients.rs"]
+mod clients;
+#[path = "support/fixture.rs"]
+mod fixture;
+
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use babysitter_transport_proxy::config::{ProxyConfig, Secret, Upstream};
-use babysitter_transport_proxy::server::{AppState, serve};
+use babysitter_transport_proxy::config::{Provider, ProxyConfig, Route, Secret, Upstream};
+use babysitter_transport_proxy::protocol::Protocol;
+use clients::{first_turn, path};
+use fixture::{Fixture, script, upstream_for};
 use serde_json::{Value, json};
 
-type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
-
-fn sse(frames: &[String]) -> Response {
-    ([("content-type", "text/event-stream")], frames.concat()).into_response()
+fn weather_script() -> babysitter_transport_proxy::scripted::Script {
+    script(json!({"turns": [
+        {"when": {"has_tool_result": false},
+         "reply": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+                   "usage": {"input": 11, "output": 7, "cache_read": 4}}},
+        {"when": {"has_tool_result": true},
+         "reply": {"text": "It is sunny.", "usage": {"input": 11, "output": 7, "cache_read": 4}}}
+    ]}))
 }
 
-fn record(seen: &Seen, headers: &http::HeaderMap, body: &Value) {
-    let auth = headers
-        .get("authorization")
-        .or_else(|| headers.get("x-api-key"))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Ok(mut s) = seen.lock() {
-        s.push((auth, body.clone()));
-    }
+fn error_script(
+    status: u16,
+    retry_after: Option<&str>,
+) -> babysitter_transport_proxy::scripted::Script {
+    script(
+        json!({"turns": [{"when": {}, "reply": {"error": {"status": status, "message": "scripted failure", "retry_after": retry_after}}}]}),
+    )
 }
 
-/// Scripted Chat upstream: a tool call `get_weather({"city":"Paris"})` when the last message is
-/// not a tool result, else the text "It is sunny."; usage 11/7.
-async fn chat_upstream(
-    State(seen): State<Seen>,
-    headers: http::HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    record(&seen, &headers, &body);
-    if body["model"] == "rate-limited" {
-        let err = json!({"error":{"message":"slow down","type":"rate_limit_exceeded"}});
-        return (
-            http::StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after", "7")],
-            Json(err),
-        )
-            .into_response();
-    }
-    let after_tool = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .is_some_and(|m| m["role"] == "tool");
-    let usage = json!({"prompt_tokens":11,"completion_tokens":7,"total_tokens":18});
-    if body["stream"] != true {
-        let message = if after_tool {
-            json!({"role":"assistant","content":"It is sunny."})
-        } else {
-            json!({"role":"assistant","content":null,"tool_calls":[{"id":"call_fake_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]})
-        };
-        let finish = if after_tool { "stop" } else { "tool_calls" };
-        return Json(json!({"id":"chatcmpl-fake","object":"chat.completion","created":1,"model":"fake-gpt","choices":[{"index":0,"message":message,"finish_reason":finish}],"usage":usage})).into_response();
-    }
-    let chunk = |delta: Value, finish: Value, usage: Option<&Value>| {
-        let mut c = json!({"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1,"model":"fake-gpt","choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
-        if let Some(u) = usage {
-            c["usage"] = u.clone();
-        }
-        format!("data: {c}\n\n")
-    };
-    let mut frames = vec![chunk(
-        json!({"role":"assistant","content":""}),
-        Value::Null,
-        None,
-    )];
-    if after_tool {
-        for t in ["It is ", "sunny."] {
-            frames.push(chunk(json!({"content": t}), Value::Null, None));
-        }
-        frames.push(chunk(json!({}), json!("stop"), Some(&usage)));
-    } else {
-        frames.push(chunk(json!({"tool_calls":[{"index":0,"id":"call_fake_1","type":"function","function":{"name":"get_weather","arguments":""}}]}), Value::Null, None));
-        for a in ["{\"city\": ", "\"Paris\"}"] {
-            frames.push(chunk(
-                json!({"tool_calls":[{"index":0,"function":{"arguments":a}}]}),
-                Value::Null,
-                None,
-            ));
-        }
-        frames.push(chunk(json!({}), json!("tool_calls"), Some(&usage)));
-    }
-    frames.push("data: [DONE]\n\n".to_owned());
-    sse(&frames)
+fn no_retry(base: &str, upstream: Protocol) -> ProxyConfig {
+    let mut r = Route::new("all", upstream_for(upstream, base));
+    r.policy.max_retries = 0;
+    ProxyConfig::with_routes(vec![r])
 }
 
-/// Scripted Anthropic upstream, same script as [`chat_upstream`].
-async fn anthropic_upstream(
-    State(seen): State<Seen>,
-    headers: http::HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    record(&seen, &headers, &body);
-    let last = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .cloned()
-        .unwrap_or_default();
-    let after_tool = last["content"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"));
-    let usage = json!({"input_tokens":11,"output_tokens":7,"cache_read_input_tokens":4});
-    if body["stream"] != true {
-        let (content, stop) = if after_tool {
-            (json!([{"type":"text","text":"It is sunny."}]), "end_turn")
-        } else {
-            (
-                json!([{"type":"tool_use","id":"toolu_fake_1","name":"get_weather","input":{"city":"Paris"}}]),
-                "tool_use",
-            )
-        };
-        return Json(json!({"id":"msg_fake","type":"message","role":"assistant","model":"fake-claude","content":content,"stop_reason":stop,"stop_sequence":null,"usage":usage})).into_response();
-    }
-    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-    let mut frames = vec![ev(
-        "message_start",
-        json!({"type":"message_start","message":{"id":"msg_fake","type":"message","role":"assistant","model":"fake-claude","content":[],"stop_reason":null,"usage":{"input_tokens":11,"output_tokens":1,"cache_read_input_tokens":4}}}),
-    )];
-    let stop = if after_tool {
-        frames.push(ev("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})));
-        for t in ["It is ", "sunny."] {
-            frames.push(ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":t}})));
-        }
-        "end_turn"
-    } else {
-        frames.push(ev("content_block_start", json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_fake_1","name":"get_weather","input":{}}})));
-        for a in ["{\"city\": ", "\"Paris\"}"] {
-            frames.push(ev("content_block_delta", json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":a}})));
-        }
-        "tool_use"
-    };
-    frames.push(ev(
-        "content_block_stop",
-        json!({"type":"content_block_stop","index":0}),
-    ));
-    frames.push(ev("message_delta", json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},"usage":{"output_tokens":7}})));
-    frames.push(ev("message_stop", json!({"type":"message_stop"})));
-    sse(&frames)
-}
-
-struct Fixture {
-    proxy: String,
-    seen: Seen,
-    http: reqwest::Client,
-}
-
-async fn bind() -> (tokio::net::TcpListener, String) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let addr = l.local_addr().unwrap_or_else(|e| panic!("addr: {e}"));
-    (l, format!("http://{addr}"))
-}
-
-async fn start(token: Option<&str>, chat_model: &str, max_body_bytes: usize) -> Fixture {
-    let seen: Seen = Arc::default();
-    let upstream = Router::new()
-        .route("/v1/chat/completions", post(chat_upstream))
-        .route("/v1/messages", post(anthropic_upstream))
-        .with_state(seen.clone());
-    let (ul, upstream_url) = bind().await;
-    tokio::spawn(async move { axum::serve(ul, upstream).await });
-
-    let mut chat = Upstream::new(format!("{upstream_url}/v1"));
-    chat.api_key = Some(Secret::new("sk-upstream-openai"));
-    chat.model = Some(chat_model.to_owned());
-    chat.timeout = Duration::from_secs(10);
-    let mut anth = Upstream::new(format!("{upstream_url}/v1/"));
-    anth.api_key = Some(Secret::new("sk-upstream-anthropic"));
-    anth.model = Some("fake-claude".to_owned());
-    let config = ProxyConfig {
-        listen: ([127, 0, 0, 1], 0).into(),
-        max_body_bytes,
-        proxy_token: token.map(Secret::new),
-        anthropic_front: Some(chat),
-        chat_front: Some(anth),
-    };
-    let state = AppState::new(config).unwrap_or_else(|e| panic!("state: {e}"));
-    let (pl, proxy) = bind().await;
-    tokio::spawn(serve(pl, state, std::future::pending()));
-    Fixture {
-        proxy,
-        seen,
-        http: reqwest::Client::new(),
-    }
-}
-
-impl Fixture {
-    async fn post(&self, path: &str, body: &Value) -> (u16, http::HeaderMap, String) {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.proxy))
-            .header("x-api-key", "proxy-token")
-            .json(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("post {path}: {e}"));
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        (status, headers, resp.text().await.unwrap_or_default())
-    }
-
-    fn last_upstream(&self) -> (Option<String>, Value) {
-        self.seen
-            .lock()
-            .ok()
-            .and_then(|s| s.last().cloned())
-            .unwrap_or_default()
-    }
-}
-
-fn weather_tool_anthropic() -> Value {
-    json!([{"name":"get_weather","description":"Get weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}])
-}
-
-fn anthropic_turns(stream: bool) -> (Value, Value) {
-    let first = json!({"model":"claude-opus-4-8","max_tokens":256,"stream":stream,"tools":weather_tool_anthropic(),
-        "messages":[{"role":"user","content":"weather in Paris?"}]});
-    let mut second = first.clone();
-    second["messages"] = json!([
-        {"role":"user","content":"weather in Paris?"},
-        {"role":"assistant","content":[{"type":"tool_use","id":"call_fake_1","name":"get_weather","input":{"city":"Paris"}}]},
-        {"role":"user","content":[{"type":"tool_result","tool_use_id":"call_fake_1","content":"sunny, 24C"}]}
-    ]);
-    (first, second)
-}
-
-fn sse_events(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter(|f| !f.trim().is_empty())
-        .map(|f| {
-            let mut name = String::new();
-            let mut data = Value::Null;
-            for line in f.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data = serde_json::from_str(d).unwrap_or(Value::String(d.to_owned()));
+/// T28: upstream 429 / 529 / 503 reach every client protocol with a retryable status, the
+/// client's own envelope and `retry-after` kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t28_upstream_429_and_overload_keep_status_envelope_and_retry_after() {
+    for (status, anth, openai, gemini) in [
+        (429u16, 429u16, 429u16, 429u16),
+        (529, 529, 503, 503),
+        (503, 529, 503, 503),
+    ] {
+        let fx = Fixture::start(Some(error_script(status, Some("7"))), |b| {
+            no_retry(b, Protocol::OpenAiChat)
+        })
+        .await;
+        for front in Protocol::ALL {
+            let (got, headers, body) = fx
+                .post(path(front, false), &first_turn(front, false), &[])
+                .await;
+            let want = match front {
+                Protocol::Anthropic => anth,
+                Protocol::Gemini => gemini,
+                _ => openai,
+            };
+            assert_eq!(got, want, "{status} → {front}: {body}");
+            assert_eq!(
+                headers.get("retry-after").and_then(|v| v.to_str().ok()),
+                Some("7"),
+                "{front}"
+            );
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            match front {
+                Protocol::Anthropic => {
+                    assert_eq!(v["type"], "error");
+                    let ty = if status == 429 {
+                        "rate_limit_error"
+                    } else {
+                        "overloaded_error"
+                    };
+                    assert_eq!(v["error"]["type"], ty);
+                }
+                Protocol::Gemini => {
+                    let st = if status == 429 {
+                        "RESOURCE_EXHAUSTED"
+                    } else {
+                        "UNAVAILABLE"
+                    };
+                    assert_eq!(v["error"]["status"], st, "{body}");
+                }
+                _ => {
+                    let ty = if status == 429 {
+                        "rate_limit_exceeded"
+                    } else {
+                        "server_error"
+                    };
+                    assert_eq!(v["error"]["type"], ty, "{body}");
                 }
             }
-            (name, data)
-        })
-        .collect()
+        }
+        fx.stop().await;
+    }
 }
 
+/// Retries before the first byte: two scripted 503s, then success; the client sees only the
+/// success and the metrics count two retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_front_non_streaming_tool_turn_and_result_turn() {
-    let fx = start(Some("proxy-token"), "fake-gpt", 1 << 20).await;
-    let (first, second) = anthropic_turns(false);
-    let (status, headers, body) = fx.post("/v1/messages?beta=true", &first).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(headers.contains_key("x-request-id"));
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(
-        v["content"],
-        json!([{"type":"tool_use","id":"call_fake_1","name":"get_weather","input":{"city":"Paris"}}])
-    );
-    assert_eq!(v["stop_reason"], "tool_use");
-    assert_eq!(v["usage"], json!({"input_tokens":11,"output_tokens":7}));
-    let (auth, up) = fx.last_upstream();
-    assert_eq!(auth.as_deref(), Some("Bearer sk-upstream-openai"));
-    assert_eq!(up["model"], "fake-gpt");
-    assert_eq!(up["tools"][0]["function"]["name"], "get_weather");
-
-    let (status, _, body) = fx.post("/v1/messages?beta=true", &second).await;
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(v["content"], json!([{"type":"text","text":"It is sunny."}]));
-    assert_eq!(v["stop_reason"], "end_turn");
-    let (_, up) = fx.last_upstream();
-    assert_eq!(
-        up["messages"][2],
-        json!({"role":"tool","content":"sunny, 24C","tool_call_id":"call_fake_1"})
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_front_streaming_tool_turn_and_result_turn() {
-    let fx = start(None, "fake-gpt", 1 << 20).await;
-    let (first, second) = anthropic_turns(true);
-    let (status, headers, body) = fx.post("/v1/messages?beta=true", &first).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(
-        headers.get("content-type").and_then(|v| v.to_str().ok()),
-        Some("text/event-stream; charset=utf-8")
-    );
-    let evs = sse_events(&body);
-    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "message_start",
-            "content_block_start",
-            "content_block_delta",
-            "content_block_delta",
-            "content_block_stop",
-            "message_delta",
-            "message_stop"
-        ]
-    );
-    assert_eq!(
-        evs[1].1["content_block"],
-        json!({"type":"tool_use","id":"call_fake_1","name":"get_weather","input":{}})
-    );
-    assert_eq!(evs[5].1["delta"]["stop_reason"], "tool_use");
-    assert_eq!(
-        evs[5].1["usage"],
-        json!({"input_tokens":11,"output_tokens":7})
-    );
-    let (_, up) = fx.last_upstream();
-    assert_eq!(up["stream_options"], json!({"include_usage": true}));
-
-    let (status, _, body) = fx.post("/v1/messages", &second).await;
-    assert_eq!(status, 200, "{body}");
-    let evs = sse_events(&body);
-    let text: String = evs
-        .iter()
-        .filter_map(|(_, d)| d["delta"]["text"].as_str())
-        .collect();
-    assert_eq!(text, "It is sunny.");
-    assert_eq!(evs[evs.len() - 2].1["delta"]["stop_reason"], "end_turn");
-}
-
-fn chat_turns(stream: bool) -> (Value, Value) {
-    let tools = json!([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]);
-    let first = json!({"model":"gpt-4o","stream":stream,"stream_options":{"include_usage":true},"tools":tools,
-        "messages":[{"role":"system","content":"be brief"},{"role":"user","content":"weather in Paris?"}]});
-    let mut second = first.clone();
-    second["messages"] = json!([
-        {"role":"system","content":"be brief"},
-        {"role":"user","content":"weather in Paris?"},
-        {"role":"assistant","content":null,"tool_calls":[{"id":"toolu_fake_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
-        {"role":"tool","tool_call_id":"toolu_fake_1","content":"sunny, 24C"}
-    ]);
-    (first, second)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chat_front_non_streaming_tool_turn_and_result_turn() {
-    let fx = start(None, "fake-gpt", 1 << 20).await;
-    let (first, second) = chat_turns(false);
-    let (status, _, body) = fx.post("/v1/chat/completions", &first).await;
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
-    assert_eq!(
-        v["choices"][0]["message"]["tool_calls"][0]["function"],
-        json!({"name":"get_weather","arguments":"{\"city\":\"Paris\"}"})
-    );
-    assert_eq!(
-        v["usage"],
-        json!({"prompt_tokens":15,"completion_tokens":7,"total_tokens":22,"prompt_tokens_details":{"cached_tokens":4}})
-    );
-    let (auth, up) = fx.last_upstream();
-    assert_eq!(auth.as_deref(), Some("sk-upstream-anthropic"));
-    assert_eq!(up["system"], json!([{"type":"text","text":"be brief"}]));
-    assert_eq!(up["max_tokens"], 8192);
-
-    let (status, _, body) = fx.post("/v1/chat/completions", &second).await;
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(v["choices"][0]["message"]["content"], "It is sunny.");
-    assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let (_, up) = fx.last_upstream();
-    assert_eq!(
-        up["messages"][2]["content"][0],
-        json!({"type":"tool_result","tool_use_id":"toolu_fake_1","content":[{"type":"text","text":"sunny, 24C"}]})
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chat_front_streaming_tool_turn_and_result_turn() {
-    let fx = start(None, "fake-gpt", 1 << 20).await;
-    let (first, second) = chat_turns(true);
-    let (status, _, body) = fx.post("/v1/chat/completions", &first).await;
-    assert_eq!(status, 200, "{body}");
-    let evs = sse_events(&body);
-    assert_eq!(
-        evs.last().map(|(_, d)| d.clone()),
-        Some(Value::String("[DONE]".into()))
-    );
-    let args: String = evs
-        .iter()
-        .filter_map(|(_, d)| {
-            d["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
-        })
-        .collect();
-    assert_eq!(
-        serde_json::from_str::<Value>(&args).ok(),
-        Some(json!({"city":"Paris"}))
-    );
-    assert!(
-        evs.iter()
-            .any(|(_, d)| d["choices"][0]["finish_reason"] == "tool_calls")
-    );
-    let usage = &evs[evs.len() - 2].1["usage"];
-    assert_eq!(
-        usage["prompt_tokens"], 15,
-        "T22: input taken from message_start"
-    );
-
-    let (status, _, body) = fx.post("/v1/chat/completions", &second).await;
-    assert_eq!(status, 200, "{body}");
-    let evs = sse_events(&body);
-    let text: String = evs
-        .iter()
-        .filter_map(|(_, d)| d["choices"][0]["delta"]["content"].as_str())
-        .collect();
-    assert_eq!(text, "It is sunny.");
-}
-
-/// T28 end to end, plus the proxy's own errors: auth, malformed body naming the field, size
-/// limit — each in the client's envelope.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn errors_keep_status_and_protocol_envelope() {
-    let fx = start(Some("proxy-token"), "rate-limited", 4096).await;
-    let (first, _) = anthropic_turns(false);
-    let (status, headers, body) = fx.post("/v1/messages", &first).await;
-    assert_eq!(status, 429);
-    assert_eq!(
-        headers.get("retry-after").and_then(|v| v.to_str().ok()),
-        Some("7")
-    );
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(v["type"], "error");
-    assert_eq!(v["error"]["type"], "rate_limit_error");
-
-    let (status, _, body) = fx.post("/v1/messages", &json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]})).await;
-    assert_eq!(status, 400);
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
-    assert_eq!(v["error"]["type"], "invalid_request_error");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("messages[0].content"),
-        "{v}"
-    );
-
+async fn transient_upstream_failures_are_retried_before_the_first_byte() {
+    let s = script(json!({"turns": [{"when": {}, "fail_times": 2, "reply": {"text": "ok"}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.retry_backoff = Duration::from_millis(1);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
     let (status, _, body) = fx
         .post(
-            "/v1/chat/completions",
-            &json!({"model":"m","messages":"nope"}),
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[],
         )
         .await;
-    assert_eq!(status, 400);
-    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fx.scripted.requests().len(), 3);
+    let (_, metrics) = fx.get("/metrics", &[]).await;
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("messages"),
-        "{v}"
+        metrics.contains("babysitter_proxy_upstream_retries_total{route=\"all\"} 2"),
+        "{metrics}"
     );
-    assert_eq!(v["error"]["type"], "invalid_request_error");
+    fx.stop().await;
 
+    // More failures than retries: the last upstream status reaches the client.
+    let s = script(json!({"turns": [{"when": {}, "fail_times": 9, "reply": {"text": "ok"}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.retry_backoff = Duration::from_millis(1);
+        r.policy.max_retries = 1;
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, _) = fx
+        .post(
+            path(Protocol::OpenAiChat, false),
+            &first_turn(Protocol::OpenAiChat, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 503);
+    assert_eq!(fx.scripted.requests().len(), 2);
+    fx.stop().await;
+}
+
+/// A connection refused before the first byte is retried, then reported as a 502-class error
+/// in the client's envelope; nothing about the upstream key leaks into the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors_are_retried_then_reported_without_secrets() {
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = dead.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    drop(dead);
+    let fx = Fixture::start(None, |_| {
+        let mut up = Upstream::new(Provider::Openai, format!("http://{addr}/v1"));
+        up.api_key = Some(Secret::new("sk-very-secret-key"));
+        let mut r = Route::new("dead", up);
+        r.policy.retry_backoff = Duration::from_millis(1);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, body) = fx
+        .post(
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!body.contains("sk-very-secret-key"));
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(v["error"]["type"], "api_error");
+    let (_, metrics) = fx.get("/metrics", &[]).await;
+    assert!(
+        metrics.contains("babysitter_proxy_upstream_retries_total{route=\"dead\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("babysitter_proxy_errors_by_class_total{route=\"dead\",class=\"connect\"} 1"),
+        "{metrics}"
+    );
+    fx.stop().await;
+}
+
+/// T29 + idle timeout: an upstream stream that goes silent is ended by the proxy with the
+/// client protocol's in-band error, for a translated and for a passthrough stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t29_idle_upstream_stream_ends_with_in_band_error() {
+    let frames = vec![
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_owned(),
+    ];
+    let s = script(json!({"turns": [{"when": {}, "reply": {"raw_sse": frames, "stall": true}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.idle_timeout = Duration::from_millis(300);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let (status, _, body) = fx
+        .post(
+            path(Protocol::Anthropic, true),
+            &first_turn(Protocol::Anthropic, true),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let seen = clients::read_sse(Protocol::Anthropic, &body);
+    assert_eq!(seen.text, "Hel");
+    assert_eq!(seen.stop, "error:timeout_error", "{body}");
+    let (_, _, body) = fx
+        .post(
+            path(Protocol::OpenAiChat, true),
+            &first_turn(Protocol::OpenAiChat, true),
+            &[],
+        )
+        .await;
+    let last = clients::sse_events(&body)
+        .pop()
+        .map(|e| e.1)
+        .unwrap_or_default();
+    assert_eq!(
+        last["error"]["type"], "timeout",
+        "passthrough stream: {body}"
+    );
+    fx.stop().await;
+}
+
+/// Client auth: 401 in every protocol's envelope; the token is accepted from `x-api-key`,
+/// `Authorization: Bearer`, `x-goog-api-key` and `?key=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_token_is_required_and_accepted_from_every_harness_header() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c = ProxyConfig::with_routes(vec![Route::new(
+            "all",
+            upstream_for(Protocol::OpenAiChat, b),
+        )]);
+        c.proxy_token = Some(Secret::new("tok"));
+        c
+    })
+    .await;
+    for front in Protocol::ALL {
+        let (status, _, body) = fx
+            .post(path(front, false), &first_turn(front, false), &[])
+            .await;
+        assert_eq!(status, 401, "{front}");
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        match front {
+            Protocol::Anthropic => assert_eq!(v["error"]["type"], "authentication_error"),
+            Protocol::Gemini => assert_eq!(v["error"]["status"], "UNAUTHENTICATED"),
+            _ => assert_eq!(v["error"]["code"], "invalid_api_key"),
+        }
+    }
+    let ok = [
+        (Protocol::Anthropic, ("x-api-key", "tok")),
+        (Protocol::OpenAiChat, ("authorization", "Bearer tok")),
+        (Protocol::Gemini, ("x-goog-api-key", "tok")),
+    ];
+    for (front, header) in ok {
+        let (status, _, body) = fx
+            .post(path(front, false), &first_turn(front, false), &[header])
+            .await;
+        assert_eq!(status, 200, "{front}: {body}");
+    }
+    let (status, _, _) = fx
+        .post(
+            "/v1beta/models/m:generateContent?key=tok",
+            &first_turn(Protocol::Gemini, false),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = fx.get("/health", &[]).await;
+    assert_eq!(status, 200, "health stays open");
+    fx.stop().await;
+}
+
+/// Malformed requests get a 400 naming the field, in each protocol's envelope, before any
+/// upstream call; an oversized body gets a 413.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_400_naming_the_field_and_large_bodies_413() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c = ProxyConfig::with_routes(vec![Route::new(
+            "all",
+            upstream_for(Protocol::OpenAiChat, b),
+        )]);
+        c.max_body_bytes = 4096;
+        c
+    })
+    .await;
+    let cases = [
+        (
+            Protocol::Anthropic,
+            json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result"}]}]}),
+            "messages[0].content",
+        ),
+        (
+            Protocol::OpenAiChat,
+            json!({"model":"m","messages":"nope"}),
+            "messages",
+        ),
+        (
+            Protocol::OpenAiResponses,
+            json!({"model":"m","input":[{"type":"function_call","name":"f"}]}),
+            "input[0].call_id",
+        ),
+        (
+            Protocol::Gemini,
+            json!({"contents":[{"role":"robot","parts":[]}]}),
+            "contents[0].role",
+        ),
+    ];
+    for (front, body, field) in cases {
+        let (status, _, text) = fx.post(path(front, false), &body, &[]).await;
+        assert_eq!(status, 400, "{front}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(field), "{front}: {msg}");
+    }
+    assert!(
+        fx.scripted.requests().is_empty(),
+        "nothing reached the upstream"
+    );
     let big =
         json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x".repeat(8000)}]});
-    let (status, _, body) = fx.post("/v1/messages", &big).await;
+    let (status, _, body) = fx.post("/v1/messages", &big, &[]).await;
     assert_eq!(status, 413, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(v["error"]["type"], "request_too_large");
+    fx.stop().await;
+}
 
-    let resp = fx
+/// T30 + spec §14: Anthropic count_tokens is forwarded to an Anthropic upstream, estimated
+/// otherwise; Gemini countTokens and the `/v1/count_tokens` alias answer in their shapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t30_count_tokens_endpoints() {
+    let body = json!({"model":"claude-x","messages":[{"role":"user","content":"x".repeat(400)}]});
+    let fx = Fixture::simple(None, Protocol::Anthropic).await;
+    let (status, _, text) = fx
+        .post("/v1/messages/count_tokens?beta=true", &body, &[])
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert!(
+        v["input_tokens"].as_u64().is_some_and(|n| n >= 100),
+        "{text}"
+    );
+    let up = fx.last_upstream();
+    assert!(
+        up.path.ends_with("/v1/messages/count_tokens"),
+        "forwarded: {}",
+        up.path
+    );
+    assert_eq!(up.body["model"], "fake-upstream");
+    fx.stop().await;
+
+    let fx = Fixture::simple(None, Protocol::OpenAiChat).await;
+    let (_, _, text) = fx.post("/v1/messages/count_tokens", &body, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"input_tokens": 100})
+    );
+    let (_, _, text) = fx.post("/v1/count_tokens", &body, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"count": 100})
+    );
+    let g = json!({"contents":[{"role":"user","parts":[{"text":"y".repeat(40)}]}]});
+    let (_, _, text) = fx.post("/v1beta/models/gem:countTokens", &g, &[]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap_or_default(),
+        json!({"totalTokens": 10})
+    );
+    assert!(fx.scripted.requests().is_empty(), "estimated locally");
+    fx.stop().await;
+}
+
+/// `/v1/models`, `/v1beta/models`, `/health`, `/cache/stats`, `HEAD /` and the request id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informational_endpoints_and_request_id() {
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiChat).await;
+    let (_, text) = fx.get("/v1/models", &[]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["data"][0]["id"], "fake-upstream");
+    let (_, text) = fx.get("/v1beta/models", &[]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["models"][0]["name"], "models/fake-upstream");
+    let (_, text) = fx.get("/cache/stats", &[]).await;
+    assert_eq!(text, "{\"enabled\":false}");
+    let head = fx
         .http
-        .post(format!("{}/v1/chat/completions", fx.proxy))
-        .json(&json!({}))
+        .head(format!("{}/", fx.proxy))
         .send()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(resp.status().as_u16(), 401);
-    let v: Value = resp.json().await.unwrap_or_default();
-    assert_eq!(v["error"]["code"], "invalid_api_key");
-
-    let health: Value = fx
-        .http
-        .get(format!("{}/health", fx.proxy))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .json()
-        .await
-        .unwrap_or_default();
-    assert_eq!(health["ok"], true);
+    assert_eq!(head.status().as_u16(), 404);
+    let (_, headers, _) = fx
+        .post(
+            path(Protocol::Anthropic, false),
+            &first_turn(Protocol::Anthropic, false),
+            &[("x-request-id", "req-abc")],
+        )
+        .await;
+    assert_eq!(
+        headers.get("x-request-id").and_then(|v| v.to_str().ok()),
+        Some("req-abc")
+    );
+    let (_, text) = fx.get("/metrics", &[("accept", "application/json")]).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(v["total_requests"], 1);
+    assert_eq!(v["total_input_tokens"], 15, "cache counted once");
+    assert_eq!(v["total_output_tokens"], 7);
+    fx.stop().await;
 }
 
-/// The official Python `anthropic` and `openai` SDKs drive the proxy (tests/sdk_clients.py):
-/// tool-call and tool-result turns, streaming and not. Needs the venv that
-/// `scripts/ensure-sdk-venv.sh` creates (`.ci/run` does); skips, saying why, without it.
+/// Azure OpenAI (deployment URL, api-version, `api-key`), Vertex (bearer) and the harness's
+/// own key passed through; `x-babysitter-*` headers never reach the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_url_and_auth_layouts() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut az = Upstream::new(Provider::AzureOpenai, b);
+        az.azure_deployment = Some("dep-1".into());
+        az.azure_api_version = Some("2025-04-01-preview".into());
+        az.api_key = Some(Secret::new("az-key-0123456789"));
+        let mut azure = Route::new("azure", az);
+        azure.front = Some(Protocol::Anthropic);
+        let mut vx = Upstream::new(
+            Provider::Vertex,
+            format!("{b}/v1/projects/p/locations/global/publishers/google"),
+        );
+        vx.api_key = Some(Secret::new("ya29.token"));
+        vx.model = Some("gemini-x".into());
+        let mut vertex = Route::new("vertex", vx);
+        vertex.front = Some(Protocol::OpenAiChat);
+        let mut own = Upstream::new(Provider::Anthropic, format!("{b}/v1"));
+        own.pass_through_client_key = true;
+        let mut own = Route::new("own-key", own);
+        own.front = Some(Protocol::OpenAiResponses);
+        ProxyConfig::with_routes(vec![azure, vertex, own])
+    })
+    .await;
+    fx.post(
+        path(Protocol::Anthropic, false),
+        &first_turn(Protocol::Anthropic, false),
+        &[("x-babysitter-run-id", "r1")],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(up.path, "/openai/deployments/dep-1/chat/completions");
+    assert_eq!(up.query.as_deref(), Some("api-version=2025-04-01-preview"));
+    assert_eq!(up.auth_header.as_deref(), Some("api-key"));
+    assert!(
+        up.headers
+            .iter()
+            .all(|(k, _)| !k.starts_with("x-babysitter"))
+    );
+    assert!(
+        up.headers.iter().all(|(_, v)| !v.contains("0123456789")),
+        "log redacted"
+    );
+    fx.post(
+        path(Protocol::OpenAiChat, false),
+        &first_turn(Protocol::OpenAiChat, false),
+        &[],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(
+        up.path,
+        "/v1/projects/p/locations/global/publishers/google/models/gemini-x:generateContent"
+    );
+    assert_eq!(up.auth_header.as_deref(), Some("authorization"));
+    fx.post(
+        path(Protocol::OpenAiResponses, false),
+        &first_turn(Protocol::OpenAiResponses, false),
+        &[("authorization", "Bearer harness-own-key")],
+    )
+    .await;
+    let up = fx.last_upstream();
+    assert_eq!(up.auth_header.as_deref(), Some("x-api-key"));
+    let x = up
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-api-key")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(x.starts_with("harnes"), "{x}");
+    fx.stop().await;
+}
+
+/// The official Python `anthropic`, `openai` (Chat and Responses) and `google-genai` SDKs
+/// drive the proxy (tests/sdk_clients.py): tool-call and tool-result turns, streaming and not.
+/// Needs the venv that `scripts/ensure-sdk-venv.sh` creates (`.ci/run` does); skips, saying
+/// why, without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_clients_drive_the_proxy() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -506,7 +510,22 @@ async fn sdk_clients_drive_the_proxy() {
         );
         return;
     }
-    let fx = start(Some("proxy-token"), "fake-gpt", 1 << 20).await;
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let route = |name: &str, front, up| {
+            let mut r = Route::new(name, upstream_for(up, b));
+            r.front = Some(front);
+            r
+        };
+        let mut c = ProxyConfig::with_routes(vec![
+            route("a", Protocol::Anthropic, Protocol::OpenAiChat),
+            route("c", Protocol::OpenAiChat, Protocol::Anthropic),
+            route("r", Protocol::OpenAiResponses, Protocol::OpenAiChat),
+            route("g", Protocol::Gemini, Protocol::Anthropic),
+        ]);
+        c.proxy_token = Some(Secret::new("proxy-token"));
+        c
+    })
+    .await;
     let out = tokio::process::Command::new(&python)
         .arg(root.join("tests/sdk_clients.py"))
         .arg(&fx.proxy)
@@ -521,7 +540,180 @@ async fn sdk_clients_drive_the_proxy() {
     );
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("ok: ")).count(),
-        8,
+        16,
         "{stdout}"
     );
+    fx.stop().await;
+}
+
+/// Babysitter-keyed requests leave one cost record each (spec §2.3), streamed or not, and
+/// their `x-babysitter-*` headers never reach the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn babysitter_headers_produce_cost_records() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data_dir = dir.path().to_path_buf();
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut c =
+            ProxyConfig::with_routes(vec![Route::new("r", upstream_for(Protocol::OpenAiChat, b))]);
+        c.data_dir = Some(data_dir.clone());
+        c
+    })
+    .await;
+    let headers = [
+        ("x-babysitter-run-id", "run-7"),
+        ("x-babysitter-effect-id", "eff-3"),
+    ];
+    for stream in [false, true] {
+        let (status, _, _) = fx
+            .post(
+                path(Protocol::Anthropic, stream),
+                &first_turn(Protocol::Anthropic, stream),
+                &headers,
+            )
+            .await;
+        assert_eq!(status, 200);
+        let up = fx.last_upstream();
+        assert!(
+            up.headers
+                .iter()
+                .all(|(k, _)| !k.starts_with("x-babysitter"))
+        );
+    }
+    fx.post(
+        path(Protocol::Anthropic, false),
+        &first_turn(Protocol::Anthropic, false),
+        &[],
+    )
+    .await;
+    fx.stop().await;
+    let text = std::fs::read_to_string(dir.path().join("cost.jsonl")).unwrap_or_default();
+    let records: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(records.len(), 2, "only keyed requests: {text}");
+    for r in &records {
+        assert_eq!(
+            (r["run_id"].as_str(), r["effect_id"].as_str()),
+            (Some("run-7"), Some("eff-3"))
+        );
+        assert_eq!(
+            (r["input_tokens"].as_u64(), r["cache_read_tokens"].as_u64()),
+            (Some(11), Some(4))
+        );
+        assert_eq!(r["output_tokens"], 7);
+        assert_eq!(r["route"], "r");
+    }
+}
+
+/// `previous_response_id` names state only an OpenAI upstream holds: refused (400 naming it)
+/// when translating, passed through to a Responses upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_response_id_is_refused_only_when_translating() {
+    let mut body = first_turn(Protocol::OpenAiResponses, false);
+    body["previous_response_id"] = json!("resp_earlier");
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiChat).await;
+    let (status, _, text) = fx.post("/v1/responses", &body, &[]).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("previous_response_id"), "{text}");
+    fx.stop().await;
+    let fx = Fixture::simple(Some(weather_script()), Protocol::OpenAiResponses).await;
+    let (status, _, text) = fx.post("/v1/responses", &body, &[]).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        fx.last_upstream().body["previous_response_id"],
+        "resp_earlier"
+    );
+    fx.stop().await;
+}
+
+/// `ANY /passthrough/*` (spec §2.1, P3): method, path and body go unchanged to the catch-all
+/// route's upstream with its key; the client's `?key=` stays at the proxy; the answer and its
+/// status come back unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_forwards_unchanged_with_the_route_key() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut up = upstream_for(Protocol::OpenAiChat, b);
+        up.api_key = Some(Secret::new("sk-route-key-0123456789"));
+        let mut c = ProxyConfig::with_routes(vec![Route::new("all", up)]);
+        c.proxy_token = Some(Secret::new("tok"));
+        c
+    })
+    .await;
+    let (status, text) = fx.get("/passthrough/v1/models?key=tok&limit=5", &[]).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("fake-model"), "{text}");
+    let up = fx.last_upstream();
+    assert_eq!(
+        (up.method.as_str(), up.path.as_str()),
+        ("GET", "/v1/models")
+    );
+    assert_eq!(
+        up.query.as_deref(),
+        Some("limit=5"),
+        "proxy credential not forwarded"
+    );
+    assert_eq!(up.auth_header.as_deref(), Some("authorization"));
+    let (status, _, text) = fx
+        .post(
+            "/passthrough/v1/chat/completions",
+            &first_turn(Protocol::OpenAiChat, false),
+            &[("x-api-key", "tok")],
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("chat.completion"), "{text}");
+    assert_eq!(
+        fx.last_upstream().body["model"],
+        "chat-front",
+        "body unchanged (no model override)"
+    );
+    let (status, _, _) = fx
+        .post(
+            "/passthrough/v1/nowhere",
+            &json!({}),
+            &[("x-api-key", "tok")],
+        )
+        .await;
+    assert_eq!(status, 404, "upstream status relayed");
+    fx.stop().await;
+}
+
+/// A client that disconnects mid-stream ends the proxy's stream task at once (the upstream
+/// connection is dropped, so the provider stops generating), even while the upstream is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_ends_the_upstream_stream_at_once() {
+    let frames = vec!["data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_owned()];
+    let s = script(json!({"turns": [{"when": {}, "reply": {"raw_sse": frames, "stall": true}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.idle_timeout = Duration::from_secs(3600);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let mut resp = fx
+        .http
+        .post(format!("{}{}", fx.proxy, path(Protocol::Anthropic, true)))
+        .json(&first_turn(Protocol::Anthropic, true))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let first = resp.chunk().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_some_and(|c| !c.is_empty()));
+    drop(resp);
+    // Wait for the request to be accounted as finished (bounded; not a timing assertion).
+    let finished = "babysitter_proxy_request_duration_seconds_count{route=\"all\"} 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = fx.get("/metrics", &[]).await;
+        if metrics.contains(finished) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stream task still waiting on the silent upstream:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fx.stop().await;
 }

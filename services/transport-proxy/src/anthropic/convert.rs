@@ -18,6 +18,7 @@ use crate::canonical::{
     StopReason, TextPart, Tool, ToolCall, ToolChoice, ToolResult, Usage,
 };
 use crate::error::ProxyError;
+use crate::protocol::Protocol;
 
 /// Client request → canonical. Fails with a 400 naming the field for what cannot be translated.
 pub fn request_to_canonical(req: MessagesRequest) -> Result<Request, ProxyError> {
@@ -119,6 +120,12 @@ pub fn request_to_canonical(req: MessagesRequest) -> Result<Request, ProxyError>
         },
         stream: req.stream.unwrap_or(false),
         include_usage: true,
+        response_format: req
+            .output_config
+            .as_ref()
+            .and_then(|c| c.get("format"))
+            .or_else(|| req.extra.get("output_format"))
+            .and_then(crate::canonical::ResponseFormat::from_openai),
     })
 }
 
@@ -169,6 +176,7 @@ fn content_to_parts(content: Content, path: &str) -> Result<Vec<Part>, ProxyErro
                 id,
                 name,
                 arguments: serde_json::to_string(&input).unwrap_or_else(|_| "{}".to_owned()),
+                signature: None,
             }),
             Block::ToolResult {
                 tool_use_id,
@@ -201,11 +209,20 @@ fn content_to_parts(content: Content, path: &str) -> Result<Vec<Part>, ProxyErro
             Block::Thinking {
                 thinking,
                 signature,
-            } => Part::Reasoning {
-                text: thinking,
-                signature,
-                origin: ReasoningOrigin::Anthropic,
-            },
+            } => {
+                let (origin, signature) = match signature {
+                    Some(s) => {
+                        let (o, s) = ReasoningOrigin::from_client(Protocol::Anthropic, &s);
+                        (o, Some(s))
+                    }
+                    None => (ReasoningOrigin::Anthropic, None),
+                };
+                Part::Reasoning {
+                    text: thinking,
+                    signature,
+                    origin,
+                }
+            }
             Block::RedactedThinking { data } => Part::RedactedReasoning { data },
         });
     }
@@ -394,7 +411,14 @@ pub fn canonical_to_request(
             user_id: Some(u),
             extra: Default::default(),
         }),
-        output_config,
+        output_config: match req.response_format.as_ref().and_then(|f| f.to_flat(false)) {
+            Some(format) => {
+                let mut c = output_config.unwrap_or_else(|| json!({}));
+                c["format"] = format;
+                Some(c)
+            }
+            None => output_config,
+        },
         extra: Default::default(),
     }
 }
@@ -455,19 +479,25 @@ pub fn canonical_to_response(resp: &Response) -> Result<Value, ProxyError> {
 }
 
 /// Blocks for an Anthropic *client*: unlike an upstream, a client sees reasoning of any origin
-/// as thinking blocks (T4); a foreign signature is not forwarded since it would not validate.
+/// as thinking blocks (T4); a foreign signature travels tagged with its origin
+/// ([`ReasoningOrigin::for_client`]), so it is replayed only to its own provider.
 fn anthropic_client_blocks(parts: &[Part]) -> Vec<ContentBlock> {
     parts
         .iter()
         .flat_map(|p| match p {
             Part::Reasoning {
                 text,
-                origin: ReasoningOrigin::OpenAiChat,
-                ..
-            } => {
+                signature,
+                origin,
+            } if *origin != ReasoningOrigin::Anthropic => {
                 vec![ContentBlock::Known(Block::Thinking {
                     thinking: text.clone(),
-                    signature: Some(String::new()),
+                    signature: Some(
+                        signature
+                            .as_deref()
+                            .map(|s| origin.for_client(Protocol::Anthropic, s))
+                            .unwrap_or_default(),
+                    ),
                 })]
             }
             other => parts_to_blocks(std::slice::from_ref(other)),

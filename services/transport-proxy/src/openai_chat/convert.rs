@@ -66,6 +66,7 @@ pub fn request_to_canonical(req: ChatRequest) -> Result<Request, ProxyError> {
                         id: c.id,
                         name: c.function.name,
                         arguments: c.function.arguments,
+                        signature: None,
                     }));
                 }
                 messages.push(Message {
@@ -171,6 +172,10 @@ pub fn request_to_canonical(req: ChatRequest) -> Result<Request, ProxyError> {
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false),
+        response_format: req
+            .response_format
+            .as_ref()
+            .and_then(crate::canonical::ResponseFormat::from_openai),
     })
 }
 
@@ -326,6 +331,21 @@ pub fn canonical_to_request(req: &Request, model: &str, forward_reasoning: bool)
             .as_ref()
             .filter(|_| forward_reasoning)
             .and_then(effort_for),
+        response_format: req.response_format.as_ref().map(|f| match f {
+            crate::canonical::ResponseFormat::JsonObject => json!({"type": "json_object"}),
+            crate::canonical::ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => {
+                let mut js =
+                    json!({"name": name.as_deref().unwrap_or("response"), "schema": schema});
+                if let Some(s) = strict {
+                    js["strict"] = json!(s);
+                }
+                json!({"type": "json_schema", "json_schema": js})
+            }
+        }),
         ..ChatRequest::default()
     }
 }
@@ -467,6 +487,7 @@ pub fn response_to_canonical(resp: ChatResponse) -> Result<Response, ProxyError>
             id: c.id,
             name: c.function.name,
             arguments: c.function.arguments,
+            signature: None,
         }));
     }
     Ok(Response {

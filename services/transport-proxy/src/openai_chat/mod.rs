@@ -42,6 +42,8 @@ pub struct ChatRequest {
     pub reasoning_effort: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

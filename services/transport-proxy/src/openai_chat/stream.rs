@@ -175,7 +175,14 @@ impl StreamDecoder for ChatDecoder {
                             .clone()
                             .unwrap_or_else(|| format!("call_{}", tc.index));
                         let name = f.name.clone().unwrap_or_default();
-                        let i = self.start(BlockStart::ToolCall { id, name }, &mut out);
+                        let i = self.start(
+                            BlockStart::ToolCall {
+                                id,
+                                name,
+                                signature: None,
+                            },
+                            &mut out,
+                        );
                         self.tools.insert(tc.index, i);
                         i
                     }
@@ -276,7 +283,7 @@ impl StreamEncoder for ChatEncoder {
             StreamEvent::BlockStart { index, block } => {
                 self.ensure_started(&mut out);
                 match block {
-                    BlockStart::ToolCall { id, name } => {
+                    BlockStart::ToolCall { id, name, .. } => {
                         let n = self.tool_index.len();
                         self.tool_index.insert(index, n);
                         out.push(self.chunk(
@@ -323,13 +330,7 @@ impl StreamEncoder for ChatEncoder {
                         out.push(Bytes::from_static(b"data: [DONE]\n\n"));
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.into(), &mut out),
                 }
             }
             StreamEvent::Error(err) => self.error(&err, &mut out),
