@@ -429,3 +429,177 @@ async fn events_to_head(
     }
     Ok(out)
 }
+
+/// `babysitter run --server URL <process>` (or `--resume <runId>`): creates the run on the
+/// orchestrator and follows it to the end — effects as they are requested and resolved (NDJSON
+/// with `--json`), breakpoints approved with `--yes` or asked on the terminal (without a terminal
+/// and without `--yes` they wait for an approver elsewhere). Exit code 0 when the run completes.
+pub async fn drive_run(
+    url: &str,
+    env: &EnvMap,
+    process: Option<&str>,
+    inputs: Option<&Path>,
+    resume: Option<&str>,
+    yes: bool,
+    json_out: bool,
+) -> Result<u8> {
+    use std::io::IsTerminal;
+    let mut c = client(url, env)?;
+    let run_id = match (resume, process) {
+        (Some(id), _) => id.to_owned(),
+        (None, Some(p)) => {
+            let inputs = match inputs {
+                Some(f) => {
+                    let bytes = std::fs::read(f)
+                        .with_context(|| format!("cannot read inputs file {}", f.display()))?;
+                    serde_json::from_slice::<Value>(&bytes)
+                        .with_context(|| format!("inputs file {} is not JSON", f.display()))?;
+                    Some(bytes.into())
+                }
+                None => None,
+            };
+            c.create_run(pb::CreateRunRequest {
+                process: Some(bundle(p)?),
+                inputs_json: inputs,
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .run
+            .context("no run in the answer")?
+            .run_id
+        }
+        (None, None) => bail!("a process file or --resume <runId> is required"),
+    };
+    let say = |v: Value, text: String| {
+        if json_out {
+            println!("{v}");
+        } else {
+            eprintln!("{text}");
+        }
+    };
+    say(
+        json!({"type": "run", "runId": run_id, "server": url}),
+        format!("run {run_id} on {url}"),
+    );
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.clone(),
+            from_seq: 1,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut labels: HashMap<String, String> = HashMap::new();
+    let mut asked = std::collections::HashSet::new();
+    while let Some(m) = stream.message().await? {
+        for e in &m.events {
+            let data: Value = serde_json::from_slice(&e.data_json).unwrap_or(Value::Null);
+            let id = data["effectId"].as_str().unwrap_or_default().to_owned();
+            match e.r#type.as_str() {
+                "EFFECT_REQUESTED" => {
+                    let name = data["label"]
+                        .as_str()
+                        .or(data["taskId"].as_str())
+                        .unwrap_or("task")
+                        .to_owned();
+                    say(
+                        json!({"type": "effect.requested", "effectId": id, "kind": data["kind"], "label": name}),
+                        format!("  → {name} ({})", data["kind"].as_str().unwrap_or("?")),
+                    );
+                    labels.insert(id, name);
+                }
+                "EFFECT_RESOLVED" | "EFFECT_CANCELLED" => {
+                    let name = labels.get(&id).cloned().unwrap_or_else(|| id.clone());
+                    let ok = data["status"] == "ok";
+                    say(
+                        json!({"type": "effect.resolved", "effectId": id, "status": data["status"]}),
+                        format!("  {} {name}", if ok { "✓" } else { "✗" }),
+                    );
+                }
+                _ => {}
+            }
+        }
+        let waiting_bp = m
+            .run
+            .as_ref()
+            .is_some_and(|r| r.pending_effects_by_kind.contains_key("breakpoint"));
+        if !waiting_bp {
+            continue;
+        }
+        let bps = c
+            .list_breakpoints(pb::ListBreakpointsRequest {
+                run_id: run_id.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .breakpoints;
+        for bp in bps {
+            if !asked.insert(bp.effect_id.clone()) {
+                continue;
+            }
+            let payload: Value = serde_json::from_slice(&bp.payload_json).unwrap_or(Value::Null);
+            let question = payload["question"]
+                .as_str()
+                .unwrap_or("approve?")
+                .to_owned();
+            let approve = if yes {
+                Some(true)
+            } else if std::io::stdin().is_terminal() {
+                eprint!("  ? {}: {question} [y/N] ", bp.label);
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                Some(matches!(line.trim(), "y" | "Y" | "yes"))
+            } else {
+                say(
+                    json!({"type": "breakpoint.waiting", "effectId": bp.effect_id, "label": bp.label}),
+                    format!(
+                        "  … {} waits for an approver (ResolveBreakpoint on {url})",
+                        bp.label
+                    ),
+                );
+                None
+            };
+            if let Some(approved) = approve {
+                c.resolve_breakpoint(pb::ResolveBreakpointRequest {
+                    run_id: run_id.clone(),
+                    effect_id: bp.effect_id.clone(),
+                    decision: if approved {
+                        pb::BreakpointDecision::Approve as i32
+                    } else {
+                        pb::BreakpointDecision::Reject as i32
+                    },
+                    approver: env.get_non_empty("USER").unwrap_or("cli").to_owned(),
+                    ..Default::default()
+                })
+                .await?;
+            }
+        }
+    }
+    let r = c
+        .get_run(pb::GetRunRequest {
+            run_id: run_id.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .run
+        .context("no run in the answer")?;
+    let summary = run_json(&r);
+    say(
+        json!({"type": "run.finished", "run": summary}),
+        format!("run {run_id}: {}", status_name(r.status)),
+    );
+    if !json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary["output"]).unwrap_or_default()
+        );
+    }
+    Ok(if r.status == pb::RunStatus::Completed as i32 {
+        0
+    } else {
+        1
+    })
+}

@@ -40,12 +40,14 @@ struct Args {
     runs_dir: Option<PathBuf>,
     resume: Option<String>,
     harness: Option<String>,
+    /// `--server URL` / `BABYSITTER_SERVER`: run on an orchestrator instead of this machine.
+    server: Option<String>,
     yes: bool,
     json: bool,
     concurrency: usize,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--json] [--runs-dir DIR] [--concurrency N]\n       babysitter run --resume <runId> [--yes] [--json] [--runs-dir DIR]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--json] [--runs-dir DIR] [--concurrency N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--json] [--runs-dir DIR] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -69,6 +71,7 @@ fn parse(args: &[String]) -> Result<Args> {
             "--runs-dir" => a.runs_dir = Some(PathBuf::from(value("--runs-dir")?)),
             "--resume" => a.resume = Some(value("--resume")?),
             "--harness" => a.harness = Some(value("--harness")?),
+            "--server" => a.server = Some(value("--server")?),
             "--concurrency" => {
                 a.concurrency = value("--concurrency")?
                     .parse()
@@ -113,6 +116,28 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(url) = args
+        .server
+        .clone()
+        .or_else(|| env.get_non_empty("BABYSITTER_SERVER").map(str::to_owned))
+    {
+        let remote = crate::remote::drive_run(
+            &url,
+            env,
+            args.process.as_deref(),
+            args.inputs.as_deref(),
+            args.resume.as_deref(),
+            args.yes,
+            args.json,
+        );
+        return match runtime.block_on(remote) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("babysitter run: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let ui = Ui::new(args.json, std::io::stderr().is_terminal());
     match runtime.block_on(drive(args, env, &ui)) {
         Ok(code) => code,

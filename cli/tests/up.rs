@@ -167,6 +167,31 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-run"));
 
+    // `babysitter run --server`: create, follow, approve with --yes, exit 0 with the output.
+    let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run", &entry, "--yes", "--json", "--server", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "run");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "effect.requested" && l["kind"] == "breakpoint")
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "run.finished");
+    assert_eq!(last["run"]["status"], "completed");
+    assert_eq!(last["run"]["output"]["approved"], true);
+
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = child.wait().unwrap();

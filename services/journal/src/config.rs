@@ -131,6 +131,7 @@ impl LimitsConfig {
             snapshot_every: self.snapshot_every,
             watch_poll_interval: Duration::from_millis(self.watch_poll_interval_ms),
             redactor: None,
+            ulids: None,
         }
     }
 }

@@ -120,7 +120,30 @@ impl EventBody {
 
     /// Babysitter's checksum: SHA-256 hex of `JSON.stringify(payload, null, 2) + "\n"`.
     pub fn checksum(&self) -> String {
-        sha256_hex(jsjson::to_file_string(&self.checksum_payload()).as_bytes())
+        sha256_hex(self.serialise(None).as_bytes())
+    }
+
+    /// The checksum payload (`checksum: None`) or the stored envelope, serialised without
+    /// copying `data`; envelopes with extra members take the general path.
+    fn serialise(&self, checksum: Option<&str>) -> String {
+        if let Some(sum) = checksum
+            && !self.extra.is_empty()
+        {
+            return jsjson::to_file_string(&self.envelope(sum));
+        }
+        let ty = Value::String(self.kind.as_str().to_owned());
+        let at = Value::String(self.recorded_at.clone());
+        let sdk = self.sdk_version.clone().map(Value::String);
+        let sum = checksum.map(|c| Value::String(c.to_owned()));
+        let mut members: Vec<(&str, &Value)> =
+            vec![("type", &ty), ("recordedAt", &at), ("data", &self.data)];
+        if let Some(v) = &sdk {
+            members.push(("sdkVersion", v));
+        }
+        if let Some(c) = &sum {
+            members.push(("checksum", c));
+        }
+        jsjson::object_to_file_string(&members)
     }
 
     /// The full envelope with `checksum` (and any extra keys) as it is stored.
@@ -228,7 +251,7 @@ impl StoredEvent {
 
     /// The exact file content babysitter writes for this event.
     pub fn file_bytes(&self) -> Vec<u8> {
-        jsjson::to_file_string(&self.body.envelope(&self.checksum)).into_bytes()
+        self.body.serialise(Some(&self.checksum)).into_bytes()
     }
 
     /// This event's link in the hash chain: what its successor carries as `prev_hash`.

@@ -8,6 +8,8 @@
 //! invocation keys). Appends are checked against both before anything is written, so a bad event
 //! can never make a stored run unloadable.
 
+use std::collections::BTreeSet;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -156,7 +158,7 @@ pub struct LifecycleMark {
 }
 
 /// Babysitter's effect index plus the run-level facts derived from the same fold.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectIndex {
     /// Effects keyed by effect id, in order of first request.
@@ -169,13 +171,52 @@ pub struct EffectIndex {
     /// The effect resolved (or cancelled) most recently, in journal order.
     #[serde(default)]
     pub last_resolved: Option<String>,
+    /// Positions in `effects` of the effects still `Requested`: derived (kept by [`Self::apply`],
+    /// rebuilt when an index is deserialised), so that [`Self::pending`] costs the pending
+    /// effects rather than the whole run — an engine iteration asks for them every time.
+    #[serde(skip)]
+    pending_at: BTreeSet<usize>,
+}
+
+/// The stored form of [`EffectIndex`] (everything but the derived pending set).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredIndex {
+    effects: IndexMap<String, EffectRecord>,
+    by_invocation: IndexMap<String, String>,
+    last_lifecycle: Option<LifecycleMark>,
+    iterations: u64,
+    #[serde(default)]
+    last_resolved: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for EffectIndex {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = StoredIndex::deserialize(d)?;
+        let pending_at = s
+            .effects
+            .values()
+            .enumerate()
+            .filter(|(_, r)| r.status == EffectStatus::Requested)
+            .map(|(i, _)| i)
+            .collect();
+        Ok(Self {
+            effects: s.effects,
+            by_invocation: s.by_invocation,
+            last_lifecycle: s.last_lifecycle,
+            iterations: s.iterations,
+            last_resolved: s.last_resolved,
+            pending_at,
+        })
+    }
 }
 
 impl EffectIndex {
+    /// Effects still `Requested`, in order of request.
     pub fn pending(&self) -> impl Iterator<Item = &EffectRecord> {
-        self.effects
-            .values()
-            .filter(|r| r.status == EffectStatus::Requested)
+        self.pending_at
+            .iter()
+            .filter_map(|&i| self.effects.get_index(i).map(|(_, r)| r))
     }
 
     pub fn by_invocation_key(&self, key: &str) -> Option<&EffectRecord> {
@@ -291,7 +332,8 @@ impl EffectIndex {
                 };
                 self.by_invocation
                     .insert(record.invocation_key.clone(), record.effect_id.clone());
-                self.effects.insert(record.effect_id.clone(), record);
+                let (at, _) = self.effects.insert_full(record.effect_id.clone(), record);
+                self.pending_at.insert(at);
                 Ok(())
             }
             EventType::EffectResolved => {
@@ -312,7 +354,7 @@ impl EffectIndex {
                 let result_ref = opt_ref(d, "resultRef").map_err(fail)?;
                 let stdout_ref = opt_ref(d, "stdoutRef").map_err(fail)?;
                 let stderr_ref = opt_ref(d, "stderrRef").map_err(fail)?;
-                let record = self.effects.get_mut(effect_id).ok_or_else(|| {
+                let (at, _, record) = self.effects.get_full_mut(effect_id).ok_or_else(|| {
                     fail(format!(
                         "EFFECT_RESOLVED references unknown effectId {effect_id}"
                     ))
@@ -326,13 +368,14 @@ impl EffectIndex {
                 record.stdout_ref = stdout_ref;
                 record.stderr_ref = stderr_ref;
                 record.resolved_at = Some(event.body.recorded_at.clone());
+                self.pending_at.remove(&at);
                 self.last_resolved = Some(effect_id.to_owned());
                 Ok(())
             }
             EventType::EffectCancelled => {
                 let d = object(&event.body.data, "EFFECT_CANCELLED").map_err(fail)?;
                 let effect_id = required(d, "effectId").map_err(fail)?;
-                let record = self.effects.get_mut(effect_id).ok_or_else(|| {
+                let (at, _, record) = self.effects.get_full_mut(effect_id).ok_or_else(|| {
                     fail(format!(
                         "EFFECT_CANCELLED references unknown effectId {effect_id}"
                     ))
@@ -345,6 +388,7 @@ impl EffectIndex {
                 }
                 record.status = EffectStatus::Cancelled;
                 record.resolved_at = Some(event.body.recorded_at.clone());
+                self.pending_at.remove(&at);
                 self.last_resolved = Some(effect_id.to_owned());
                 Ok(())
             }

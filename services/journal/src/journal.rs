@@ -36,6 +36,20 @@ pub struct JournalOptions {
     pub watch_poll_interval: Duration,
     /// Secret values replaced in event data and run files before they are stored.
     pub redactor: Option<Arc<crate::redact::Redactor>>,
+    /// Where event ULIDs come from (`None`: a monotonic generator over the wall clock). Tests
+    /// inject a recorded run's ULIDs to reproduce its journal file for file. A ULID that does
+    /// not parse, or does not follow the head, is replaced as a generated one would be.
+    pub ulids: Option<UlidSource>,
+}
+
+/// A source of event ULIDs (see [`JournalOptions::ulids`]).
+#[derive(Clone)]
+pub struct UlidSource(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for UlidSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UlidSource")
+    }
 }
 
 impl Default for JournalOptions {
@@ -46,6 +60,7 @@ impl Default for JournalOptions {
             snapshot_every: 1000,
             watch_poll_interval: Duration::from_millis(500),
             redactor: None,
+            ulids: None,
         }
     }
 }
@@ -363,16 +378,22 @@ impl Journal {
         Ok(out)
     }
 
-    /// A ULID from this process's monotonic generator, forced after `prev` (another writer's
-    /// clock may be ahead of ours).
+    /// A ULID from the injected source or this process's monotonic generator, forced after `prev`
+    /// (another writer's clock may be ahead of ours).
     fn next_ulid(&self, prev: &str) -> String {
-        let fresh = {
+        let injected = self
+            .inner
+            .options
+            .ulids
+            .as_ref()
+            .and_then(|source| ulid::Ulid::from_string(&(source.0)()).ok());
+        let fresh = injected.unwrap_or_else(|| {
             let mut g = self.inner.ulids.lock().unwrap_or_else(|p| p.into_inner());
             match g.generate() {
                 Ok(u) => u,
                 Err(overflow) => overflow.commit_overflow_increment(),
             }
-        };
+        });
         let prev = ulid::Ulid::from_string(prev).ok();
         match prev {
             Some(p) if fresh <= p => p.increment().unwrap_or(fresh).to_string(),
@@ -389,12 +410,14 @@ impl Journal {
             return Ok(Vec::new());
         }
         // A tail the open view still remembers is served from memory (after a refresh, so
-        // other writers' events are included).
+        // other writers' events are included — unless the range ends at or before the view's
+        // head: committed events never change, so there is nothing to look for).
         {
             let slot = self.slot(run_id);
             let mut guard = slot.lock().await;
-            if guard.is_some() {
-                let view = self.current(run_id, &mut guard, true).await?;
+            if let Some(known) = guard.as_ref().map(|v| v.chain.head.seq) {
+                let refresh = to.is_none_or(|t| t > known);
+                let view = self.current(run_id, &mut guard, refresh).await?;
                 let head = view.chain.head.seq;
                 let end = to.unwrap_or(head).min(head);
                 if from > head {
@@ -594,9 +617,38 @@ impl Journal {
             let content = self.stored_form(&file, content)?;
             out.push((file, content));
         }
+        self.store_run_files(run_id, out).await
+    }
+
+    /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's
+    /// `task.json`s): each is redacted and serialised once, as babysitter writes it, instead of
+    /// being parsed back from bytes.
+    pub async fn put_run_json_files(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, Value)>,
+    ) -> Result<()> {
+        validate_id("run id", run_id)?;
+        let mut out = Vec::with_capacity(files.len());
+        for (file, mut doc) in files {
+            if !file.name().ends_with(".json") {
+                return Err(JournalError::invalid(
+                    "run file",
+                    format!("{file} is not a .json file"),
+                ));
+            }
+            if let Some(r) = &self.inner.options.redactor {
+                r.value(&mut doc);
+            }
+            out.push((file, Bytes::from(jsjson::to_file_string(&doc))));
+        }
+        self.store_run_files(run_id, out).await
+    }
+
+    async fn store_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let store = self.inner.store.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move { store.put_run_files(&run_id, out).await }).await
+        spawn_whole(async move { store.put_run_files(&run_id, files).await }).await
     }
 
     pub async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {

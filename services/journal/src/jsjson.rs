@@ -26,6 +26,29 @@ pub fn to_file_string(value: &Value) -> String {
     out
 }
 
+/// [`to_file_string`] of an object with `members` in this order, without building the object
+/// (the journal serialises every event's envelope around its borrowed `data`). No member name
+/// may be an array index: those would be enumerated first.
+pub fn object_to_file_string(members: &[(&str, &Value)]) -> String {
+    debug_assert!(members.iter().all(|(k, _)| array_index(k).is_none()));
+    if members.is_empty() {
+        return "{}\n".to_owned();
+    }
+    let mut out = String::with_capacity(256);
+    out.push_str("{\n");
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push_str(",\n");
+        }
+        write_indent(&mut out, 1);
+        write_string(&mut out, key);
+        out.push_str(": ");
+        write_value(&mut out, value, 1);
+    }
+    out.push_str("\n}\n");
+    out
+}
+
 fn write_indent(out: &mut String, depth: usize) {
     for _ in 0..depth {
         out.push_str("  ");
@@ -222,6 +245,18 @@ mod tests {
             s,
             r#"{"2":4,"10":2,"4294967294":8,"b":1,"a":3,"01":5,"-1":6,"4294967295":7}"#
         );
+    }
+
+    #[test]
+    fn borrowed_members_serialise_like_the_object() {
+        let data = json!({"2": 1, "a": [1, {"b": null}], "c": "x"});
+        let ty = json!("T");
+        let members = [("type", &ty), ("data", &data)];
+        assert_eq!(
+            object_to_file_string(&members),
+            to_file_string(&json!({"type": "T", "data": data}))
+        );
+        assert_eq!(object_to_file_string(&[]), to_file_string(&json!({})));
     }
 
     #[test]

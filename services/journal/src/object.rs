@@ -58,6 +58,77 @@ struct Batch {
     events: Vec<BatchEntry>,
 }
 
+/// [`Batch`] as written: serialised from the sealed events without copying them.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BatchOut<'a> {
+    format: &'a str,
+    run_id: &'a str,
+    first: u64,
+    events: Vec<BatchEntryOut<'a>>,
+}
+
+/// [`BatchEntry`] as written.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BatchEntryOut<'a> {
+    seq: u64,
+    ulid: &'a str,
+    prev_hash: &'a str,
+    event: EnvelopeOut<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_blob: Option<String>,
+}
+
+/// An event's envelope (`EventBody::envelope`, less `data` when that went to a blob), written
+/// from the borrowed body.
+struct EnvelopeOut<'a> {
+    body: &'a EventBody,
+    checksum: &'a str,
+    with_data: bool,
+}
+
+impl Serialize for EnvelopeOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if !self.body.extra.is_empty() {
+            // Members read from older files: the envelope exactly as babysitter builds it.
+            let mut envelope = self.body.envelope(self.checksum);
+            if !self.with_data
+                && let Value::Object(m) = &mut envelope
+            {
+                m.shift_remove("data");
+            }
+            return envelope.serialize(s);
+        }
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", self.body.kind.as_str())?;
+        m.serialize_entry("recordedAt", &self.body.recorded_at)?;
+        if self.with_data {
+            m.serialize_entry("data", &self.body.data)?;
+        }
+        if let Some(v) = &self.body.sdk_version {
+            m.serialize_entry("sdkVersion", v)?;
+        }
+        m.serialize_entry("checksum", self.checksum)?;
+        m.end()
+    }
+}
+
+/// Counts the bytes of a serialisation (the size of event data, decided before writing it).
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BatchEntry {
@@ -367,31 +438,34 @@ impl JournalStore for ObjectJournal {
         validate_id("run id", run_id)?;
         let mut entries = Vec::with_capacity(events.len());
         for e in events {
-            let prev_hash = e.prev_hash.clone().ok_or_else(|| {
+            let prev_hash = e.prev_hash.as_deref().ok_or_else(|| {
                 JournalError::invalid("event", "object layout events need a hash-chain link")
             })?;
-            let mut envelope = e.body.envelope(&e.checksum);
+            let bad_data =
+                |err: serde_json::Error| JournalError::invalid("event data", err.to_string());
+            let mut size = ByteCount(0);
+            serde_json::to_writer(&mut size, &e.body.data).map_err(bad_data)?;
             let mut data_blob = None;
-            let data_bytes = serde_json::to_vec(&e.body.data)
-                .map_err(|err| JournalError::invalid("event data", err.to_string()))?;
-            if data_bytes.len() > self.blob_threshold
-                && let Value::Object(m) = &mut envelope
-            {
+            if size.0 > self.blob_threshold {
+                let data_bytes = serde_json::to_vec(&e.body.data).map_err(bad_data)?;
                 let blob = self.put_blob(run_id, Bytes::from(data_bytes)).await?;
-                m.shift_remove("data");
                 data_blob = Some(blob.to_string());
             }
-            entries.push(BatchEntry {
+            entries.push(BatchEntryOut {
                 seq: e.seq,
-                ulid: e.ulid.clone(),
+                ulid: &e.ulid,
                 prev_hash,
-                event: envelope,
+                event: EnvelopeOut {
+                    body: &e.body,
+                    checksum: &e.checksum,
+                    with_data: data_blob.is_none(),
+                },
                 data_blob,
             });
         }
-        let batch = Batch {
-            format: BATCH_FORMAT.into(),
-            run_id: run_id.to_owned(),
+        let batch = BatchOut {
+            format: BATCH_FORMAT,
+            run_id,
             first: first.seq,
             events: entries,
         };

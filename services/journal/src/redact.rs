@@ -232,4 +232,41 @@ mod tests {
         assert!(Redactor::new([("S".to_owned(), "short".to_owned())]).is_err());
         assert!(!format!("{r:?}").contains("sk-live"));
     }
+
+    /// Run files given as bytes or as documents are stored redacted alike.
+    #[tokio::test]
+    async fn run_files_are_stored_redacted_whichever_way_they_come() {
+        use crate::store::{RunFile, RunFiles};
+        use crate::{Journal, JournalOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let options = JournalOptions {
+            redactor: Some(std::sync::Arc::new(r())),
+            ..Default::default()
+        };
+        let j = Journal::new(
+            std::sync::Arc::new(crate::fs::FsStore::new(dir.path())),
+            options,
+        );
+        let run_files = RunFiles {
+            run_json: json!({"runId": "r1"}),
+            inputs_json: None,
+        };
+        j.create_run("r1", run_files).await.unwrap();
+        let doc = json!({"shell": {"command": "curl -H 'x: sk-live-1234567890'"}});
+        let as_doc = RunFile::task("e1", "task.json").unwrap();
+        let as_bytes = RunFile::task("e2", "task.json").unwrap();
+        j.put_run_json_files("r1", vec![(as_doc.clone(), doc.clone())])
+            .await
+            .unwrap();
+        j.put_run_files("r1", vec![(as_bytes.clone(), Bytes::from(doc.to_string()))])
+            .await
+            .unwrap();
+        let stored = j.get_run_file("r1", &as_doc).await.unwrap();
+        assert_eq!(stored, j.get_run_file("r1", &as_bytes).await.unwrap());
+        let text = String::from_utf8(stored.to_vec()).unwrap();
+        assert!(
+            text.contains("[REDACTED:API_KEY]") && !text.contains("sk-live"),
+            "{text}"
+        );
+    }
 }

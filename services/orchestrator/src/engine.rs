@@ -16,6 +16,7 @@ pub mod host;
 pub mod identity;
 pub mod iteration;
 pub mod pool;
+mod process_file;
 pub mod session;
 pub mod views;
 
@@ -118,6 +119,7 @@ struct Inner {
     /// The journal head each warm session has consumed (kept here so an iteration needs one
     /// round trip to its JS thread, not three).
     warm_heads: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    code_hashes: process_file::CodeHashes,
 }
 
 impl Engine {
@@ -129,6 +131,7 @@ impl Engine {
                 options,
                 pool,
                 warm_heads: Default::default(),
+                code_hashes: Default::default(),
             }),
         })
     }
@@ -177,14 +180,35 @@ impl Engine {
         };
     }
 
+    /// SHA-256 of a process file, re-read only when the file changed.
+    pub(crate) fn code_hash(&self, path: &std::path::Path) -> std::io::Result<String> {
+        self.inner.code_hashes.hash(path)
+    }
+
     pub(crate) fn now_ms(&self) -> i64 {
         (self.inner.options.clock)()
     }
 }
 
+/// `Date.prototype.toISOString` of an epoch-ms time (for four-digit years; others keep
+/// chrono's `%Y`).
 pub(crate) fn iso(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
+    use chrono::Datelike;
+    let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
+    if (0..=9999).contains(&t.year()) {
+        // The same text as the format string below, without parsing a format string per call.
+        t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    } else {
+        t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iso_prints_what_to_iso_string_prints() {
+        assert_eq!(super::iso(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::iso(1_735_689_605_007), "2025-01-01T00:00:05.007Z");
+        assert_eq!(super::iso(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+    }
 }

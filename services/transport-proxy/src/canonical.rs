@@ -161,7 +161,7 @@ pub enum ReasoningOrigin {
 const SIGNATURE_TAG: &str = "babysitter.";
 
 impl ReasoningOrigin {
-    fn tag(self) -> &'static str {
+    fn tag_name(self) -> &'static str {
         match self {
             ReasoningOrigin::Anthropic => "anthropic",
             ReasoningOrigin::OpenAiChat => "openai-chat",
@@ -170,37 +170,55 @@ impl ReasoningOrigin {
         }
     }
 
-    /// The signature an Anthropic *client* is given for reasoning of this origin: Anthropic
-    /// signatures unchanged; others tagged `babysitter.<origin>.<opaque>` so that when the
-    /// client sends the thinking block back (Claude Code returns signatures verbatim) the
-    /// proxy knows whose it is and can replay it to that provider — and drop it for any other
-    /// (spec §10 rules 1 and 3). Responses `encrypted_content` and Gemini thought signatures
-    /// thereby survive a round trip through Claude Code.
-    pub fn client_signature(self, signature: &str) -> String {
-        match self {
-            ReasoningOrigin::Anthropic => signature.to_owned(),
-            other => format!("{SIGNATURE_TAG}{}.{signature}", other.tag()),
+    /// The origin of reasoning a provider speaking `p` produced.
+    pub fn of(p: crate::protocol::Protocol) -> Self {
+        match p {
+            crate::protocol::Protocol::Anthropic => ReasoningOrigin::Anthropic,
+            crate::protocol::Protocol::OpenAiChat => ReasoningOrigin::OpenAiChat,
+            crate::protocol::Protocol::OpenAiResponses => ReasoningOrigin::OpenAiResponses,
+            crate::protocol::Protocol::Gemini => ReasoningOrigin::Gemini,
         }
     }
 
-    /// Inverse of [`ReasoningOrigin::client_signature`] for a signature an Anthropic client
-    /// sent back.
-    pub fn from_client_signature(signature: &str) -> (ReasoningOrigin, String) {
-        if let Some(rest) = signature.strip_prefix(SIGNATURE_TAG) {
-            for origin in [
-                ReasoningOrigin::OpenAiChat,
-                ReasoningOrigin::OpenAiResponses,
-                ReasoningOrigin::Gemini,
-            ] {
-                if let Some(sig) = rest
-                    .strip_prefix(origin.tag())
-                    .and_then(|r| r.strip_prefix('.'))
-                {
-                    return (origin, sig.to_owned());
-                }
-            }
+    /// `babysitter.<origin>.<opaque>`: the form a signature takes in canonical stream events
+    /// (so encoders know whose it is) and towards clients of another protocol.
+    pub fn tag(self, signature: &str) -> String {
+        format!("{SIGNATURE_TAG}{}.{signature}", self.tag_name())
+    }
+
+    /// The origin and opaque value of a tagged signature; `None` when untagged.
+    pub fn untag(signature: &str) -> Option<(ReasoningOrigin, String)> {
+        let rest = signature.strip_prefix(SIGNATURE_TAG)?;
+        [
+            ReasoningOrigin::Anthropic,
+            ReasoningOrigin::OpenAiChat,
+            ReasoningOrigin::OpenAiResponses,
+            ReasoningOrigin::Gemini,
+        ]
+        .into_iter()
+        .find_map(|o| {
+            rest.strip_prefix(o.tag_name())
+                .and_then(|r| r.strip_prefix('.'))
+                .map(|sig| (o, sig.to_owned()))
+        })
+    }
+
+    /// The signature a client speaking `client` is given: its own provider's unchanged, any
+    /// other tagged with its origin. Clients return signatures verbatim (Claude Code's thinking
+    /// `signature`, Codex's reasoning `encrypted_content`, Gemini CLI's `thoughtSignature`), so
+    /// the proxy learns on the next turn whose reasoning it is and replays it to that provider
+    /// only (spec §10 rules 1 and 3) — across every pair, not just the same-provider one.
+    pub fn for_client(self, client: crate::protocol::Protocol, signature: &str) -> String {
+        if self == Self::of(client) {
+            signature.to_owned()
+        } else {
+            self.tag(signature)
         }
-        (ReasoningOrigin::Anthropic, signature.to_owned())
+    }
+
+    /// Inverse of [`ReasoningOrigin::for_client`] for a signature a `client` sent back.
+    pub fn from_client(client: crate::protocol::Protocol, signature: &str) -> (Self, String) {
+        Self::untag(signature).unwrap_or_else(|| (Self::of(client), signature.to_owned()))
     }
 }
 

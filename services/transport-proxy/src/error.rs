@@ -124,6 +124,16 @@ pub struct StreamError {
     pub message: String,
 }
 
+impl From<UnknownStopReason> for StreamError {
+    /// A stop reason the client protocol cannot express ends the stream as an API error.
+    fn from(e: UnknownStopReason) -> Self {
+        Self {
+            kind: ErrorKind::Api,
+            message: e.to_string(),
+        }
+    }
+}
+
 /// Everything that can fail while serving one request.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

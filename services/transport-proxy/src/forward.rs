@@ -356,6 +356,74 @@ impl Proxy {
         Ok(n)
     }
 
+    /// `ANY /passthrough/*` (spec §2.1): the request goes unchanged (method, path after the
+    /// prefix, query without `key=`, body) to the upstream of the highest-priority catch-all
+    /// route (one without a front), with that upstream's authentication; the answer comes back
+    /// unchanged, status and body streamed. No translation, no retries.
+    pub async fn passthrough(
+        &self,
+        method: http::Method,
+        rest: &str,
+        inb: Inbound,
+    ) -> Result<Response, ProxyError> {
+        let table = self.table();
+        // Highest priority, earliest on ties.
+        let mut best: Option<&Arc<RouteRuntime>> = None;
+        for r in table.routes.iter().filter(|r| r.route.front.is_none()) {
+            if best.is_none_or(|b| r.route.priority > b.route.priority) {
+                best = Some(r);
+            }
+        }
+        let rt = best.cloned().ok_or(ProxyError::NoRoute)?;
+        let up = &rt.route.upstream;
+        let url = upstream::passthrough_url(up, rest, inb.query.as_deref());
+        let key = upstream::client_key(&inb.headers, inb.query.as_deref());
+        let mut headers = upstream::headers(up, &inb.headers, key.as_deref());
+        if let Some(ct) = inb.headers.get(header::CONTENT_TYPE) {
+            headers.insert(header::CONTENT_TYPE, ct.clone());
+        }
+        rt.stats
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let started = tokio::time::Instant::now();
+        let send = rt
+            .client
+            .request(method, &url)
+            .headers(headers)
+            .body(inb.body)
+            .send();
+        let resp = match tokio::time::timeout(rt.route.policy.first_byte_timeout, send).await {
+            Err(_) => Err(ProxyError::Timeout),
+            Ok(Err(e)) if e.is_timeout() => Err(ProxyError::Timeout),
+            Ok(Err(_)) => Err(ProxyError::Connect(
+                "connection to upstream failed".to_owned(),
+            )),
+            Ok(Ok(r)) => Ok(r),
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                rt.stats
+                    .fail(e.class(), &Usage::default(), started.elapsed());
+                return Err(e);
+            }
+        };
+        rt.stats.finish(&Usage::default(), false, started.elapsed());
+        let status = resp.status();
+        let kept: Vec<(http::HeaderName, HeaderValue)> = [
+            header::CONTENT_TYPE,
+            header::RETRY_AFTER,
+            header::CACHE_CONTROL,
+        ]
+        .into_iter()
+        .filter_map(|n| resp.headers().get(&n).cloned().map(|v| (n, v)))
+        .collect();
+        let mut out = Response::new(Body::from_stream(resp.bytes_stream()));
+        *out.status_mut() = status;
+        out.headers_mut().extend(kept);
+        Ok(out)
+    }
+
     /// Distinct model names the routes send upstream, else the route names.
     pub fn model_ids(&self) -> Vec<(String, &'static str)> {
         let mut out: Vec<(String, &'static str)> = Vec::new();

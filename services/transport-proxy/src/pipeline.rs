@@ -145,41 +145,51 @@ where
         let mut outcome = StreamOutcome::default();
         loop {
             let mut raw: Option<Bytes> = None;
-            let (events, last): (Vec<StreamEvent>, bool) =
-                match tokio::time::timeout(idle, body.next()).await {
-                    Ok(Some(Ok(chunk))) => {
-                        let evs = parser
-                            .push(&chunk)
-                            .iter()
-                            .flat_map(|e| dec.on_sse(e))
-                            .collect();
-                        raw = Some(chunk);
-                        (evs, false)
-                    }
-                    Ok(Some(Err(e))) => {
-                        tracing::warn!(error = %e, "upstream stream failed");
-                        (
-                            vec![proxy_error(
-                                ErrorKind::Unavailable,
-                                "upstream stream interrupted",
-                            )],
-                            true,
-                        )
-                    }
-                    Ok(None) => {
-                        let mut evs: Vec<StreamEvent> =
-                            parser.finish().iter().flat_map(|e| dec.on_sse(e)).collect();
-                        evs.extend(dec.on_end());
-                        (evs, true)
-                    }
-                    Err(_) => (
+            // A client that goes away ends the stream at once: dropping the upstream body closes
+            // the upstream connection, so the provider stops generating (and billing).
+            let next = tokio::select! {
+                biased;
+                () = tx.closed() => {
+                    tracing::debug!("client went away, upstream stream dropped");
+                    done(outcome);
+                    return;
+                }
+                next = tokio::time::timeout(idle, body.next()) => next,
+            };
+            let (events, last): (Vec<StreamEvent>, bool) = match next {
+                Ok(Some(Ok(chunk))) => {
+                    let evs = parser
+                        .push(&chunk)
+                        .iter()
+                        .flat_map(|e| dec.on_sse(e))
+                        .collect();
+                    raw = Some(chunk);
+                    (evs, false)
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(error = %e, "upstream stream failed");
+                    (
                         vec![proxy_error(
-                            ErrorKind::Timeout,
-                            "upstream stream idle timeout",
+                            ErrorKind::Unavailable,
+                            "upstream stream interrupted",
                         )],
                         true,
-                    ),
-                };
+                    )
+                }
+                Ok(None) => {
+                    let mut evs: Vec<StreamEvent> =
+                        parser.finish().iter().flat_map(|e| dec.on_sse(e)).collect();
+                    evs.extend(dec.on_end());
+                    (evs, true)
+                }
+                Err(_) => (
+                    vec![proxy_error(
+                        ErrorKind::Timeout,
+                        "upstream stream idle timeout",
+                    )],
+                    true,
+                ),
+            };
             let mut frames: Vec<Bytes> = Vec::new();
             let mut finished = false;
             for ev in events {

@@ -6,7 +6,8 @@
 //! `POST /v1/messages` (any query, e.g. Claude Code's `?beta=true`), `/v1/messages/count_tokens`,
 //! `/v1/count_tokens`, `/v1/chat/completions`, `/v1/responses`,
 //! `/v1beta/models/{model}:generateContent|streamGenerateContent|countTokens`, `GET /v1/models`,
-//! `GET /v1beta/models`, `GET /metrics`, `GET /health`, `GET /cache/stats`. Anything else
+//! `GET /v1beta/models`, `GET /metrics`, `GET /health`, `GET /cache/stats`, `ANY /passthrough/*`
+//! (unchanged, to the catch-all route's upstream). Anything else
 //! (including Claude Code's `HEAD /` probe) gets a quick 404.
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
 use http::{HeaderMap, HeaderValue, header};
 use serde::de::DeserializeOwned;
@@ -47,6 +48,7 @@ pub fn router(state: Arc<Proxy>) -> Router {
         .route("/v1/responses", post(responses))
         .route("/v1beta/models/{action}", post(gemini))
         .route("/v1/models/{action}", post(gemini))
+        .route("/passthrough/{*rest}", any(passthrough))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
 }
@@ -148,6 +150,27 @@ async fn gemini(
             ProxyError::invalid("path", format!("unknown method {method}")),
             &h,
         ),
+    }
+}
+
+/// `ANY /passthrough/*`: forwarded unchanged (errors of the proxy itself in OpenAI shape, the
+/// reference's generic `{"error":{"message"}}` being a subset of it).
+async fn passthrough(
+    State(st): State<Arc<Proxy>>,
+    method: http::Method,
+    Path(rest): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let front = Protocol::OpenAiChat;
+    let result = match read(&st, front, UrlFacts::default(), query, &headers, body).await {
+        Ok(inb) => st.passthrough(method, &rest, inb).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(r) => with_request_id(r, &headers),
+        Err(e) => fail(front, e, &headers),
     }
 }
 

@@ -93,6 +93,15 @@ pub fn build(
     client_headers: &HeaderMap,
     client_key: Option<&str>,
 ) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .headers(headers(up, client_headers, client_key))
+        .json(body)
+}
+
+/// The headers of an upstream request: the allow-listed client headers, the route's extra
+/// headers, the upstream key in the provider's header, and `traceparent`.
+pub fn headers(up: &Upstream, client_headers: &HeaderMap, client_key: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in client_headers {
         if forwarded(name.as_str(), up) {
@@ -135,7 +144,29 @@ pub fn build(
     if let Some(traceparent) = client_headers.get("traceparent") {
         headers.insert(HeaderName::from_static("traceparent"), traceparent.clone());
     }
-    client.post(url).headers(headers).json(body)
+    headers
+}
+
+/// `<base without its version segment>/<rest>`: `/passthrough/v1/embeddings` on a route whose
+/// base is `https://api.openai.com/v1` goes to `https://api.openai.com/v1/embeddings`.
+pub fn passthrough_url(up: &Upstream, rest: &str, query: Option<&str>) -> String {
+    let base = up.base_url.trim_end_matches('/');
+    let base = ["/v1", "/v1beta", "/v1beta1"]
+        .iter()
+        .find_map(|v| base.strip_suffix(v))
+        .unwrap_or(base);
+    // The client's `?key=` is a proxy credential, never forwarded.
+    let query: Vec<&str> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && !kv.starts_with("key="))
+        .collect();
+    let mut url = format!("{base}/{}", rest.trim_start_matches('/'));
+    if !query.is_empty() {
+        url.push('?');
+        url.push_str(&query.join("&"));
+    }
+    url
 }
 
 /// Sends with retries before the first byte; a non-2xx answer becomes

@@ -1250,3 +1250,88 @@ async fn reasoning_signatures_round_trip_through_an_anthropic_client() {
 fn s_of(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
+
+/// T3 across protocols: Claude's thinking (with its signature) reaches a Responses client as
+/// a reasoning item and a Gemini client as a thought part; when those clients send their
+/// history back, the Anthropic upstream's assistant turn starts with the same thinking block,
+/// signature byte for byte — so a tool loop with thinking enabled keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_round_trips_through_responses_and_gemini_clients() {
+    let sig = "EqQBCkYIARgCKkD+/sig==";
+    let s = script(json!({"turns": [
+        {"when": {"has_tool_result": false}, "reply": {"thinking": {"text": "plan", "signature": sig},
+            "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}},
+        {"when": {"has_tool_result": true},
+         "expect": {"body": {"/messages/1/content/0/type": "thinking", "/messages/1/content/0/thinking": "plan", "/messages/1/content/0/signature": sig}},
+         "reply": {"text": "done"}}]}));
+    let fx = Fixture::simple(Some(s), Protocol::Anthropic).await;
+    for front in [Protocol::OpenAiResponses, Protocol::Gemini] {
+        for stream in [false, true] {
+            let (status, _, text) = fx
+                .post(path(front, stream), &first_turn(front, stream), &[])
+                .await;
+            assert_eq!(status, 200, "{text}");
+            let body = match front {
+                Protocol::OpenAiResponses => {
+                    let resp = if stream {
+                        sse_events(&text)
+                            .pop()
+                            .map(|e| e.1["response"].clone())
+                            .unwrap_or_default()
+                    } else {
+                        serde_json::from_str::<Value>(&text).unwrap_or_default()
+                    };
+                    let output = resp["output"].as_array().cloned().unwrap_or_default();
+                    let call = output
+                        .iter()
+                        .find(|i| i["type"] == "function_call")
+                        .cloned()
+                        .unwrap_or_default();
+                    let mut b = first_turn(front, stream);
+                    if let Some(input) = b["input"].as_array_mut() {
+                        // Codex sends the reasoning item back as it got it.
+                        input.extend(output.iter().filter(|i| i["type"] == "reasoning").cloned());
+                        input.push(json!({"type":"function_call","call_id":call["call_id"],"name":call["name"],"arguments":call["arguments"]}));
+                        input.push(json!({"type":"function_call_output","call_id":call["call_id"],"output":"sun"}));
+                    }
+                    b
+                }
+                _ => {
+                    let frames: Vec<Value> = if stream {
+                        sse_events(&text).into_iter().map(|e| e.1).collect()
+                    } else {
+                        vec![serde_json::from_str::<Value>(&text).unwrap_or_default()]
+                    };
+                    // Gemini CLI keeps the model's parts (thoughts with signatures included).
+                    let parts: Vec<Value> = frames
+                        .iter()
+                        .flat_map(|f| {
+                            f["candidates"][0]["content"]["parts"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default()
+                        })
+                        .filter(|p| p.get("functionCall").is_some() || p["thought"] == true)
+                        .collect();
+                    let mut b = first_turn(front, stream);
+                    if let Some(c) = b["contents"].as_array_mut() {
+                        c.push(json!({"role":"model","parts":parts}));
+                        c.push(json!({"role":"user","parts":[{"functionResponse":{"name":"get_weather","response":{"output":"sun"}}}]}));
+                    }
+                    b
+                }
+            };
+            assert!(
+                !body.to_string().contains(&format!("\"{sig}\"")),
+                "{front}: the client only holds a tagged form"
+            );
+            let (status, seen, text) = call(&fx, front, stream, &body).await;
+            assert_eq!(
+                (status, seen.text.as_str()),
+                (200, "done"),
+                "{front} stream={stream}: {text}"
+            );
+        }
+    }
+    fx.stop().await;
+}

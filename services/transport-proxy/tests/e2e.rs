@@ -626,3 +626,94 @@ async fn previous_response_id_is_refused_only_when_translating() {
     );
     fx.stop().await;
 }
+
+/// `ANY /passthrough/*` (spec §2.1, P3): method, path and body go unchanged to the catch-all
+/// route's upstream with its key; the client's `?key=` stays at the proxy; the answer and its
+/// status come back unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_forwards_unchanged_with_the_route_key() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let mut up = upstream_for(Protocol::OpenAiChat, b);
+        up.api_key = Some(Secret::new("sk-route-key-0123456789"));
+        let mut c = ProxyConfig::with_routes(vec![Route::new("all", up)]);
+        c.proxy_token = Some(Secret::new("tok"));
+        c
+    })
+    .await;
+    let (status, text) = fx.get("/passthrough/v1/models?key=tok&limit=5", &[]).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("fake-model"), "{text}");
+    let up = fx.last_upstream();
+    assert_eq!(
+        (up.method.as_str(), up.path.as_str()),
+        ("GET", "/v1/models")
+    );
+    assert_eq!(
+        up.query.as_deref(),
+        Some("limit=5"),
+        "proxy credential not forwarded"
+    );
+    assert_eq!(up.auth_header.as_deref(), Some("authorization"));
+    let (status, _, text) = fx
+        .post(
+            "/passthrough/v1/chat/completions",
+            &first_turn(Protocol::OpenAiChat, false),
+            &[("x-api-key", "tok")],
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("chat.completion"), "{text}");
+    assert_eq!(
+        fx.last_upstream().body["model"],
+        "chat-front",
+        "body unchanged (no model override)"
+    );
+    let (status, _, _) = fx
+        .post(
+            "/passthrough/v1/nowhere",
+            &json!({}),
+            &[("x-api-key", "tok")],
+        )
+        .await;
+    assert_eq!(status, 404, "upstream status relayed");
+    fx.stop().await;
+}
+
+/// A client that disconnects mid-stream ends the proxy's stream task at once (the upstream
+/// connection is dropped, so the provider stops generating), even while the upstream is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_ends_the_upstream_stream_at_once() {
+    let frames = vec!["data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n".to_owned()];
+    let s = script(json!({"turns": [{"when": {}, "reply": {"raw_sse": frames, "stall": true}}]}));
+    let fx = Fixture::start(Some(s), |b| {
+        let mut r = Route::new("all", upstream_for(Protocol::OpenAiChat, b));
+        r.policy.idle_timeout = Duration::from_secs(3600);
+        ProxyConfig::with_routes(vec![r])
+    })
+    .await;
+    let mut resp = fx
+        .http
+        .post(format!("{}{}", fx.proxy, path(Protocol::Anthropic, true)))
+        .json(&first_turn(Protocol::Anthropic, true))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let first = resp.chunk().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_some_and(|c| !c.is_empty()));
+    drop(resp);
+    // Wait for the request to be accounted as finished (bounded; not a timing assertion).
+    let finished = "babysitter_proxy_request_duration_seconds_count{route=\"all\"} 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = fx.get("/metrics", &[]).await;
+        if metrics.contains(finished) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stream task still waiting on the silent upstream:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fx.stop().await;
+}

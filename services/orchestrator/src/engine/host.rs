@@ -27,6 +27,7 @@
 
 mod api;
 mod loader;
+pub mod precompiled;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -313,7 +314,12 @@ impl JsHost {
                 for (k, v) in &self.core.env {
                     env.set(k.as_str(), v.as_str())?;
                 }
-                let install: Function = ctx.eval(api::PRELUDE)?;
+                let prelude = precompiled::evaluate(
+                    &ctx,
+                    precompiled::PRELUDE_MODULE,
+                    precompiled::PRELUDE_JS,
+                )?;
+                let install: Function = prelude.get("default")?;
                 install.call::<_, ()>((host_api.clone(), env))?;
                 *self.slots.host_api.borrow_mut() = Some(Persistent::save(&ctx, host_api));
                 *self.slots.engine_api.borrow_mut() = Some(Persistent::save(&ctx, engine_api));

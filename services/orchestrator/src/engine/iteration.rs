@@ -71,7 +71,9 @@ pub struct Iteration {
 struct RunInfo {
     process_id: String,
     run_dir: PathBuf,
-    entry_abs: PathBuf,
+    /// The entry file as run.json names it (made absolute, not canonical: resolving symlinks
+    /// costs a syscall per path component, and only a cold start needs the process folder).
+    entry: PathBuf,
     export_name: String,
     inputs: Option<Value>,
     non_interactive: bool,
@@ -105,24 +107,18 @@ fn run_info(
         ));
     }
     let run_dir = engine.options().runs_root.join(run_id);
-    let entry_abs = if Path::new(import_path).is_absolute() {
+    let entry_file = if Path::new(import_path).is_absolute() {
         PathBuf::from(import_path)
     } else {
         run_dir.join(import_path)
     };
-    let entry_abs = entry_abs.canonicalize().map_err(|e| {
-        bad(&format!(
-            "process file {} cannot be opened: {e}",
-            entry_abs.display()
-        ))
-    })?;
     let str_of = |k: &str| run.get(k).and_then(Value::as_str).map(str::to_owned);
     Ok(RunInfo {
         process_id: str_of("processId")
             .or_else(|| str_of("request"))
             .unwrap_or_else(|| run_id.to_owned()),
         run_dir,
-        entry_abs,
+        entry: entry_file,
         export_name: entry
             .get("exportName")
             .and_then(Value::as_str)
@@ -207,6 +203,10 @@ impl Engine {
 
         // Resolved only now: a finished run answers even if its process file has moved.
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
+        // The process file must be readable before anything is written (its hash: B9 below).
+        let code_hash = self
+            .code_hash(&info.entry)
+            .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
 
         // B1: a pending sleep whose time has passed is resolved, not skipped forever.
         let now = self.now_ms();
@@ -235,7 +235,6 @@ impl Engine {
             }
         }
         // B9: the process file changed since the run recorded it.
-        let code_hash = hash_file(&info.entry_abs)?;
         let mut code_changed = false;
         if let Some(previous) = &info.process_code_hash
             && *previous != code_hash
@@ -292,14 +291,8 @@ impl Engine {
         let records: Vec<EffectRecord> = journal
             .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
-        let mut all_views = HashMap::with_capacity(records.len());
-        for r in &records {
-            all_views.insert(
-                r.invocation_key.clone(),
-                views::view_of(journal, run_id, r).await?,
-            );
-        }
-        let spec = self.start_spec(run_id, &info);
+        let all_views = views::views_of(journal, run_id, &records).await?;
+        let spec = self.start_spec(run_id, &info)?;
         let shared = Shared {
             process_id: info.process_id.clone(),
             views: all_views,
@@ -316,11 +309,14 @@ impl Engine {
             .await?
     }
 
-    fn start_spec(&self, run_id: &str, info: &RunInfo) -> StartSpec {
-        StartSpec {
+    fn start_spec(&self, run_id: &str, info: &RunInfo) -> Result<StartSpec, EngineError> {
+        let entry = info
+            .entry
+            .canonicalize()
+            .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
+        Ok(StartSpec {
             host: HostConfig {
-                root: info
-                    .entry_abs
+                root: entry
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_else(|| info.run_dir.clone()),
@@ -330,8 +326,7 @@ impl Engine {
                 env: self.options().process_env.clone(),
                 ..HostConfig::default()
             },
-            entry: info
-                .entry_abs
+            entry: entry
                 .file_name()
                 .and_then(|s| s.to_str())
                 .unwrap_or("process.mjs")
@@ -341,7 +336,7 @@ impl Engine {
             run_dir: info.run_dir.display().to_string(),
             inputs: info.inputs.clone(),
             start_ms: info.created_ms,
-        }
+        })
     }
 
     /// Continues the warm session, or replays cold. Returns the drive report and whether it
@@ -437,14 +432,8 @@ impl Engine {
         let records: Vec<EffectRecord> = journal
             .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
-        let mut all_views: HashMap<String, EffectView> = HashMap::with_capacity(records.len());
-        for r in &records {
-            all_views.insert(
-                r.invocation_key.clone(),
-                views::view_of(journal, run_id, r).await?,
-            );
-        }
-        let spec = self.start_spec(run_id, info);
+        let all_views = views::views_of(journal, run_id, &records).await?;
+        let spec = self.start_spec(run_id, info)?;
         let shared = Shared {
             process_id: info.process_id.clone(),
             views: all_views,
@@ -468,7 +457,7 @@ impl Engine {
         run_id: &str,
         info: &RunInfo,
         head: Head,
-        report: DriveReport,
+        mut report: DriveReport,
         warm: bool,
         warnings: Vec<String>,
         marker: Option<NewEvent>,
@@ -479,15 +468,15 @@ impl Engine {
         // task.json first (all of them, one durability sync), then the request events: a reader
         // never finds a request without its task.
         let mut task_files = Vec::with_capacity(report.requests.len());
-        for r in &report.requests {
+        for r in &mut report.requests {
             task_files.push((
                 RunFile::task(&r.effect_id, "task.json")?,
-                Bytes::from(r.task_json.clone()),
+                std::mem::take(&mut r.task_doc),
             ));
             events.push(self.event(EventType::EffectRequested, request_data(r), now));
         }
         if !task_files.is_empty() {
-            journal.put_run_files(run_id, task_files).await?;
+            journal.put_run_json_files(run_id, task_files).await?;
         }
         self.emit_logs(run_id, &report).await?;
         let requested: Vec<String> = report
@@ -589,7 +578,7 @@ impl Engine {
         if self.options().warm {
             self.set_warm_head(run_id, Some(new_head.seq));
         }
-        let next_actions = self.next_actions(run_id, &report).await?;
+        let next_actions = self.next_actions(run_id, &report, &iso(now)).await?;
         let mut warnings = warnings;
         // Only a cold replay that ran to the end knows what it no longer reaches.
         let unreached: Vec<String> = if status == IterationStatus::Waiting || warm {
@@ -674,11 +663,14 @@ impl Engine {
         })
     }
 
-    /// babysitter's `nextActions` for the effects the process is blocked on.
+    /// babysitter's `nextActions` for the effects the process is blocked on. Effects requested
+    /// by this iteration were journaled at `requested_at` (their `requestedAt`, as `task:list`
+    /// reports it later from the journal).
     async fn next_actions(
         &self,
         run_id: &str,
         report: &DriveReport,
+        requested_at: &str,
     ) -> Result<Vec<Value>, EngineError> {
         let known: Vec<&String> = report
             .blocked
@@ -709,7 +701,7 @@ impl Engine {
                 actions.push(json!({
                     "effectId": r.effect_id, "invocationKey": r.invocation_key, "kind": r.kind, "label": r.label,
                     "labels": r.labels, "taskDef": r.task_def, "taskId": r.task_id, "stepId": r.step_id,
-                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": iso(r.requested_at_ms),
+                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": requested_at,
                 }));
             } else if let Some(rec) = records.get(id) {
                 let task = self
@@ -853,11 +845,11 @@ fn request_data(r: &Request) -> Value {
     Value::Object(d)
 }
 
-fn hash_file(path: &Path) -> Result<String, EngineError> {
-    use sha2::Digest;
-    let bytes = std::fs::read(path)
-        .map_err(|e| EngineError::Engine(format!("cannot read {}: {e}", path.display())))?;
-    Ok(hex::encode(sha2::Sha256::digest(&bytes)))
+fn cannot_open(run_id: &str, path: &Path, e: &std::io::Error) -> EngineError {
+    EngineError::InvalidRun {
+        run_id: run_id.to_owned(),
+        reason: format!("process file {} cannot be opened: {e}", path.display()),
+    }
 }
 
 fn seed_of(run_id: &str) -> u64 {

@@ -10,17 +10,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use rquickjs::{Ctx, Function, Object};
+use rquickjs::{Ctx, Function, Object, Persistent};
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
-use crate::engine::host::{HostConfig, HostError, JsHost};
+use crate::engine::host::{HostConfig, HostError, JsHost, precompiled};
 use crate::engine::identity;
 use crate::engine::views::EffectView;
 
-const RUNTIME_JS: &str = include_str!("js/runtime.js");
-const SDK_JS: &str = include_str!("js/sdk.js");
-pub const SDK_MODULE: &str = "@a5c-ai/babysitter-sdk";
+pub use crate::engine::host::precompiled::SDK_MODULE;
 
 /// A new effect the process asked for in this iteration.
 #[derive(Debug, Clone)]
@@ -33,8 +31,8 @@ pub struct Request {
     pub label: String,
     pub labels: Vec<String>,
     pub task_def: Value,
-    pub task_json: String,
-    pub requested_at_ms: i64,
+    /// The `task.json` document.
+    pub task_doc: Value,
 }
 
 /// A `ctx.log` line, with the per-run sequence number used to de-duplicate across replays.
@@ -84,7 +82,6 @@ pub struct Shared {
     pub next_ids: Vec<String>,
     pub id_source: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     pub requests: Vec<Request>,
-    pub blocked: Vec<String>,
     pub logs: Vec<LogLine>,
     pub errors: Vec<String>,
     pub reached: HashSet<String>,
@@ -114,6 +111,8 @@ pub struct StartSpec {
 }
 
 pub struct Session {
+    /// Declared before `host`: a Persistent must be dropped while its runtime is alive.
+    fns: EngineFns,
     host: JsHost,
     shared: Arc<Mutex<Shared>>,
     /// Effects the JS side holds pending promises for.
@@ -154,61 +153,18 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
             }
         })?,
     )?;
-    host.set(
-        "sha256",
-        Function::new(ctx.clone(), |s: String| -> String {
-            use sha2::Digest;
-            hex::encode(sha2::Sha256::digest(s.as_bytes()))
-        })?,
-    )?;
     let sh = shared.clone();
     host.set(
-        "nextLegacyStep",
-        Function::new(ctx.clone(), move || -> String {
-            let mut s = lock(&sh);
-            s.legacy_counter += 1;
-            identity::legacy_step_id(s.legacy_counter)
-        })?,
-    )?;
-    let sh = shared.clone();
-    host.set(
-        "nextOccurrence",
-        Function::new(ctx.clone(), move |base: String| -> u32 {
-            let mut s = lock(&sh);
-            let n = s.occurrences.entry(base).or_insert(0);
-            let cur = *n;
-            *n += 1;
-            cur
-        })?,
-    )?;
-    let sh = shared.clone();
-    host.set(
-        "invocationKey",
+        "step",
         Function::new(
             ctx.clone(),
-            move |task_id: String, step_id: String| -> String {
-                identity::invocation_key(&lock(&sh).process_id, &step_id, &task_id)
-            },
-        )?,
-    )?;
-    let sh = shared.clone();
-    host.set(
-        "lookup",
-        Function::new(
-            ctx.clone(),
-            move |task_id: String, step_id: String, legacy: Option<String>| -> Option<String> {
-                let mut s = lock(&sh);
-                let mut key = identity::invocation_key(&s.process_id, &step_id, &task_id);
-                if !s.views.contains_key(&key)
-                    && let Some(l) = legacy.as_deref()
-                {
-                    key = identity::invocation_key(&s.process_id, l, &task_id);
-                }
-                let found = s.views.get(&key).map(EffectView::to_js);
-                if found.is_some() {
-                    s.reached.insert(key);
-                }
-                found
+            move |task_id: String, label_or_key: String, shape_json: Option<String>| {
+                rquickjs::convert::List(step(
+                    &mut lock(&sh),
+                    &task_id,
+                    &label_or_key,
+                    shape_json.as_deref(),
+                ))
             },
         )?,
     )?;
@@ -229,20 +185,27 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
     let sh = shared.clone();
     host.set(
         "request",
-        Function::new(ctx.clone(), move |json: String| {
-            let mut s = lock(&sh);
-            match parse_request(&s.process_id, &json) {
-                Ok(r) => s.requests.push(r),
-                Err(e) => s.errors.push(e),
-            }
-        })?,
-    )?;
-    let sh = shared.clone();
-    host.set(
-        "blocked",
-        Function::new(ctx.clone(), move |effect_id: String, _frame: f64| {
-            lock(&sh).blocked.push(effect_id);
-        })?,
+        Function::new(
+            ctx.clone(),
+            move |ids: Vec<String>,
+                  label: Option<String>,
+                  labels: Vec<String>,
+                  task_def: String,
+                  args: Option<String>| {
+                let call = RequestCall {
+                    ids: &ids,
+                    label,
+                    labels,
+                    task_def: &task_def,
+                    args: args.as_deref(),
+                };
+                let mut s = lock(&sh);
+                match parse_request(&s.process_id, call) {
+                    Ok(r) => s.requests.push(r),
+                    Err(e) => s.errors.push(e),
+                }
+            },
+        )?,
     )?;
     let sh = shared.clone();
     host.set(
@@ -300,60 +263,102 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
     Ok(())
 }
 
-fn parse_request(process_id: &str, json: &str) -> Result<Request, String> {
-    let v: Value = serde_json::from_str(json)
-        .map_err(|e| format!("engine runtime sent a bad request: {e}"))?;
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| format!("request without {k}"))
+/// The identity of one `ctx.task` call and what the journal holds for it: `[stepId,
+/// invocationKey, view JSON]` (no view when the effect is new).
+///
+/// With a shape (`shape_json`, the compact JSON of the argument shape) the step id is derived —
+/// `<task>.<label>.<shapeHash>.<n>`, `n` counting earlier calls with the same base — and the
+/// legacy `S00000k` counter advances, its key being the fallback lookup for runs recorded by
+/// babysitter 0.0.187. Without one, `label_or_key` is the explicit step id.
+fn step(
+    s: &mut Shared,
+    task_id: &str,
+    label_or_key: &str,
+    shape_json: Option<&str>,
+) -> (String, String, Option<String>) {
+    let (step_id, legacy) = match shape_json {
+        Some(shape) => {
+            s.legacy_counter += 1;
+            let legacy = identity::legacy_step_id(s.legacy_counter);
+            let base =
+                identity::step_base(task_id, Some(label_or_key), &identity::shape_hash(shape));
+            let occurrence = match s.occurrences.get_mut(&base) {
+                Some(n) => {
+                    *n += 1;
+                    *n - 1
+                }
+                None => {
+                    s.occurrences.insert(base.clone(), 1);
+                    0
+                }
+            };
+            (identity::step_id(&base, occurrence), Some(legacy))
+        }
+        None => (label_or_key.to_owned(), None),
     };
-    let task_id = s("taskId")?;
-    let step_id = s("stepId")?;
-    let effect_id = s("effectId")?;
-    let invocation_key = identity::invocation_key(process_id, &step_id, &task_id);
-    let task_def = v.get("taskDef").cloned().unwrap_or(Value::Null);
-    let args = v.get("args").unwrap_or(&Value::Null);
-    let inputs = if v
-        .get("argsUndefined")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+    let key = identity::invocation_key(&s.process_id, &step_id, task_id);
+    let mut found_key = key.clone();
+    if !s.views.contains_key(&found_key)
+        && let Some(l) = legacy.as_deref()
     {
-        identity::TaskInputs::Undefined
-    } else {
-        identity::TaskInputs::Inline(args)
+        found_key = identity::invocation_key(&s.process_id, l, task_id);
+    }
+    let view = s.views.get(&found_key).map(EffectView::to_js);
+    if view.is_some() {
+        s.reached.insert(found_key);
+    }
+    (step_id, key, view)
+}
+
+/// What the runtime's `host.request` hands over for a new effect.
+struct RequestCall<'a> {
+    /// `[effectId, taskId, stepId, kind]`.
+    ids: &'a [String],
+    label: Option<String>,
+    labels: Vec<String>,
+    /// The TaskDef as JSON.
+    task_def: &'a str,
+    /// The args as JSON; `None` when they were `undefined`.
+    args: Option<&'a str>,
+}
+
+fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, String> {
+    let [effect_id, task_id, step_id, kind] = call.ids else {
+        return Err("engine runtime sent a bad request: expected four ids".into());
+    };
+    let label = call
+        .label
+        .ok_or_else(|| "request without label".to_owned())?;
+    let bad = |e: serde_json::Error| format!("engine runtime sent a bad request: {e}");
+    let task_def: Value = serde_json::from_str(call.task_def).map_err(bad)?;
+    let args: Option<Value> = call
+        .args
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(bad)?;
+    let invocation_key = identity::invocation_key(process_id, step_id, task_id);
+    let inputs = match &args {
+        None => identity::TaskInputs::Undefined,
+        Some(args) => identity::TaskInputs::Inline(args),
     };
     let ids = identity::TaskJsonIds {
-        effect_id: &effect_id,
-        task_id: &task_id,
+        effect_id,
+        task_id,
         invocation_key: &invocation_key,
-        step_id: &step_id,
+        step_id,
     };
     let doc = identity::task_json(&task_def, &ids, inputs, Some("6.0.0"))
         .map_err(|e| format!("task {task_id}: {e}"))?;
     Ok(Request {
         effect_id: effect_id.clone(),
-        invocation_key: invocation_key.clone(),
+        invocation_key,
         task_id: task_id.clone(),
         step_id: step_id.clone(),
-        kind: s("kind")?,
-        label: s("label")?,
-        labels: v
-            .get("labels")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        task_json: babysitter_journal::jsjson::to_file_string(&doc),
+        kind: kind.clone(),
+        label,
+        labels: call.labels,
+        task_doc: doc,
         task_def,
-        requested_at_ms: v
-            .get("requestedAtMs")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0) as i64,
     })
 }
 
@@ -368,23 +373,49 @@ const START_JS: &str = r#"
 })
 "#;
 
-const RESULT_JS: &str = r#"
+/// Where the process stands and what it waits on, as one JSON document (one call per report).
+const REPORT_JS: &str = r#"
 (function () {
   const st = globalThis.__bs_state;
-  if (!st || st.state === "pending") return JSON.stringify({ state: "pending" });
+  const pending = globalThis.__bs_engine.pendingIds();
+  if (!st || st.state === "pending") return JSON.stringify({ state: "pending", pending });
   if (st.state === "fulfilled") {
-    return JSON.stringify({ state: "fulfilled", value: st.value === undefined ? null : st.value });
+    return JSON.stringify({ state: "fulfilled", value: st.value === undefined ? null : st.value, pending });
   }
   const e = st.error;
   if (e && e.name === "RunHaltedError") {
-    return JSON.stringify({ state: "halted", reason: e.reason, payload: e.payload });
+    return JSON.stringify({ state: "halted", reason: e.reason, payload: e.payload, pending });
   }
   const err = (e instanceof Error || (e && typeof e === "object" && "message" in e))
     ? { name: e.name || "Error", message: String(e.message), stack: e.stack, data: e.data }
     : { name: "Error", message: String(e) };
-  return JSON.stringify({ state: "rejected", error: err });
+  return JSON.stringify({ state: "rejected", error: err, pending });
 })
 "#;
+
+/// The runtime functions a session calls on every drive, looked up once.
+struct EngineFns {
+    deliver: Persistent<Function<'static>>,
+    release_one: Persistent<Function<'static>>,
+    report: Persistent<Function<'static>>,
+}
+
+impl EngineFns {
+    fn new(host: &JsHost) -> Result<Self, EngineError> {
+        host.context().with(|ctx| -> Result<Self, EngineError> {
+            let js = |e| EngineError::from(HostError::from_js(&ctx, e));
+            let engine: Object = ctx.globals().get("__bs_engine").map_err(js)?;
+            let deliver: Function = engine.get("deliver").map_err(js)?;
+            let release_one: Function = engine.get("releaseOne").map_err(js)?;
+            let report: Function = ctx.eval(REPORT_JS).map_err(js)?;
+            Ok(Self {
+                deliver: Persistent::save(&ctx, deliver),
+                release_one: Persistent::save(&ctx, release_one),
+                report: Persistent::save(&ctx, report),
+            })
+        })
+    }
+}
 
 impl Session {
     /// Creates the host, loads the runtime, the SDK and the process, and calls the process.
@@ -392,19 +423,18 @@ impl Session {
         let started = tokio::time::Instant::now();
         let mut cfg = spec.host.clone();
         cfg.builtin_modules
-            .push((SDK_MODULE.to_owned(), SDK_JS.to_owned()));
+            .push((SDK_MODULE.to_owned(), precompiled::SDK_JS.to_owned()));
         let host = JsHost::new(cfg)?;
         let shared = Arc::new(Mutex::new(shared));
         host.context().with(|ctx| -> Result<(), EngineError> {
             install_host(&ctx, &shared).map_err(|e| HostError::from_js(&ctx, e))?;
-            ctx.eval::<(), _>(RUNTIME_JS).map_err(|e| HostError::from_js(&ctx, e))?;
+            precompiled::evaluate(&ctx, precompiled::RUNTIME_MODULE, precompiled::RUNTIME_JS)
+                .map_err(|e| HostError::from_js(&ctx, e))?;
             // Node's localeCompare is ICU's; QuickJS compares code points. Processes get ICU.
             ctx.eval::<(), _>(
                 "String.prototype.localeCompare = function (that) { return __bs_host.localeCompare(String(this), String(that)); };",
             )
             .map_err(|e| HostError::from_js(&ctx, e))?;
-            let result_fn: Function = ctx.eval(RESULT_JS).map_err(|e| HostError::from_js(&ctx, e))?;
-            ctx.globals().set("__bs_result", result_fn).map_err(|e| HostError::from_js(&ctx, e))?;
             let engine: Object = ctx.globals().get("__bs_engine").map_err(|e| HostError::from_js(&ctx, e))?;
             let set_run: Function = engine.get("setRun").map_err(|e| HostError::from_js(&ctx, e))?;
             set_run
@@ -434,7 +464,9 @@ impl Session {
         })?;
         // A Persistent must never outlive its runtime (QuickJS aborts the process).
         drop(main);
+        let fns = EngineFns::new(&host)?;
         let mut session = Session {
+            fns,
             host,
             shared,
             waiting_on: HashSet::new(),
@@ -467,17 +499,13 @@ impl Session {
                 .unwrap_or(usize::MAX)
         });
         for v in ordered {
+            let deliver = &self.fns.deliver;
             self.host.with(|ctx| -> Result<(), EngineError> {
-                let engine: Object = ctx
-                    .globals()
-                    .get("__bs_engine")
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
-                let deliver: Function = engine
-                    .get("deliver")
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                let js = |e| EngineError::from(HostError::from_js(&ctx, e));
+                let deliver = deliver.clone().restore(&ctx).map_err(js)?;
                 deliver
                     .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
+                    .map_err(js)?;
                 Ok(())
             })?;
             self.quiesce()?;
@@ -497,20 +525,14 @@ impl Session {
     fn quiesce(&mut self) -> Result<(), EngineError> {
         loop {
             self.host.drive()?;
+            let release = &self.fns.release_one;
             let released = self
                 .host
                 .context()
                 .with(|ctx| -> Result<bool, EngineError> {
-                    let engine: Object = ctx
-                        .globals()
-                        .get("__bs_engine")
-                        .map_err(|e| HostError::from_js(&ctx, e))?;
-                    let release: Function = engine
-                        .get("releaseOne")
-                        .map_err(|e| HostError::from_js(&ctx, e))?;
-                    release
-                        .call::<_, bool>(())
-                        .map_err(|e| HostError::from_js(&ctx, e).into())
+                    let js = |e| EngineError::from(HostError::from_js(&ctx, e));
+                    let release = release.clone().restore(&ctx).map_err(js)?;
+                    release.call::<_, bool>(()).map_err(js)
                 })?;
             if !released {
                 return Ok(());
@@ -520,36 +542,28 @@ impl Session {
 
     /// Where the process stands now, and what it asked for since the last report.
     fn report(&mut self) -> Result<DriveReport, EngineError> {
-        let state_json = self
+        let report = &self.fns.report;
+        let doc_json = self
             .host
             .context()
             .with(|ctx| -> Result<String, EngineError> {
-                let f: Function = ctx
-                    .globals()
-                    .get("__bs_result")
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
-                f.call::<_, String>(())
-                    .map_err(|e| HostError::from_js(&ctx, e).into())
+                let js = |e| EngineError::from(HostError::from_js(&ctx, e));
+                let report = report.clone().restore(&ctx).map_err(js)?;
+                report.call::<_, String>(()).map_err(js)
             })?;
-        // Everything the process waits on now, earlier drives' pending effects included.
-        let pending_json = self
-            .host
-            .context()
-            .with(|ctx| -> Result<String, EngineError> {
-                let engine: Object = ctx
-                    .globals()
-                    .get("__bs_engine")
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
-                let ids: Function = engine
-                    .get("pendingIds")
-                    .map_err(|e| HostError::from_js(&ctx, e))?;
-                ids.call::<_, String>(())
-                    .map_err(|e| HostError::from_js(&ctx, e).into())
-            })?;
-        let waiting: Vec<String> = serde_json::from_str(&pending_json)
-            .map_err(|e| EngineError::Engine(format!("pending ids are not JSON: {e}")))?;
-        let state_doc: Value = serde_json::from_str(&state_json)
+        let mut state_doc: Value = serde_json::from_str(&doc_json)
             .map_err(|e| EngineError::Engine(format!("process state is not JSON: {e}")))?;
+        // Everything the process waits on now, earlier drives' pending effects included.
+        let waiting: Vec<String> = match state_doc.get_mut("pending").map(Value::take) {
+            Some(Value::Array(ids)) => ids
+                .into_iter()
+                .filter_map(|id| match id {
+                    Value::String(s) => Some(s),
+                    _ => None,
+                })
+                .collect(),
+            _ => return Err(EngineError::Engine("pending ids are not a list".into())),
+        };
         let state = match state_doc.get("state").and_then(Value::as_str) {
             Some("fulfilled") => {
                 ProcessState::Returned(state_doc.get("value").cloned().unwrap_or(Value::Null))
@@ -572,7 +586,6 @@ impl Session {
             return Err(EngineError::Engine(e.clone()));
         }
         let requests = std::mem::take(&mut s.requests);
-        s.blocked.clear();
         let blocked = waiting;
         let logs = std::mem::take(&mut s.logs);
         // Only a finished process needs the set (for the unreached report).

@@ -7,10 +7,13 @@
 //! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
+use std::collections::HashMap;
+
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{Journal, JournalError};
-use serde_json::{Map, Value, json};
+use futures::StreamExt;
+use serde_json::{Value, json};
 
 use crate::engine::EngineError;
 
@@ -36,30 +39,39 @@ pub struct EffectView {
 impl EffectView {
     /// The JSON the runtime's `settle` reads.
     pub fn to_js(&self) -> String {
-        let mut m = Map::new();
-        m.insert("effectId".into(), json!(self.effect_id));
-        m.insert("kind".into(), json!(self.kind));
+        /// Serialised from borrowed parts (no copy of the value).
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Js<'a> {
+            effect_id: &'a str,
+            kind: &'a Option<String>,
+            outcome: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            value: Option<&'a Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<&'a Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            reason: Option<&'a Option<String>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            at_ms: Option<i64>,
+        }
+        let mut js = Js {
+            effect_id: &self.effect_id,
+            kind: &self.kind,
+            outcome: "pending",
+            value: None,
+            error: None,
+            reason: None,
+            at_ms: self.at_ms,
+        };
         match &self.outcome {
-            Outcome::Pending => {
-                m.insert("outcome".into(), json!("pending"));
-            }
-            Outcome::Value(v) => {
-                m.insert("outcome".into(), json!("value"));
-                m.insert("value".into(), v.clone());
-            }
-            Outcome::Throw(e) => {
-                m.insert("outcome".into(), json!("throw"));
-                m.insert("error".into(), e.clone());
-            }
-            Outcome::Cancelled(reason) => {
-                m.insert("outcome".into(), json!("cancelled"));
-                m.insert("reason".into(), json!(reason));
-            }
+            Outcome::Pending => {}
+            Outcome::Value(v) => (js.outcome, js.value) = ("value", Some(v)),
+            Outcome::Throw(e) => (js.outcome, js.error) = ("throw", Some(e)),
+            Outcome::Cancelled(reason) => (js.outcome, js.reason) = ("cancelled", Some(reason)),
         }
-        if let Some(ms) = self.at_ms {
-            m.insert("atMs".into(), json!(ms));
-        }
-        Value::Object(m).to_string()
+        // Serialising borrowed JSON values cannot fail.
+        serde_json::to_string(&js).unwrap_or_default()
     }
 
     pub fn is_pending(&self) -> bool {
@@ -95,6 +107,40 @@ async fn read_text(journal: &Journal, run_id: &str, path: Option<&str>) -> Optio
     let file = RunFile::parse(path?).ok()?;
     let bytes = journal.get_run_file(run_id, &file).await.ok()?;
     Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Result files read at once by [`views_of`]: a cold replay of a long run needs thousands, and a
+/// filesystem journal reads each on a blocking thread.
+const CONCURRENT_READS: usize = 32;
+
+/// The views of `records`, keyed by invocation key, their result files read concurrently.
+pub async fn views_of(
+    journal: &Journal,
+    run_id: &str,
+    records: &[EffectRecord],
+) -> Result<HashMap<String, EffectView>, EngineError> {
+    // Futures made up front: a stream holding a closure over borrowed data would make the
+    // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the
+    // compiler), and callers spawn it.
+    let reads: Vec<_> = records
+        .iter()
+        .map(|r| keyed_view(journal, run_id, r))
+        .collect();
+    let mut reads = futures::stream::iter(reads).buffer_unordered(CONCURRENT_READS);
+    let mut out = HashMap::with_capacity(records.len());
+    while let Some(item) = reads.next().await {
+        let (key, view) = item?;
+        out.insert(key, view);
+    }
+    Ok(out)
+}
+
+async fn keyed_view(
+    journal: &Journal,
+    run_id: &str,
+    r: &EffectRecord,
+) -> Result<(String, EffectView), EngineError> {
+    Ok((r.invocation_key.clone(), view_of(journal, run_id, r).await?))
 }
 
 /// Builds the view of one effect, reading its result file when it is resolved.
@@ -134,16 +180,31 @@ pub async fn view_of(
                 .unwrap_or_else(|| json!({"name": "Error", "message": "Task failed"})),
         ),
         EffectStatus::ResolvedOk => {
-            let stored = read_json(journal, run_id, &result_file)
-                .await?
-                .ok_or_else(missing)?;
-            if stored.get("status").and_then(Value::as_str) != Some("ok") {
-                Outcome::Throw(stored.get("error").cloned().unwrap_or_else(
+            let stored = match journal.get_run_file(run_id, &result_file).await {
+                Ok(bytes) => match serde_json::from_slice::<OkResult>(&bytes) {
+                    Ok(doc) => doc,
+                    // JSON that is not an object reads as a document without fields.
+                    Err(e) => match serde_json::from_slice::<Value>(&bytes) {
+                        Ok(_) => OkResult::default(),
+                        Err(_) => {
+                            return Err(EngineError::Corrupt {
+                                run_id: run_id.to_owned(),
+                                what: result_file.path(),
+                                reason: e.to_string(),
+                            });
+                        }
+                    },
+                },
+                Err(JournalError::RunFileNotFound { .. }) => return Err(missing()),
+                Err(e) => return Err(e.into()),
+            };
+            if stored.status.as_ref().and_then(Value::as_str) != Some("ok") {
+                Outcome::Throw(stored.error.unwrap_or_else(
                     || json!({"name": "Error", "message": "Task reported failure"}),
                 ))
-            } else if let Some(v) = stored.get("result").or_else(|| stored.get("value")) {
-                Outcome::Value(v.clone())
-            } else if let Some(rref) = stored.get("resultRef").and_then(Value::as_str) {
+            } else if let Some(v) = stored.result.or(stored.value) {
+                Outcome::Value(v)
+            } else if let Some(rref) = stored.result_ref.as_ref().and_then(Value::as_str) {
                 let file = RunFile::parse(rref)?;
                 Outcome::Value(
                     read_json(journal, run_id, &file)
@@ -209,4 +270,51 @@ async fn shell_failure(journal: &Journal, run_id: &str, stored: &Value) -> Value
         })
         .unwrap_or_else(|| format!("Shell command exited with code {exit_code}"));
     json!({"success": false, "exitCode": exit_code, "stdout": stdout, "stderr": stderr, "error": error})
+}
+
+/// What a view needs of an `ok` effect's `result.json`, read without building the whole
+/// document: a cold replay reads one per journaled effect, and `value` (the same JSON as
+/// `result` in every file babysitter writes) is skipped once `result` was seen. Repeated keys
+/// keep their last value, as a parsed JSON object would.
+#[derive(Default)]
+struct OkResult {
+    status: Option<Value>,
+    result: Option<Value>,
+    value: Option<Value>,
+    result_ref: Option<Value>,
+    error: Option<Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for OkResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = OkResult;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a result.json object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<OkResult, A::Error> {
+                let mut out = OkResult::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let slot = match key.as_ref() {
+                        "status" => &mut out.status,
+                        "result" => &mut out.result,
+                        "value" if out.result.is_none() => &mut out.value,
+                        "resultRef" => &mut out.result_ref,
+                        "error" => &mut out.error,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }

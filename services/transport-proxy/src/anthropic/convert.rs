@@ -18,6 +18,7 @@ use crate::canonical::{
     StopReason, TextPart, Tool, ToolCall, ToolChoice, ToolResult, Usage,
 };
 use crate::error::ProxyError;
+use crate::protocol::Protocol;
 
 /// Client request → canonical. Fails with a 400 naming the field for what cannot be translated.
 pub fn request_to_canonical(req: MessagesRequest) -> Result<Request, ProxyError> {
@@ -211,7 +212,7 @@ fn content_to_parts(content: Content, path: &str) -> Result<Vec<Part>, ProxyErro
             } => {
                 let (origin, signature) = match signature {
                     Some(s) => {
-                        let (o, s) = ReasoningOrigin::from_client_signature(&s);
+                        let (o, s) = ReasoningOrigin::from_client(Protocol::Anthropic, &s);
                         (o, Some(s))
                     }
                     None => (ReasoningOrigin::Anthropic, None),
@@ -479,7 +480,7 @@ pub fn canonical_to_response(resp: &Response) -> Result<Value, ProxyError> {
 
 /// Blocks for an Anthropic *client*: unlike an upstream, a client sees reasoning of any origin
 /// as thinking blocks (T4); a foreign signature travels tagged with its origin
-/// ([`ReasoningOrigin::client_signature`]), so it is replayed only to its own provider.
+/// ([`ReasoningOrigin::for_client`]), so it is replayed only to its own provider.
 fn anthropic_client_blocks(parts: &[Part]) -> Vec<ContentBlock> {
     parts
         .iter()
@@ -494,7 +495,7 @@ fn anthropic_client_blocks(parts: &[Part]) -> Vec<ContentBlock> {
                     signature: Some(
                         signature
                             .as_deref()
-                            .map(|s| origin.client_signature(s))
+                            .map(|s| origin.for_client(Protocol::Anthropic, s))
                             .unwrap_or_default(),
                     ),
                 })]

@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 
 use super::convert::{usage_from_wire, usage_to_json};
 use super::{Block, ContentBlock, WireDelta, WireEvent};
-use crate::canonical::{BlockDelta, BlockStart, StopReason, StreamEvent, Usage};
+use crate::canonical::{BlockDelta, BlockStart, ReasoningOrigin, StopReason, StreamEvent, Usage};
 use crate::error::{ErrorKind, StreamError, anthropic_error_body};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
+use crate::protocol::Protocol;
 use crate::sse::{SseEvent, named_frame};
 
 #[derive(Debug)]
@@ -101,7 +102,10 @@ impl AnthropicEncoder {
         let delta = match d {
             BlockDelta::Text(t) => json!({"type": "text_delta", "text": t}),
             BlockDelta::Reasoning(t) => json!({"type": "thinking_delta", "thinking": t}),
-            BlockDelta::Signature(s) => json!({"type": "signature_delta", "signature": s}),
+            BlockDelta::Signature(s) => {
+                let (origin, raw) = ReasoningOrigin::from_client(Protocol::Anthropic, s);
+                json!({"type": "signature_delta", "signature": origin.for_client(Protocol::Anthropic, &raw)})
+            }
             BlockDelta::ToolArguments(a) => json!({"type": "input_json_delta", "partial_json": a}),
         };
         out.push(frame(
@@ -218,13 +222,7 @@ impl StreamEncoder for AnthropicEncoder {
                         out.push(frame("message_stop", json!({"type": "message_stop"})));
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.into(), &mut out),
                 }
             }
             StreamEvent::Error(err) => self.error(&err, &mut out),
@@ -353,7 +351,9 @@ impl StreamDecoder for AnthropicDecoder {
                         BlockDelta::ToolArguments(partial_json)
                     }
                     WireDelta::ThinkingDelta { thinking } => BlockDelta::Reasoning(thinking),
-                    WireDelta::SignatureDelta { signature } => BlockDelta::Signature(signature),
+                    WireDelta::SignatureDelta { signature } => {
+                        BlockDelta::Signature(ReasoningOrigin::Anthropic.tag(&signature))
+                    }
                     WireDelta::Other => return Vec::new(),
                 };
                 vec![StreamEvent::BlockDelta { index, delta }]

@@ -25,6 +25,7 @@ use crate::canonical::{
     StopReason, TextPart, Tool, ToolCall, ToolChoice, ToolResult, Usage,
 };
 use crate::error::ProxyError;
+use crate::protocol::Protocol;
 use crate::sigstore::SignatureStore;
 
 /// Id for a call a Gemini client sent without one: stable for the same history position.
@@ -112,11 +113,31 @@ pub fn request_to_canonical(
                 }));
             } else if let Some(text) = p.text {
                 if p.thought == Some(true) {
-                    parts.push(Part::Reasoning {
-                        text,
-                        signature: p.thought_signature,
-                        origin: ReasoningOrigin::Gemini,
-                    });
+                    let (origin, signature) = match p.thought_signature {
+                        Some(s) => {
+                            let (o, s) = ReasoningOrigin::from_client(Protocol::Gemini, &s);
+                            (o, Some(s))
+                        }
+                        None => (ReasoningOrigin::Gemini, None),
+                    };
+                    // A streamed thought arrives as several parts, the signature on the last:
+                    // one reasoning block again, so a signed text stays whole.
+                    match parts.last_mut() {
+                        Some(Part::Reasoning {
+                            text: prev,
+                            signature: prev_sig @ None,
+                            origin: prev_origin,
+                        }) => {
+                            prev.push_str(&text);
+                            *prev_sig = signature;
+                            *prev_origin = origin;
+                        }
+                        _ => parts.push(Part::Reasoning {
+                            text,
+                            signature,
+                            origin,
+                        }),
+                    }
                 } else {
                     parts.push(Part::Text(TextPart::plain(text)));
                 }
@@ -646,8 +667,8 @@ pub fn client_part(p: &Part) -> Option<Value> {
             origin,
         } => {
             let mut v = json!({"text": text, "thought": true});
-            if let (Some(s), ReasoningOrigin::Gemini) = (signature, origin) {
-                v["thoughtSignature"] = json!(s);
+            if let Some(s) = signature {
+                v["thoughtSignature"] = json!(origin.for_client(Protocol::Gemini, s));
             }
             v
         }

@@ -25,6 +25,7 @@ use crate::canonical::{
 };
 use crate::error::{ErrorKind, StreamError, gemini_error_body};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
+use crate::protocol::Protocol;
 use crate::sigstore::SignatureStore;
 use crate::sse::{SseEvent, data_frame};
 
@@ -168,9 +169,7 @@ impl StreamDecoder for GeminiDecoder {
                     if let Some(sig) = signature {
                         out.push(StreamEvent::BlockDelta {
                             index,
-                            delta: BlockDelta::Signature(
-                                ReasoningOrigin::Gemini.client_signature(&sig),
-                            ),
+                            delta: BlockDelta::Signature(ReasoningOrigin::Gemini.tag(&sig)),
                         });
                     }
                 }
@@ -302,12 +301,10 @@ impl StreamEncoder for GeminiEncoder {
                     out.push(self.frame(vec![json!({"text": t, "thought": true})], None, false));
                 }
                 BlockDelta::Signature(sig) => {
-                    if let (ReasoningOrigin::Gemini, s) =
-                        ReasoningOrigin::from_client_signature(&sig)
-                    {
-                        let part = json!({"text": "", "thought": true, "thoughtSignature": s});
-                        out.push(self.frame(vec![part], None, false));
-                    }
+                    let (origin, raw) = ReasoningOrigin::from_client(Protocol::Gemini, &sig);
+                    let part = json!({"text": "", "thought": true,
+                        "thoughtSignature": origin.for_client(Protocol::Gemini, &raw)});
+                    out.push(self.frame(vec![part], None, false));
                 }
                 BlockDelta::ToolArguments(a) => {
                     if let Some(c) = self.calls.get_mut(&index) {
@@ -339,13 +336,7 @@ impl StreamEncoder for GeminiEncoder {
                         out.push(self.frame(vec![json!({"text": ""})], Some(reason), true));
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.into(), &mut out),
                 }
             }
             StreamEvent::Error(err) => self.error(&err, &mut out),

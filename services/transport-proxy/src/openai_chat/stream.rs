@@ -330,13 +330,7 @@ impl StreamEncoder for ChatEncoder {
                         out.push(Bytes::from_static(b"data: [DONE]\n\n"));
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.into(), &mut out),
                 }
             }
             StreamEvent::Error(err) => self.error(&err, &mut out),

@@ -20,6 +20,7 @@ use crate::canonical::{
     StopReason, TextPart, Tool, ToolCall, ToolChoice, ToolResult, Usage,
 };
 use crate::error::ProxyError;
+use crate::protocol::Protocol;
 
 /// Client request → canonical. Fails with a 400 naming the field.
 pub fn request_to_canonical(req: ResponsesRequest) -> Result<Request, ProxyError> {
@@ -482,13 +483,17 @@ fn reasoning_part(item: &Value) -> Part {
                 .join("\n\n")
         })
         .unwrap_or_default();
+    let (origin, signature) = match item.get("encrypted_content").and_then(Value::as_str) {
+        Some(enc) => {
+            let (o, s) = ReasoningOrigin::from_client(Protocol::OpenAiResponses, enc);
+            (o, Some(s))
+        }
+        None => (ReasoningOrigin::OpenAiResponses, None),
+    };
     Part::Reasoning {
         text,
-        signature: item
-            .get("encrypted_content")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        origin: ReasoningOrigin::OpenAiResponses,
+        signature,
+        origin,
     }
 }
 
@@ -596,9 +601,13 @@ pub fn parts_to_output(parts: &[Part], seed: &str) -> Vec<Value> {
                 flush(&mut text, &mut out);
                 let n = out.len();
                 let enc = signature
-                    .as_ref()
-                    .filter(|_| *origin == ReasoningOrigin::OpenAiResponses);
-                out.push(reasoning_item(&format!("rs_{seed}_{n}"), summary, enc));
+                    .as_deref()
+                    .map(|s| origin.for_client(Protocol::OpenAiResponses, s));
+                out.push(reasoning_item(
+                    &format!("rs_{seed}_{n}"),
+                    summary,
+                    enc.as_ref(),
+                ));
             }
             _ => {}
         }

@@ -11,8 +11,9 @@
 //! `response.in_progress` first (T13), one output item per canonical block with its own
 //! `output_index` (interleaved tool calls stay separate, T11), every event with a monotonically
 //! increasing `sequence_number`, and a terminal response whose `output` equals the streamed
-//! items. No `data: [DONE]` (a Chat convention). Only signatures tagged as a Responses
-//! provider's become `encrypted_content`; other providers' would be useless to the client.
+//! items. No `data: [DONE]` (a Chat convention). Reasoning signatures become
+//! `encrypted_content`: a Responses provider's unchanged, others' tagged with their origin
+//! ([`ReasoningOrigin::for_client`]) so they find their way back to their own provider.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,6 +30,7 @@ use crate::canonical::{
 };
 use crate::error::{ErrorKind, StreamError};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
+use crate::protocol::Protocol;
 use crate::sse::{SseEvent, named_frame};
 
 #[derive(Debug)]
@@ -97,9 +99,7 @@ impl ResponsesDecoder {
                     let b = self.block(idx, BlockStart::Reasoning, out);
                     out.push(StreamEvent::BlockDelta {
                         index: b,
-                        delta: BlockDelta::Signature(
-                            ReasoningOrigin::OpenAiResponses.client_signature(enc),
-                        ),
+                        delta: BlockDelta::Signature(ReasoningOrigin::OpenAiResponses.tag(enc)),
                     });
                 }
             }
@@ -510,12 +510,9 @@ impl StreamEncoder for ResponsesEncoder {
                         ))
                     }
                     (BlockDelta::Signature(sig), Some((EncItem::Reasoning(_, enc), _))) => {
-                        // Only a Responses provider's own encrypted content is given back.
-                        if let (ReasoningOrigin::OpenAiResponses, s) =
-                            ReasoningOrigin::from_client_signature(&sig)
-                        {
-                            *enc = Some(s);
-                        }
+                        let (origin, raw) =
+                            ReasoningOrigin::from_client(Protocol::OpenAiResponses, &sig);
+                        *enc = Some(origin.for_client(Protocol::OpenAiResponses, &raw));
                         None
                     }
                     (BlockDelta::Reasoning(t), Some((EncItem::Reasoning(acc, _), _))) => {
@@ -566,13 +563,7 @@ impl StreamEncoder for ResponsesEncoder {
                         self.frame(ty, json!({"response": resp}), &mut out);
                         self.done = true;
                     }
-                    Err(e) => {
-                        let err = StreamError {
-                            kind: ErrorKind::Api,
-                            message: e.to_string(),
-                        };
-                        self.error(&err, &mut out);
-                    }
+                    Err(e) => self.error(&e.to_stream_error(), &mut out),
                 }
             }
             StreamEvent::Error(err) => {

@@ -166,7 +166,7 @@ pub(super) fn render_reply(p: Protocol, req: &Request, reply: &Reply) -> Respons
                 d.extend(
                     signature
                         .as_deref()
-                        .map(|s| BlockDelta::Signature(origin.client_signature(s))),
+                        .map(|s| BlockDelta::Signature(origin.tag(s))),
                 );
                 (BlockStart::Reasoning, d)
             }

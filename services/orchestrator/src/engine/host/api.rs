@@ -16,9 +16,6 @@ use sha2::Digest;
 use super::HostCore;
 use super::loader::{normalize_lexically, throw_coded};
 
-/// Script evaluated once per context; evaluates to `function install(host, env)`.
-pub(super) const PRELUDE: &str = include_str!("shims/prelude.js");
-
 const HASHES: &str = "sha1, sha224, sha256, sha384, sha512";
 
 /// A failed file access, reported to JS as a Node-style error (`code`, `syscall`, `path`).

@@ -24,13 +24,13 @@ const NODE_ALIASES: &[(&str, &str)] = &[
     ("fs/promises", "node:fs/promises"),
 ];
 
-/// Shim module name → JS source.
-const SHIMS: &[(&str, &str)] = &[
-    ("node:path", include_str!("shims/path.js")),
-    ("node:url", include_str!("shims/url.js")),
-    ("node:crypto", include_str!("shims/crypto.js")),
-    ("node:fs", include_str!("shims/fs.js")),
-    ("node:fs/promises", include_str!("shims/fs_promises.js")),
+/// Shim module names (their sources live with the precompiled bundle).
+const SHIMS: &[&str] = &[
+    "node:path",
+    "node:url",
+    "node:crypto",
+    "node:fs",
+    "node:fs/promises",
 ];
 
 /// Why an import failed: a Node-style error code and the message.
@@ -296,14 +296,18 @@ impl Loader for HostLoader {
             return self.load_file(ctx, name, &path);
         }
         if let Some(source) = self.core.builtins.get(name) {
-            let module = Module::declare(ctx.clone(), name, source.as_str())?;
+            let module = super::precompiled::declare(ctx, name, source)?;
             if let Some(engine) = self.slots.engine_api.borrow().as_ref() {
                 module.meta()?.set("engine", engine.clone().restore(ctx)?)?;
             }
             return Ok(module);
         }
-        if let Some((_, source)) = SHIMS.iter().find(|(shim, _)| *shim == name) {
-            let module = Module::declare(ctx.clone(), name, *source)?;
+        if let Some(source) = SHIMS
+            .contains(&name)
+            .then(|| super::precompiled::source_of(name))
+            .flatten()
+        {
+            let module = super::precompiled::declare(ctx, name, source)?;
             if let Some(host) = self.slots.host_api.borrow().as_ref() {
                 module.meta()?.set("host", host.clone().restore(ctx)?)?;
             }

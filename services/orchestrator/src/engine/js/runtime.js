@@ -110,26 +110,22 @@
   }
 
   // ---------------------------------------------------------------- identity
-  function normalizeKeyPart(value) {
-    return String(value).trim().replace(/[^A-Za-z0-9_-]+/g, "-") || "default";
-  }
+  // The argument shape is computed here (only JS sees undefined, functions, bigints); the step
+  // id, occurrence counter, invocation key and journal lookup are one host call (`host.step`).
   function shapeOf(value) {
     if (Array.isArray(value)) return value.map(shapeOf);
     if (value && typeof value === "object") {
+      const keys = Object.keys(value);
       const out = {};
-      for (const key of host.sortKeys(Object.keys(value))) out[key] = shapeOf(value[key]);
+      for (const key of keys.length > 1 ? host.sortKeys(keys) : keys) out[key] = shapeOf(value[key]);
       return out;
     }
     return value === null ? "null" : typeof value;
-  }
-  function shapeHash(args) {
-    return host.sha256(JSON.stringify(shapeOf(args))).slice(0, 12);
   }
 
   // ---------------------------------------------------------------- scheduling
   let frameSeq = 0;
   const waiters = []; // {frame, resolve}
-  const frameStack = [];
   function quiescence(frame) {
     return new Promise((resolve) => waiters.push({ frame, resolve }));
   }
@@ -179,8 +175,6 @@
   let insertAt = -1;
 
   function waitFor(effectId, kind) {
-    const frame = frameStack.length ? frameStack[frameStack.length - 1] : 0;
-    host.blocked(effectId, frame);
     if (insertAt < 0) order.push(effectId);
     else order.splice(insertAt++, 0, effectId);
     return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
@@ -206,18 +200,14 @@
     }
     const options = opts ?? {};
     const explicitKey = options.key ?? options.stableKey;
-    let stepId;
-    let legacy = null;
-    if (explicitKey !== undefined) {
-      stepId = String(explicitKey);
-    } else {
-      legacy = host.nextLegacyStep();
-      const base = `${normalizeKeyPart(task.id)}.${normalizeKeyPart(options.label ?? "default")}.${shapeHash(args)}`;
-      stepId = `${base}.${host.nextOccurrence(base)}`;
-    }
-    const found = host.lookup(task.id, stepId, legacy);
-    if (found !== undefined) {
-      const view = JSON.parse(found);
+    // [stepId, invocationKey, view JSON when journaled]: explicit keys are the step id as given;
+    // derived ones are `<task>.<label>.<shapeHash>.<n>` (and advance the legacy S00000k counter).
+    const step = explicitKey !== undefined
+      ? host.step(task.id, String(explicitKey), null)
+      : host.step(task.id, String(options.label ?? "default"), JSON.stringify(shapeOf(args)));
+    const stepId = step[0];
+    if (typeof step[2] === "string") {
+      const view = JSON.parse(step[2]);
       if (view.outcome === "pending") return waitFor(view.effectId, view.kind);
       const s = settle(view);
       if (s.ok) return s.value;
@@ -228,7 +218,7 @@
     const label = options.label;
     const taskCtx = Object.freeze({
       effectId,
-      invocationKey: host.invocationKey(task.id, stepId),
+      invocationKey: step[1],
       taskId: task.id,
       runId: ctx.runId,
       runDir: ctx.runDir,
@@ -255,10 +245,9 @@
     const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
     // task.json is built on the Rust side (identity::task_json, the reference's serializer).
-    host.request(JSON.stringify({
-      effectId, taskId: task.id, stepId, kind: taskDef.kind, label: effectLabel, labels,
-      taskDef, args: args === undefined ? null : args, argsUndefined: args === undefined, requestedAtMs: clockMs,
-    }));
+    // Strings go as they are; only the TaskDef and the args cross as JSON.
+    host.request([effectId, task.id, stepId, taskDef.kind], typeof effectLabel === "string" ? effectLabel : null,
+      labels, JSON.stringify(taskDef), args === undefined ? null : (JSON.stringify(args) ?? "null"));
     return waitFor(effectId, taskDef.kind);
   }
 
@@ -370,21 +359,15 @@
       async all(thunks, options) {
         if (!Array.isArray(thunks)) throw new TypeError("ctx.parallel.all expects an array");
         const frame = ++frameSeq;
-        frameStack.push(frame);
         const promises = [];
-        try {
-          for (const t of thunks) {
-            let p;
-            if (typeof t === "function") p = Promise.resolve().then(() => t());
-            else if (t && typeof t.then === "function") p = t;
-            else throw new TypeError("ctx.parallel.all expects functions (thunks) or promises");
-            p.catch(() => {}); // errors surface through Promise.all below
-            promises.push(p);
-            await quiescence(frame);
-          }
-        } finally {
-          const i = frameStack.lastIndexOf(frame);
-          if (i >= 0) frameStack.splice(i, 1);
+        for (const t of thunks) {
+          let p;
+          if (typeof t === "function") p = Promise.resolve().then(() => t());
+          else if (t && typeof t.then === "function") p = t;
+          else throw new TypeError("ctx.parallel.all expects functions (thunks) or promises");
+          p.catch(() => {}); // errors surface through Promise.all below
+          promises.push(p);
+          await quiescence(frame);
         }
         if (options && (options.maxConcurrency !== undefined || options.executionStrategy !== undefined)) {
           host.groupHints(frame, JSON.stringify({ maxConcurrency: options.maxConcurrency, executionStrategy: options.executionStrategy }));
@@ -414,7 +397,7 @@
     ctx,
     deliver,
     releaseOne,
-    pendingIds() { return JSON.stringify(order.filter((id) => pending.has(id))); },
+    pendingIds() { return order.filter((id) => pending.has(id)); },
     setRun(runId, runDir, startMs) { ctx.runId = runId; ctx.runDir = runDir; ctx.artifactsDir = `${runDir}/artifacts`; advanceClock(startMs); },
     cleanups,
     sdk: {

@@ -244,8 +244,24 @@ impl RunService for RunApi {
             if first.status.is_terminal() && from > first.head_seq {
                 return; // nothing more will ever come
             }
+            // Status changes without new events (a run that starts waiting on a breakpoint, an
+            // unroutable task) are sent when seen.
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
+                    _ = tick.tick() => {
+                        let Ok(now) = manager.get(&ns, &run_id) else { continue };
+                        if now.status != last.status || now.status_reason != last.status_reason
+                            || now.pending_by_kind != last.pending_by_kind
+                        {
+                            let msg = pb::WatchRunResponse { events: vec![], run: Some(run_pb(&now)), agent_events: vec![] };
+                            last = now;
+                            if tx.send(Ok(msg)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
                     batch = journal.next() => {
                         let events = match batch {
                             Some(Ok(events)) => events,

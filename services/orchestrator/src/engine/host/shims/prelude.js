@@ -1,7 +1,8 @@
 // Installs the globals a babysitter process may touch: console (→ tracing), process (env from
 // the run's config), the seeded Math.random, a minimal URL for file: URLs when QuickJS has none,
-// and a seeded globalThis.crypto. Evaluated as a script; evaluates to `install(host, env)`.
-(function install(host, env) {
+// and a seeded globalThis.crypto. A module (precompiled to bytecode with the engine) whose
+// default export is `install(host, env)`.
+export default function install(host, env) {
   'use strict';
   const define = (obj, key, value) =>
     Object.defineProperty(obj, key, { value, writable: true, configurable: true, enumerable: false });
@@ -187,4 +188,4 @@
       },
     });
   }
-})
+}
