@@ -27,8 +27,8 @@ use crate::parse::LineParser;
 use crate::provider::{self, Provider, RemoteProxy};
 use crate::workspace::{self, Workspace};
 
-/// Largest output kept per stream.
-const MAX_OUTPUT: usize = 4 * 1024 * 1024;
+/// Largest output kept per stream (the orchestrator stores logs over 1 MiB as blobs).
+const MAX_OUTPUT: usize = 16 * 1024 * 1024;
 /// Longest stdout line parsed as one; a longer one is cut into pieces of this size (each then
 /// unparsed) so a harness printing without newlines cannot grow the worker's memory.
 const MAX_LINE: u64 = 1024 * 1024;

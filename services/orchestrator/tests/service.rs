@@ -951,3 +951,63 @@ export async function process(inputs, ctx) { const r = await ctx.task(ag, {}); r
         "{agent_types:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_logs_are_stored_as_blobs_with_a_readable_head() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut w = raw_worker(&s, "big").await;
+    let task = poll_one(&mut w, "big").await;
+    let big: String = (0..200_000).map(|i| format!("line {i:07}\n")).collect();
+    assert!(big.len() > 2 * 1024 * 1024);
+    w.complete_task(pb::CompleteTaskRequest {
+        worker_id: "big".into(),
+        lease_id: task.lease_id.clone(),
+        effect_id: task.effect_id.clone(),
+        result: Some(cpb::TaskResult {
+            outcome: Some(cpb::task_result::Outcome::ValueJson(
+                br#"{"stdout":"start\n"}"#.to_vec().into(),
+            )),
+            stdout: big.clone().into_bytes().into(),
+            stderr: b"small\n".to_vec().into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let task_dir = s
+        .dir
+        .path()
+        .join("runs")
+        .join(&run.run_id)
+        .join("tasks")
+        .join(&task.effect_id);
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(task_dir.join("result.json")).unwrap()).unwrap();
+    let blob = result["metadata"]["stdoutBlob"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(result["metadata"]["stdoutBytes"], big.len());
+    assert!(
+        result["metadata"].get("stderrBlob").is_none(),
+        "small logs stay files"
+    );
+    let head = std::fs::read_to_string(task_dir.join("stdout.log")).unwrap();
+    assert!(head.len() < 100 * 1024, "{}", head.len());
+    assert!(head.starts_with("line 0000000\n"));
+    assert!(head.contains(&blob), "the log names its blob");
+    let hex = blob.strip_prefix("sha256:").unwrap();
+    let stored = std::fs::read(
+        s.dir
+            .path()
+            .join("runs")
+            .join(&run.run_id)
+            .join("blobs")
+            .join(format!("sha256-{hex}")),
+    )
+    .unwrap();
+    assert_eq!(stored, big.as_bytes(), "the whole output, byte for byte");
+}

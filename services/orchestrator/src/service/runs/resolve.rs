@@ -14,6 +14,10 @@ use crate::engine::commit::Commit;
 use crate::service::queue::{Completion, GaveUp};
 use crate::service::{Result, ServiceError};
 
+/// Logs larger than this are stored as blobs (the log file keeps [`LOG_HEAD_BYTES`] of them).
+pub const LOG_BLOB_THRESHOLD: usize = 1024 * 1024;
+pub const LOG_HEAD_BYTES: usize = 64 * 1024;
+
 /// Model usage of a task (journaled as `COST_TRACKED`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
@@ -106,6 +110,13 @@ impl RunManager {
         if record.status != EffectStatus::Requested {
             return self.compare_resolved(run_id, &record, &outcome).await;
         }
+        let mut metadata = o.metadata;
+        let stdout = self
+            .spill_log(run_id, "stdout", o.stdout, &mut metadata)
+            .await?;
+        let stderr = self
+            .spill_log(run_id, "stderr", o.stderr, &mut metadata)
+            .await?;
         let head = self
             .inner
             .engine
@@ -114,11 +125,11 @@ impl RunManager {
                 Commit {
                     effect_id: effect_id.to_owned(),
                     outcome,
-                    stdout: o.stdout,
-                    stderr: o.stderr,
+                    stdout,
+                    stderr,
                     started_at: o.started_at,
                     finished_at: o.finished_at,
-                    metadata: o.metadata,
+                    metadata,
                     stdout_ref: None,
                     stderr_ref: None,
                 },
@@ -143,6 +154,41 @@ impl RunManager {
         }
         self.set_summary(run_id, |r| r.head_seq = r.head_seq.max(seq));
         Ok(Settled::New(seq))
+    }
+
+    /// A log over [`LOG_BLOB_THRESHOLD`] is stored whole as a content-addressed blob; the task's
+    /// `<name>.log` keeps its head and names the blob, and `result.json` metadata records it as
+    /// `<name>Blob` / `<name>Bytes` (babysitter's tools still find a readable log file).
+    async fn spill_log(
+        &self,
+        run_id: &str,
+        name: &str,
+        log: Option<String>,
+        metadata: &mut Option<Value>,
+    ) -> Result<Option<String>> {
+        let Some(text) = log else { return Ok(None) };
+        if text.len() <= LOG_BLOB_THRESHOLD {
+            return Ok(Some(text));
+        }
+        let total = text.len();
+        let blob = self
+            .journal()
+            .put_blob(run_id, bytes::Bytes::from(text.clone()))
+            .await?;
+        let mut cut = LOG_HEAD_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let head = format!(
+            "{}\n[{name} continues: {total} bytes in all, stored as blob {blob}]\n",
+            &text[..cut]
+        );
+        let meta = metadata.get_or_insert_with(|| json!({}));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(format!("{name}Blob"), json!(blob.to_string()));
+            m.insert(format!("{name}Bytes"), json!(total));
+        }
+        Ok(Some(head))
     }
 
     async fn compare_resolved(
