@@ -260,8 +260,12 @@ impl Journal {
         let sealed = self.seal(run_id, view, events)?;
         match self.inner.store.commit(run_id, &sealed).await {
             Ok(()) => {}
-            // Nothing was written: the view is still a true prefix; the next append refreshes it.
-            Err(e @ JournalError::Conflict { .. }) => return Err(e),
+            // Nothing was written, but another writer was: the view is behind. Drop it so the
+            // next operation (even one that skips refreshing) re-reads the store.
+            Err(e @ JournalError::Conflict { .. }) => {
+                *guard = None;
+                return Err(e);
+            }
             Err(e) => {
                 *guard = None; // unknown outcome: the next operation re-reads the store
                 return Err(e);

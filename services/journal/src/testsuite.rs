@@ -131,6 +131,8 @@ pub async fn conflict_reports_head_and_keeps_journal(f: Factory) {
         }
         other => panic!("expected a conflict, got {other:?}"),
     }
+    // The conflict dropped a's stale view: even a read that skips refreshing sees b's events.
+    assert_eq!(a.inspect_now(&id, |h, _| h.seq).await.unwrap(), 3);
     // Retry from the reported head succeeds.
     a.append(&id, 4, vec![ev("A", json!({"w": "a"}))])
         .await

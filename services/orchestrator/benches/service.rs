@@ -79,7 +79,9 @@ async fn stack(memory_journal: bool) -> Stack {
         Arc::new(FsStore::new(&runs))
     };
     let journal = Journal::new(store, JournalOptions::default());
-    let engine = Engine::new(journal, EngineOptions::new(&runs)).unwrap();
+    let mut engine_options = EngineOptions::new(&runs);
+    engine_options.exclusive_writer = true; // as the orchestrator binary runs it
+    let engine = Engine::new(journal, engine_options).unwrap();
     let queue = QueueConfig {
         max_poll_wait: Duration::from_secs(5),
         ..QueueConfig::default()

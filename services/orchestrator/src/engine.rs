@@ -74,6 +74,10 @@ pub struct EngineOptions {
     pub ids: Option<IdSource>,
     /// What processes see as `process.env` (nothing of the host's environment leaks in).
     pub process_env: std::collections::BTreeMap<String, String>,
+    /// This process is the only writer of the runs it iterates (an orchestrator owning its
+    /// journal): reads skip checking the store for other writers' events. A write that meets
+    /// another writer's event still fails with a conflict, after which the run is re-read.
+    pub exclusive_writer: bool,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -101,6 +105,7 @@ impl EngineOptions {
             clock: Arc::new(|| chrono::Utc::now().timestamp_millis()),
             ids: None,
             process_env: Default::default(),
+            exclusive_writer: false,
         }
     }
 }
@@ -183,6 +188,19 @@ impl Engine {
     /// SHA-256 of a process file, re-read only when the file changed.
     pub(crate) fn code_hash(&self, path: &std::path::Path) -> std::io::Result<String> {
         self.inner.code_hashes.hash(path)
+    }
+
+    /// The run's head and effect index (see [`EngineOptions::exclusive_writer`] for how fresh).
+    pub async fn view<R>(
+        &self,
+        run_id: &str,
+        f: impl FnOnce(&babysitter_journal::Head, &babysitter_journal::index::EffectIndex) -> R,
+    ) -> Result<R, JournalError> {
+        if self.inner.options.exclusive_writer {
+            self.inner.journal.inspect_now(run_id, f).await
+        } else {
+            self.inner.journal.inspect(run_id, f).await
+        }
     }
 
     pub(crate) fn now_ms(&self) -> i64 {

@@ -84,7 +84,9 @@ async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor) -> 
             ..JournalOptions::default()
         },
     );
-    let engine = Engine::new(journal, EngineOptions::new(&runs)).unwrap();
+    let mut engine_options = EngineOptions::new(&runs);
+    engine_options.exclusive_writer = true; // as the orchestrator binary runs it
+    let engine = Engine::new(journal, engine_options).unwrap();
     let manager = RunManager::new(
         engine,
         TaskQueue::new(queue, ulid::Ulid::generate().to_string()),

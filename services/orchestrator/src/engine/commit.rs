@@ -52,8 +52,7 @@ impl Engine {
         effect_id: &str,
     ) -> Result<(Head, EffectRecord), EngineError> {
         let (head, record) = self
-            .journal()
-            .inspect(run_id, |h, idx| {
+            .view(run_id, |h, idx| {
                 (h.clone(), idx.effects.get(effect_id).cloned())
             })
             .await?;

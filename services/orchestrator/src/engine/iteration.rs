@@ -164,8 +164,8 @@ impl Engine {
         let files = journal.run_files(run_id).await?;
         let mut warnings = Vec::new();
         // Only what this iteration needs from the index: no copy of thousands of records.
-        let (mut head, pending, terminal) = journal
-            .inspect(run_id, |h, idx| {
+        let (mut head, pending, terminal) = self
+            .view(run_id, |h, idx| {
                 let pending: Vec<EffectRecord> = idx.pending().cloned().collect();
                 let terminal = idx
                     .last_lifecycle

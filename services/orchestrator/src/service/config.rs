@@ -121,6 +121,10 @@ pub struct EngineConfig {
     pub cached_runs: usize,
     /// JS threads. Since v0.1.
     pub js_threads: usize,
+    /// This orchestrator is the only writer of its runs (one active orchestrator per journal):
+    /// reads skip checking the store for other writers; a write that meets one is re-read and
+    /// retried. Turn off when other processes write the same runs often. Since v0.1.
+    pub exclusive_writer: bool,
 }
 
 impl Default for EngineConfig {
@@ -131,6 +135,7 @@ impl Default for EngineConfig {
             cpu_limit_secs: 30,
             cached_runs: 1024,
             js_threads: 2,
+            exclusive_writer: true,
         }
     }
 }
@@ -247,6 +252,7 @@ impl OrchestratorConfig {
         o.cpu_limit = Duration::from_secs(e.cpu_limit_secs.max(1));
         o.cached_runs = e.cached_runs.max(1);
         o.js_threads = e.js_threads.max(1);
+        o.exclusive_writer = e.exclusive_writer;
         o
     }
 

@@ -520,8 +520,9 @@ impl RunManager {
         recovered: bool,
     ) -> Result<()> {
         let journal = self.journal();
-        let pending: Vec<EffectRecord> = journal
-            .inspect(run_id, |_, idx| idx.pending().cloned().collect())
+        let pending: Vec<EffectRecord> = self
+            .engine()
+            .view(run_id, |_, idx| idx.pending().cloned().collect())
             .await?;
         let namespace = lock(&self.inner.runs)
             .get(run_id)
@@ -607,8 +608,8 @@ impl RunManager {
     /// The terminal status and error of a run whose last lifecycle event is terminal.
     async fn terminal_of(&self, run_id: &str) -> Result<(RunStatus, Option<Value>)> {
         let mark = self
-            .journal()
-            .inspect(run_id, |_, idx| idx.last_lifecycle.clone())
+            .engine()
+            .view(run_id, |_, idx| idx.last_lifecycle.clone())
             .await?;
         let Some(mark) = mark else {
             return Ok((RunStatus::Running, None));

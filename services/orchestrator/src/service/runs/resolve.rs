@@ -80,8 +80,8 @@ impl RunManager {
     /// The effect's record, the run being visible in `namespace`.
     async fn record(&self, namespace: &str, run_id: &str, effect_id: &str) -> Result<EffectRecord> {
         self.get(namespace, run_id)?;
-        self.journal()
-            .inspect(run_id, |_, idx| idx.effects.get(effect_id).cloned())
+        self.engine()
+            .view(run_id, |_, idx| idx.effects.get(effect_id).cloned())
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))
     }
@@ -103,8 +103,8 @@ impl RunManager {
             )));
         }
         let record = self
-            .journal()
-            .inspect(run_id, |_, idx| idx.effects.get(effect_id).cloned())
+            .engine()
+            .view(run_id, |_, idx| idx.effects.get(effect_id).cloned())
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))?;
         if record.status != EffectStatus::Requested {
@@ -387,8 +387,8 @@ impl RunManager {
         }
         self.inner.queue.cancel_run(run_id, reason);
         let pending: Vec<String> = self
-            .journal()
-            .inspect(run_id, |_, idx| {
+            .engine()
+            .view(run_id, |_, idx| {
                 idx.pending().map(|r| r.effect_id.clone()).collect()
             })
             .await?;
@@ -511,8 +511,8 @@ impl RunManager {
                 continue;
             }
             let records: Vec<EffectRecord> = self
-                .journal()
-                .inspect(&run, |_, idx| {
+                .engine()
+                .view(&run, |_, idx| {
                     idx.pending()
                         .filter(|r| r.kind.as_deref() == Some("breakpoint"))
                         .cloned()
