@@ -420,43 +420,63 @@ impl RunManager {
 
     /// Asks for an iteration of `run_id` (coalesced with one already running).
     pub fn schedule(&self, run_id: &str, recovered: bool) {
-        if self.inner.shutdown.is_cancelled() {
+        if !self.claim_driver(run_id, recovered) {
             return;
-        }
-        {
-            let mut drivers = lock(&self.inner.drivers);
-            if let Some(flags) = drivers.get_mut(run_id) {
-                flags.again = true;
-                flags.recovered |= recovered;
-                return;
-            }
-            drivers.insert(
-                run_id.to_owned(),
-                DriveFlags {
-                    again: false,
-                    recovered,
-                },
-            );
         }
         let this = self.clone();
         let run_id = run_id.to_owned();
-        self.inner.tracker.spawn(async move {
-            let mut recovered = recovered;
-            loop {
-                this.iterate_once(&run_id, recovered).await;
-                let mut drivers = lock(&this.inner.drivers);
-                match drivers.get_mut(&run_id) {
-                    Some(flags) if flags.again && !this.inner.shutdown.is_cancelled() => {
-                        flags.again = false;
-                        recovered = std::mem::take(&mut flags.recovered);
-                    }
-                    _ => {
-                        drivers.remove(&run_id);
-                        break;
-                    }
+        self.inner
+            .tracker
+            .spawn(async move { this.drive(&run_id, recovered).await });
+    }
+
+    /// Like [`RunManager::schedule`], but iterates in the calling task when no driver is active
+    /// (a completion that waits for the next task anyway saves a task hop and a wake-up).
+    pub async fn iterate_now(&self, run_id: &str) {
+        if self.claim_driver(run_id, false) {
+            let _running = self.inner.tracker.token();
+            self.drive(run_id, false).await;
+        }
+    }
+
+    /// Registers the run's driver; false when one is active (it was asked to go again).
+    fn claim_driver(&self, run_id: &str, recovered: bool) -> bool {
+        if self.inner.shutdown.is_cancelled() {
+            return false;
+        }
+        let mut drivers = lock(&self.inner.drivers);
+        if let Some(flags) = drivers.get_mut(run_id) {
+            flags.again = true;
+            flags.recovered |= recovered;
+            return false;
+        }
+        drivers.insert(
+            run_id.to_owned(),
+            DriveFlags {
+                again: false,
+                recovered,
+            },
+        );
+        true
+    }
+
+    /// The driver loop: iterate until no resolution arrived meanwhile.
+    async fn drive(&self, run_id: &str, recovered: bool) {
+        let mut recovered = recovered;
+        loop {
+            self.iterate_once(run_id, recovered).await;
+            let mut drivers = lock(&self.inner.drivers);
+            match drivers.get_mut(run_id) {
+                Some(flags) if flags.again && !self.inner.shutdown.is_cancelled() => {
+                    flags.again = false;
+                    recovered = std::mem::take(&mut flags.recovered);
+                }
+                _ => {
+                    drivers.remove(run_id);
+                    break;
                 }
             }
-        });
+        }
     }
 
     async fn iterate_once(&self, run_id: &str, recovered: bool) {

@@ -73,7 +73,7 @@ impl WorkerApi {
                     let worker = worker_id.to_owned();
                     tokio::spawn(async move {
                         let _ = manager
-                            .complete_task(&worker, &a.lease_id, &a.spec.effect_id, outcome)
+                            .complete_task(&worker, &a.lease_id, &a.spec.effect_id, outcome, false)
                             .await;
                     });
                 }
@@ -237,7 +237,13 @@ impl WorkerService for WorkerApi {
         let outcome = outcome_of(r.result)?;
         let already = self
             .manager
-            .complete_task(&r.worker_id, &r.lease_id, &r.effect_id, outcome)
+            .complete_task(
+                &r.worker_id,
+                &r.lease_id,
+                &r.effect_id,
+                outcome,
+                r.next_max_tasks > 0,
+            )
             .await?;
         let next_tasks = if r.next_max_tasks > 0 {
             self.assignments(&r.worker_id, r.next_max_tasks, r.next_wait)

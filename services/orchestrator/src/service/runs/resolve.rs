@@ -230,12 +230,15 @@ impl RunManager {
     }
 
     /// A worker's completion under its lease. `Ok(true)`: it had already been accepted.
+    /// `iterate_inline`: run the iteration it triggers before returning (the caller waits for
+    /// the next task anyway).
     pub async fn complete_task(
         &self,
         worker_id: &str,
         lease_id: &str,
         effect_id: &str,
         outcome: TaskOutcome,
+        iterate_inline: bool,
     ) -> Result<bool> {
         let spec = match self
             .inner
@@ -248,7 +251,11 @@ impl RunManager {
         match self.settle(&spec.run_id, effect_id, outcome).await {
             Ok(settled) => {
                 self.inner.queue.completed(lease_id);
-                self.schedule(&spec.run_id, false);
+                if iterate_inline {
+                    self.iterate_now(&spec.run_id).await;
+                } else {
+                    self.schedule(&spec.run_id, false);
+                }
                 Ok(matches!(settled, Settled::Same))
             }
             Err(e @ ServiceError::Conflict(_)) => {
