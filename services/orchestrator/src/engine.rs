@@ -125,6 +125,11 @@ struct Inner {
     /// round trip to its JS thread, not three).
     warm_heads: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     code_hashes: process_file::CodeHashes,
+    /// `run.json` / `inputs.json` per run, kept by an exclusive writer (they do not change under
+    /// it) so an iteration does not re-read and re-parse them.
+    run_files: std::sync::Mutex<
+        std::collections::HashMap<String, Arc<babysitter_journal::store::RunFiles>>,
+    >,
 }
 
 impl Engine {
@@ -137,6 +142,7 @@ impl Engine {
                 pool,
                 warm_heads: Default::default(),
                 code_hashes: Default::default(),
+                run_files: Default::default(),
             }),
         })
     }
@@ -161,6 +167,11 @@ impl Engine {
     /// Drops the run's warm session: its next iteration replays cold.
     pub async fn evict(&self, run_id: &str) -> Result<(), EngineError> {
         self.set_warm_head(run_id, None);
+        self.inner
+            .run_files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
         self.inner.pool.evict(run_id).await
     }
 
@@ -201,6 +212,37 @@ impl Engine {
         } else {
             self.inner.journal.inspect(run_id, f).await
         }
+    }
+
+    /// The run's `run.json` and `inputs.json` (cached by an exclusive writer).
+    pub(crate) async fn run_files(
+        &self,
+        run_id: &str,
+    ) -> Result<Arc<babysitter_journal::store::RunFiles>, JournalError> {
+        let exclusive = self.inner.options.exclusive_writer;
+        if exclusive
+            && let Some(f) = self
+                .inner
+                .run_files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(run_id)
+        {
+            return Ok(f.clone());
+        }
+        let files = Arc::new(self.inner.journal.run_files(run_id).await?);
+        if exclusive {
+            let mut cache = self
+                .inner
+                .run_files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if cache.len() >= self.inner.options.cached_runs.max(1) * 2 {
+                cache.clear();
+            }
+            cache.insert(run_id.to_owned(), files.clone());
+        }
+        Ok(files)
     }
 
     pub(crate) fn now_ms(&self) -> i64 {

@@ -161,7 +161,7 @@ impl Engine {
     ) -> Result<Iteration, EngineError> {
         let mut marker = marker;
         let journal = self.journal().clone();
-        let files = journal.run_files(run_id).await?;
+        let files = self.run_files(run_id).await?;
         let mut warnings = Vec::new();
         // Only what this iteration needs from the index: no copy of thousands of records.
         let (mut head, pending, terminal) = self
@@ -286,7 +286,7 @@ impl Engine {
     /// the code still reaches the journal: what it would request, and how it ends).
     pub async fn replay_dry(&self, run_id: &str) -> Result<DriveReport, EngineError> {
         let journal = self.journal();
-        let files = journal.run_files(run_id).await?;
+        let files = self.run_files(run_id).await?;
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
         let records: Vec<EffectRecord> = journal
             .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
