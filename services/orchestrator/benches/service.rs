@@ -10,7 +10,8 @@
 //!   real worker loop (`sh -c true`), wall time and throughput.
 //! - **Memory per idle waiting run**: RSS growth per run parked at a breakpoint.
 //!
-//! `SERVICE_BENCH_RUNS` overrides the 1,000 runs.
+//! `SERVICE_BENCH_RUNS` overrides the 1,000 runs, `SERVICE_BENCH_TRIPS` the 300 dispatch trips;
+//! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling).
 
 #![allow(clippy::print_stdout)]
 
@@ -162,7 +163,10 @@ async fn dispatch(memory: bool) {
     })
     .await
     .unwrap();
-    let n = 300;
+    let n: usize = std::env::var("SERVICE_BENCH_TRIPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
     create(&mut c, SEQ, json!({"n": n, "kind": "noop"})).await;
     let poll = pb::PollTasksRequest {
         worker_id: "bench".into(),
@@ -362,8 +366,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // SERVICE_BENCH_ONLY=dispatch: only the in-memory dispatch loop (for profiling).
+    let only_dispatch = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "dispatch");
     rt.block_on(async {
         dispatch(true).await;
+        if only_dispatch {
+            return;
+        }
         dispatch(false).await;
         idle_memory(runs).await;
         many_runs(runs).await;
