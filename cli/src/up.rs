@@ -24,11 +24,8 @@ use babysitter_harness_launcher::worker::Worker;
 use babysitter_journal::Journal;
 use babysitter_journal::config::{JournalServiceConfig, open_store};
 use babysitter_journal::grpc::JournalGrpcServer;
-use babysitter_orchestrator::engine::Engine;
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
-use babysitter_orchestrator::service::queue::TaskQueue;
-use babysitter_orchestrator::service::runs::RunManager;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -142,14 +139,7 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&runs_dir)?;
     let o = &config.orchestrator;
-    let engine_options = o.engine_options(runs_dir);
-    let engine = Engine::new(journal.clone(), engine_options)?;
-    let queue = TaskQueue::new(o.queue.queue_config(), ulid::Ulid::generate().to_string());
-    let mut manager_config = o.runs.manager_config();
-    manager_config.secrets = secrets;
-    let manager = RunManager::new(engine, queue, manager_config);
-    let resumed = manager.recover().await?;
-    manager.spawn_sweeper();
+    let (manager, resumed) = o.start_manager(journal.clone(), runs_dir, secrets).await?;
 
     // A signal stops the worker first (its running tasks finish and complete), then the servers.
     let signal = CancellationToken::new();

@@ -10,11 +10,8 @@ use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::shutdown_signal;
 use babysitter_common::telemetry::init_telemetry;
 use babysitter_journal::Journal;
-use babysitter_orchestrator::engine::Engine;
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
-use babysitter_orchestrator::service::queue::TaskQueue;
-use babysitter_orchestrator::service::runs::RunManager;
 use clap::Parser;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -73,18 +70,8 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let runs_dir = config.runs_dir();
     std::fs::create_dir_all(&runs_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
-    let options = config.engine_options(runs_dir);
-    let engine = Engine::new(journal, options)?;
-    let queue = TaskQueue::new(
-        config.queue.queue_config(),
-        ulid::Ulid::generate().to_string(),
-    );
-    let mut manager_config = config.runs.manager_config();
-    manager_config.secrets = secrets;
-    let manager = RunManager::new(engine, queue, manager_config);
-    let resumed = manager.recover().await?;
+    let (manager, resumed) = config.start_manager(journal, runs_dir, secrets).await?;
     tracing::info!(resumed, "unfinished runs resumed");
-    manager.spawn_sweeper();
 
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));

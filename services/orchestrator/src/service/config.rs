@@ -256,6 +256,28 @@ impl OrchestratorConfig {
         o
     }
 
+    /// The run manager this config describes over `journal`: engine, queue (with a fresh
+    /// incarnation id), every unfinished run resumed, the lease sweeper running. Returns it and
+    /// the number of runs resumed.
+    pub async fn start_manager(
+        &self,
+        journal: babysitter_journal::Journal,
+        runs_dir: PathBuf,
+        secrets: Arc<babysitter_journal::redact::Redactor>,
+    ) -> anyhow::Result<(super::runs::RunManager, usize)> {
+        let engine = crate::engine::Engine::new(journal, self.engine_options(runs_dir))?;
+        let queue = super::queue::TaskQueue::new(
+            self.queue.queue_config(),
+            ulid::Ulid::generate().to_string(),
+        );
+        let mut manager_config = self.runs.manager_config();
+        manager_config.secrets = secrets;
+        let manager = super::runs::RunManager::new(engine, queue, manager_config);
+        let resumed = manager.recover().await?;
+        manager.spawn_sweeper();
+        Ok((manager, resumed))
+    }
+
     /// Where the engine reads process files.
     pub fn runs_dir(&self) -> PathBuf {
         if let Some(d) = &self.engine.runs_dir {

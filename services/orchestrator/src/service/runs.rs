@@ -16,7 +16,6 @@ mod recovery;
 mod resolve;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -48,6 +47,20 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The status a terminal lifecycle event gives a run (`None` for any other event); a
+    /// `RUN_FAILED` marked `cancelled` is a cancellation.
+    pub fn of_terminal_event(event_type: &str, data: &Value) -> Option<Self> {
+        match event_type {
+            "RUN_COMPLETED" => Some(Self::Completed),
+            "RUN_HALTED" => Some(Self::Halted),
+            "RUN_FAILED" if data.get("cancelled") == Some(&Value::Bool(true)) => {
+                Some(Self::Cancelled)
+            }
+            "RUN_FAILED" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -639,13 +652,8 @@ impl RunManager {
             .first()
             .map(|e| e.body.data.clone())
             .unwrap_or_default();
-        let status = match mark.event_type.as_str() {
-            "RUN_COMPLETED" => RunStatus::Completed,
-            "RUN_HALTED" => RunStatus::Halted,
-            "RUN_FAILED" if data.get("cancelled") == Some(&json!(true)) => RunStatus::Cancelled,
-            "RUN_FAILED" => RunStatus::Failed,
-            _ => RunStatus::Running,
-        };
+        let status =
+            RunStatus::of_terminal_event(&mark.event_type, &data).unwrap_or(RunStatus::Running);
         Ok((status, data.get("error").cloned()))
     }
 
@@ -777,9 +785,4 @@ fn task_spec(
         required_labels,
         timeout: timeout_ms.map(Duration::from_millis),
     })
-}
-
-/// Creates the engine's runs root when missing (a local cache for stored bundles).
-pub fn ensure_runs_root(path: &PathBuf) -> std::io::Result<()> {
-    std::fs::create_dir_all(path)
 }

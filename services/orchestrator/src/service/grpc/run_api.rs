@@ -122,15 +122,7 @@ fn page_size(n: u32) -> usize {
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchRunResponse, Status>> + Send>>;
 
 fn terminal_status(e: &StoredEvent) -> Option<RunStatus> {
-    match e.body.kind.as_str() {
-        "RUN_COMPLETED" => Some(RunStatus::Completed),
-        "RUN_HALTED" => Some(RunStatus::Halted),
-        "RUN_FAILED" if e.body.data.get("cancelled") == Some(&Value::Bool(true)) => {
-            Some(RunStatus::Cancelled)
-        }
-        "RUN_FAILED" => Some(RunStatus::Failed),
-        _ => None,
-    }
+    RunStatus::of_terminal_event(e.body.kind.as_str(), &e.body.data)
 }
 
 #[tonic::async_trait]
