@@ -258,6 +258,13 @@ async fn run_hanging(
     )
     .await;
     let pid = grandchild(&pidfile).await;
+    // SIGKILL to the group is delivered asynchronously: give the kernel a moment to finish it.
+    for _ in 0..250 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(!alive(pid), "grandchild {pid} survived");
     r
 }
