@@ -195,7 +195,9 @@ fn write_derived(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// babysitter's `writeFileAtomic`: temp file, fsync, rename over `path` (public for commands
+/// that rewrite a run's own files, such as `run.json` or a task's `result.json`).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
     let io = |e| JournalError::io(path.display(), e);
     let mut f = File::create(&tmp).map_err(io)?;
@@ -274,7 +276,8 @@ fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
 }
 
 /// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
-struct RunLock {
+#[derive(Debug)]
+pub struct RunLock {
     _dir: rustix::fd::OwnedFd,
     lock_file: PathBuf,
 }
@@ -359,6 +362,72 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
             Err(e) => return Err(JournalError::io(lock_file.display(), e)),
         }
     }
+}
+
+/// Takes a run's writer locks (the `journal/` `flock` every babysitter-rs append takes, and
+/// babysitter's `run.lock`) for a maintenance command that replaces the journal wholesale, so no
+/// appender — ours or the reference CLI — can write into a directory that is being swapped.
+/// Blocking; waits about `attempts` × 5 ms. Not re-entrant: the holder must not append.
+pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
+    let run_id = run_dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    lock_run(&run_id, run_dir, attempts)
+}
+
+/// Replaces `<runDir>/journal/` with `events` (written with their own seq and ULID) and keeps
+/// the old directory as `<runDir>/<backup_name>/`. The new journal is built whole in
+/// `<runDir>/<staging_name>/` and made durable (every file and the directory fsynced) before
+/// anything is renamed, so a crash leaves either the old journal in place or the new one with
+/// the backup beside it — never a half-written journal. Call it under [`lock_run_dir`].
+pub fn replace_journal(
+    run_dir: &Path,
+    events: &[StoredEvent],
+    staging_name: &str,
+    backup_name: &str,
+) -> Result<PathBuf> {
+    let journal = run_dir.join("journal");
+    let staging = run_dir.join(staging_name);
+    let backup = run_dir.join(backup_name);
+    for p in [&staging, &backup] {
+        if p.symlink_metadata().is_ok() {
+            return Err(JournalError::io(
+                p.display(),
+                std::io::Error::new(ErrorKind::AlreadyExists, "already exists"),
+            ));
+        }
+    }
+    let build = || -> Result<()> {
+        fs::create_dir(&staging).map_err(|e| JournalError::io(staging.display(), e))?;
+        for ev in events {
+            let path = staging.join(ev.file_name());
+            let io = |e| JournalError::io(path.display(), e);
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(io)?;
+            f.write_all(&ev.file_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        fsync_dir(&staging)
+    };
+    if let Err(e) = build() {
+        let _ = fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    if let Err(e) = fs::rename(&journal, &backup) {
+        let _ = fs::remove_dir_all(&staging);
+        return Err(JournalError::io(journal.display(), e));
+    }
+    if let Err(e) = fs::rename(&staging, &journal) {
+        // Put the original back; the staged copy stays for inspection.
+        let _ = fs::rename(&backup, &journal);
+        return Err(JournalError::io(staging.display(), e));
+    }
+    fsync_dir(run_dir)?;
+    Ok(backup)
 }
 
 /// The pid and owner recorded in a run's babysitter `run.lock`, if it exists and parses.
