@@ -9,6 +9,7 @@
 //! - [`output`]: Node-exact JSON and the reference's error forms.
 //! - [`run`], [`task`], [`health`]: the commands, one module per verb.
 //! - [`hook`], [`session`]: `hook:run` (the stop hook, §6.1) and the session-file commands (§6.2–6.3).
+//! - [`instructions`]: the orchestration instructions agents load (`instructions:babysit-skill`).
 //!
 //! Behaviour fixes of the reference kept here (formats unchanged, §11.2): `run:iterate` appends
 //! `RUN_ITERATION` and reports true counts (B2), `hookStatus` never claims hooks ran (B12),
@@ -20,6 +21,7 @@
 mod args;
 mod health;
 mod hook;
+mod instructions;
 mod lock;
 mod output;
 mod paths;
@@ -154,18 +156,10 @@ pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
 
 /// Commands of the reference this build does not implement yet.
 const NOT_YET: &[&str] = &[
-    "run:assign-process",
-    "run:repair-journal",
-    "run:recover-process-error",
     "log",
     "hook:log",
     "skill:discover",
     "skill:fetch-remote",
-    "session:resume",
-    "session:iteration-message",
-    "session:whoami",
-    "session:cleanup",
-    "instructions:babysit-skill",
     "instructions:process-create",
     "instructions:orchestrate",
     "instructions:breakpoint-handling",
@@ -215,6 +209,9 @@ const IMPLEMENTED: &[&str] = &[
     "run:events",
     "run:rebuild-state",
     "run:halt",
+    "run:assign-process",
+    "run:repair-journal",
+    "run:recover-process-error",
     "task:post",
     "task:cancel",
     "task:list",
@@ -227,6 +224,11 @@ const IMPLEMENTED: &[&str] = &[
     "session:update",
     "session:check-iteration",
     "session:last-message",
+    "session:resume",
+    "session:iteration-message",
+    "session:whoami",
+    "session:cleanup",
+    "instructions:babysit-skill",
     "version",
 ];
 
@@ -253,6 +255,9 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "run:events" => run::events::run(cli).await,
         "run:halt" => run::halt::run(cli).await,
         "run:rebuild-state" => run::rebuild_state::run(cli).await,
+        "run:assign-process" => run::assign_process::run(cli).await,
+        "run:repair-journal" => run::repair_journal::run(cli).await,
+        "run:recover-process-error" => run::recover_process_error::run(cli).await,
         "task:list" => task::list::run(cli).await,
         "task:show" => task::show::run(cli).await,
         "task:post" => task::post::run(cli).await,
@@ -265,6 +270,11 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "session:update" => session::update(cli).await,
         "session:check-iteration" => session::check_iteration(cli).await,
         "session:last-message" => session::last_message(cli).await,
+        "session:resume" => session::resume(cli).await,
+        "session:iteration-message" => session::iteration_message(cli).await,
+        "session:whoami" => session::whoami(cli).await,
+        "session:cleanup" => session::cleanup(cli).await,
+        "instructions:babysit-skill" => instructions::babysit_skill(cli).await,
         other => {
             unknown_command(other).report_pretty(cli.args.json());
             Ok(1)

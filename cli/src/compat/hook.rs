@@ -201,26 +201,28 @@ impl ObservedState {
         }
     }
 
-    fn terminal(self) -> bool {
+    pub fn terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Halted)
     }
 }
 
-/// What the stop hook needs to know about a run.
+/// What the stop hook (and `session:iteration-message`, `session:resume`, `session:cleanup`)
+/// needs to know about a run.
 #[derive(Debug, Clone)]
-struct RunFacts {
-    state: ObservedState,
-    pending_kinds: String,
+pub(super) struct RunFacts {
+    pub(super) state: ObservedState,
+    /// Pending kinds, sorted, joined by `", "` (empty when none).
+    pub(super) pending_kinds: String,
     only_breakpoints: bool,
     current_effect: Option<String>,
     /// The last lifecycle event is `RUN_COMPLETED` / `RUN_HALTED` / `RUN_FAILED` (no back-off).
-    sealed: bool,
+    pub(super) sealed: bool,
     /// The run's journal events, for back-off counting.
     events: Vec<(String, Option<String>)>,
 }
 
 /// Reads the journal and derives the observed state and pending facts.
-async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
+pub(super) async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
     let evs = run.events().await?;
     let pending: Vec<EffectRecord> = run
         .inspect(|_, idx| idx.pending().cloned().collect())

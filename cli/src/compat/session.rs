@@ -18,6 +18,22 @@ use super::output;
 use super::paths;
 use super::runs::Run;
 
+mod cleanup;
+mod iteration_message;
+mod markers;
+mod resume;
+mod whoami;
+
+pub use cleanup::run as cleanup;
+pub use iteration_message::run as iteration_message;
+pub use resume::run as resume;
+pub use whoami::run as whoami;
+
+/// The session id `session:whoami` would report for `harness` (marker, then environment).
+pub fn whoami_session(env: &EnvMap, state_dir: &Path, harness: &str) -> Option<String> {
+    whoami::resolve(env, state_dir, harness).session_id
+}
+
 /// `max_iterations` when none is given.
 pub const DEFAULT_MAX_ITERATIONS: u64 = 65_000;
 
@@ -315,6 +331,17 @@ fn session_error(cli: &Cli<'_>, error: Value, lines: &[String]) -> u8 {
     1
 }
 
+/// Writes a new (or replaced) session file; `FS_ERROR` when it cannot be.
+fn create_file(cli: &Cli<'_>, file: &SessionFile, path: &Path) -> Result<(), u8> {
+    file.write(path).map_err(|m| {
+        session_error(
+            cli,
+            json!({"error": "FS_ERROR", "message": m}),
+            &[format!("Error: failed to create state file: {m}")],
+        )
+    })
+}
+
 /// `--session-id` (required) and the state dir.
 fn scope(cli: &Cli<'_>, require_run_id: bool) -> Result<(String, PathBuf), u8> {
     let Some(sid) = cli
@@ -383,12 +410,8 @@ pub async fn init(cli: &Cli<'_>) -> anyhow::Result<u8> {
         state: SessionState::new(max, run_id),
         prompt: cli.args.value("--prompt").unwrap_or("").to_owned(),
     };
-    if let Err(m) = file.write(&path) {
-        return Ok(session_error(
-            cli,
-            json!({"error": "FS_ERROR", "message": m}),
-            &[format!("Error: failed to create state file: {m}")],
-        ));
+    if let Err(code) = create_file(cli, &file, &path) {
+        return Ok(code);
     }
     let state_file = path.display().to_string();
     if cli.args.json() {

@@ -7,6 +7,9 @@ pub const USAGE: &str = "Usage:
   babysitter run:rebuild-state <runDir> [--json] [--dry-run]
   babysitter run:halt <runDir> [--reason <text>] [--final-status completed|failed] [--force] [--json] [--dry-run]
   babysitter run:iterate <runDir> [--json] [--verbose] [--iteration <n>]
+  babysitter run:assign-process <runDir> --entry <path#export> [--process-id <id>] [--process-revision <rev>] [--force] [--json] [--dry-run]
+  babysitter run:repair-journal <runDir> [--json] [--dry-run]
+  babysitter run:recover-process-error <runDir> [--patch-effect <effectId>:<dot.path>=<json>] [--json] [--dry-run]
   babysitter task:post <runDir> <effectId> --status <ok|error> [--json] [--dry-run] [--value <file>] [--value-inline <json>] [--error <file>] [--stdout-ref <ref>] [--stderr-ref <ref>] [--stdout-file <file>] [--stderr-file <file>] [--started-at <iso8601>] [--finished-at <iso8601>] [--metadata <file>] [--invocation-key <key>]
   babysitter task:list <runDir> [--pending] [--kind <kind>] [--json]
   babysitter task:show <runDir> <effectId> [--json]
@@ -19,6 +22,11 @@ pub const USAGE: &str = "Usage:
   babysitter session:update --session-id <id> [--state-dir <dir>] [--iteration <n>] [--last-iteration-at <iso8601>] [--iteration-times <csv>] [--json]
   babysitter session:check-iteration --session-id <id> [--state-dir <dir>] [--json]
   babysitter session:last-message --transcript-path <file> [--json]
+  babysitter session:resume --session-id <id> --run-id <id> [--state-dir <dir>] [--max-iterations <n>] [--json]
+  babysitter session:iteration-message --iteration <n> [--run-id <id>] [--json]
+  babysitter session:whoami [--harness <name>] [--state-dir <dir>] [--json]
+  babysitter session:cleanup [--harness <name>] [--state-dir <dir>] [--dry-run] [--json]
+  babysitter instructions:babysit-skill [--harness <name>] [--interactive|--no-interactive] [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 

@@ -24,12 +24,12 @@ use crate::compat::{Cli, SDK_VERSION, paths, usage};
 const LAYOUT_VERSION: &str = "2026.01-storage-preview";
 
 /// `<path>[#<export>]`, split at the last `#`.
-struct EntrySpec {
-    import_path: String,
-    export_name: Option<String>,
+pub(crate) struct EntrySpec {
+    pub import_path: String,
+    pub export_name: Option<String>,
 }
 
-fn parse_entry(spec: &str) -> Result<EntrySpec, String> {
+pub(crate) fn parse_entry(spec: &str) -> Result<EntrySpec, String> {
     match spec.rfind('#') {
         Some(0) => Err("Entrypoint must include a module path before '#'".into()),
         Some(i) => Ok(EntrySpec {
@@ -379,7 +379,7 @@ fn completion_proof_bytes() -> anyhow::Result<String> {
 /// a process function (`mod[export] ?? mod.process ?? mod.default`), as the reference does by
 /// importing it. The check replays the process once over an empty journal in a scratch runs
 /// root (nothing is written to the real one); a process that throws or waits is fine here.
-async fn check_entry(
+pub(crate) async fn check_entry(
     cli: &Cli<'_>,
     abs: &Path,
     export: Option<&str>,

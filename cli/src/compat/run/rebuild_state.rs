@@ -4,32 +4,14 @@
 use serde_json::json;
 
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, lock, usage};
+use crate::compat::runs;
+use crate::compat::{Cli, lock};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
-    let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
-        return Ok(1);
-    };
     let a = &cli.args;
-    cli.verbose(
-        "run:rebuild-state",
-        &[
-            ("runDir", Some(run_dir.display().to_string())),
-            ("dryRun", Some(a.dry_run().to_string())),
-            ("json", Some(a.json().to_string())),
-        ],
-    );
-    let run = match Run::open(&run_dir).and_then(|r| r.metadata().map(|_| r)) {
-        Ok(r) => r,
-        Err(m) => {
-            eprintln!(
-                "[run:rebuild-state] unable to read run metadata at {}: {m}",
-                run_dir.display()
-            );
-            return Ok(1);
-        }
+    let run = match super::open_run_arg(cli, "run:rebuild-state", &[]) {
+        Ok((r, _)) => r,
+        Err(code) => return Ok(code),
     };
     let dir = run.dir.display().to_string();
     if a.dry_run() {
