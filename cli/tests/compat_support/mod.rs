@@ -144,7 +144,17 @@ impl Sandbox {
     }
 
     pub fn cmd_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Out {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_babysitter"));
+        self.exec(Path::new(env!("CARGO_BIN_EXE_babysitter")), args, extra)
+    }
+
+    /// The reference CLI (see [`reference_cli`]) in this sandbox, with `PATH` so it finds node.
+    pub fn cmd_ref(&self, reference: &Path, args: &[&str]) -> Out {
+        let path = std::env::var("PATH").unwrap_or_default();
+        self.exec(reference, args, &[("PATH", &path)])
+    }
+
+    fn exec(&self, program: &Path, args: &[&str], extra: &[(&str, &str)]) -> Out {
+        let mut c = Command::new(program);
         c.args(args)
             .current_dir(&self.project)
             .env_clear()
@@ -243,4 +253,25 @@ pub fn keys(v: &Value) -> Vec<&str> {
 
 pub fn read_json(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// The reference CLI (npm `@a5c-ai/babysitter-sdk`) that `cli/benches/vs_reference.rs` installs
+/// into `<repo>/.ci-work/ref-cli`, when it is there and node runs. Tests comparing with it skip
+/// (saying so on stderr) otherwise.
+pub fn reference_cli(test: &str) -> Option<PathBuf> {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../.ci-work/ref-cli/node_modules/.bin/babysitter");
+    let node_ok = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if bin.is_file() && node_ok {
+        Some(bin)
+    } else {
+        eprintln!(
+            "SKIPPED {test}: reference CLI not installed at {} (or node missing); run `cargo bench -p babysitter-cli --bench vs_reference` once to install it",
+            bin.display()
+        );
+        None
+    }
 }
