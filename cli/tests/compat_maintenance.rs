@@ -181,6 +181,22 @@ fn compat_repair_journal_bad_input_and_lock() {
     let out = s.cmd(&["run:repair-journal"]).fails();
     assert!(out.stderr.starts_with("Usage:"));
 
+    // A run without a journal directory: refused, and none is created.
+    let id = s.create("rep-nojournal", "processes/demo.mjs");
+    let dir = s.run_dir(&id);
+    std::fs::rename(dir.join("journal"), s.tmp.path().join("moved")).unwrap();
+    let before = snapshot(&dir);
+    for cmd in ["run:repair-journal", "run:recover-process-error"] {
+        let out = s.cmd(&[cmd, &id, "--json"]).fails();
+        assert!(
+            out.stderr.contains("journal") && out.stderr.starts_with(&format!("[{cmd}] ")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(snapshot(&dir), before, "{cmd}");
+        assert!(!dir.join("journal").try_exists().unwrap(), "{cmd}");
+    }
+
     let id = s.create("rep-lock", "processes/demo.mjs");
     s.iterate(&id);
     let dir = s.run_dir(&id);
@@ -198,6 +214,18 @@ fn compat_repair_journal_bad_input_and_lock() {
     assert!(
         out.stderr
             .contains("[run:repair-journal] run.lock already held by pid 1 (test)"),
+        "{}",
+        out.stderr
+    );
+    let out = s
+        .cmd_env(
+            &["run:recover-process-error", &id, "--json"],
+            &[("BABYSITTER_RUN_LOCK_TIMEOUT_MS", "200")],
+        )
+        .fails();
+    assert!(
+        out.stderr
+            .contains("[run:recover-process-error] run.lock already held by pid 1 (test)"),
         "{}",
         out.stderr
     );

@@ -220,11 +220,16 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         }
         return Ok(0);
     }
+    // The patched result goes first (as in the reference); its old bytes are put back if the
+    // journal cannot be rewritten, so a failed recovery leaves the run as it was.
+    let mut restore = None;
     if let Some((path, doc)) = &patched {
+        let old = std::fs::read(path).map_err(|e| anyhow::anyhow!(io_message("open", path, &e)))?;
         let bytes = jsjson::to_file_string(doc);
         if let Err(e) = babysitter_journal::fs::write_atomic(path, bytes.as_bytes()) {
             return fail(format!("{e} (nothing was changed)"));
         }
+        restore = Some((path, old));
     }
     let kept: Vec<RawEvent> = events
         .iter()
@@ -240,7 +245,18 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     .await
     {
         Ok(b) => b,
-        Err(e) => return fail(format!("{e:#} (the original journal is unchanged)")),
+        Err(e) => {
+            let restored = restore
+                .map(|(path, old)| babysitter_journal::fs::write_atomic(path, &old))
+                .transpose();
+            let note = match restored {
+                Ok(_) => "the run is unchanged".to_owned(),
+                Err(r) => format!(
+                    "the journal is unchanged but the patched result could not be restored: {r}"
+                ),
+            };
+            return fail(format!("{e:#} ({note})"));
+        }
     };
     // A fresh handle, so the cache is built from the rewritten journal.
     let fresh = Run::open(&run.dir).map_err(anyhow::Error::msg)?;

@@ -124,7 +124,13 @@ pub struct SwapGuard {
     _command: lock::RunGuard,
 }
 
+/// Takes [`SwapGuard`]'s locks. A run without a `journal/` directory is refused first (taking
+/// the journal's lock would create one).
 pub async fn lock_for_swap(cli: &Cli<'_>, run_dir: &Path) -> anyhow::Result<SwapGuard> {
+    let journal = run_dir.join("journal");
+    if !journal.is_dir() {
+        anyhow::bail!("{} is not a journal directory", journal.display());
+    }
     let timeout = cli.lock_timeout();
     let command = lock::acquire(run_dir, timeout).await?;
     // The journal lock backs off in 5 ms steps after 20 short ones.
