@@ -1,6 +1,7 @@
 //! Agent tasks through the orchestrator service in one process: universal agent events
-//! relayed live from `ReportEvents` to `WatchRun` watchers (redacted), and an agent task run by
-//! the real worker on a stand-in Claude Code with its value, COST_TRACKED and events. The real CLIs run in `babysitter-tests`' `agent_end_to_end`.
+//! relayed live from `ReportEvents` to `WatchRun` watchers (redacted, and all of them before
+//! the watch ends), and an agent task run by the real worker on a stand-in Claude Code with its
+//! value, COST_TRACKED and events. The real CLIs run in `babysitter-tests`' `agent_end_to_end`.
 
 #[path = "support/service.rs"]
 mod service_support;
@@ -11,6 +12,7 @@ use babysitter_common::auth::AuthConfig;
 use babysitter_common::client::{AuthedChannel, connect_lazy};
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::redact::Redactor;
+use babysitter_orchestrator::service::queue::QueueConfig;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient;
@@ -81,6 +83,67 @@ async fn agent_events_stream_from_the_worker_to_watchers_redacted() {
         }
     }
     assert_eq!(seen, ["thinking", "using [REDACTED:KEY]"]);
+}
+
+/// Every agent event reported before a task completed reaches a watcher before its stream ends,
+/// even a watcher that reads only once the run has finished: the watch falls behind (large
+/// events, more than its buffers hold), so when it resumes the run's terminal journal batch and
+/// the queued agent batches are ready at once, and the terminal batch must not end it early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_that_falls_behind_still_gets_every_agent_event_before_the_end() {
+    const N: u64 = 64;
+    // A lease that outlives reporting 8 MiB on a loaded machine (this worker never heartbeats).
+    let queue = QueueConfig {
+        lease_duration: Duration::from_secs(60),
+        ..fast_queue()
+    };
+    let s = start(queue, AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut watch = watch_with_agents(&mut c, &run.run_id).await;
+    let mut w = raw_worker(&s, "agent").await;
+    let first = poll_one(&mut w, "agent").await;
+    let pad = "x".repeat(128 * 1024);
+    let batches: Vec<pb::ReportEventsRequest> = (1..=N)
+        .map(|seq| pb::ReportEventsRequest {
+            worker_id: "agent".into(),
+            lease_id: first.lease_id.clone(),
+            events: vec![delta(seq, json!({"seq": seq, "pad": pad}))],
+        })
+        .collect();
+    let accepted = report(&mut w, batches).await;
+    assert_eq!(accepted, N);
+    // The first task and then the last one complete: the run ends.
+    let mut task = first;
+    for n in 0..2 {
+        if n > 0 {
+            task = poll_one(&mut w, "agent").await;
+        }
+        w.complete_task(completion("agent", &task, br#"{"stdout":"x\n"}"#))
+            .await
+            .unwrap();
+    }
+    // A second watch, read as it goes, ends with the run.
+    let (_, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32);
+    // Only now is the watch read, to its end.
+    let mut seqs = Vec::new();
+    let mut ended = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Some(m) = tokio::time::timeout_at(deadline, watch.message())
+        .await
+        .expect("the watch ends once the run ends")
+        .unwrap()
+    {
+        for g in m.agent_events {
+            seqs.extend(g.events.iter().map(|e| e.sequence));
+        }
+        if let Some(r) = m.run {
+            ended = Some(r.status);
+        }
+    }
+    assert_eq!(ended, Some(pb::RunStatus::Completed as i32));
+    assert_eq!(seqs, (1..=N).collect::<Vec<_>>());
 }
 
 /// A stand-in Claude Code: answers `--version`, prints stream-json for one tool call and a JSON
