@@ -100,7 +100,11 @@ fn compat_repair_journal_drops_duplicates_and_keeps_a_backup() {
     assert_eq!(snapshot(&dir), before, "a dry run changes nothing");
 
     let original = snapshot(&dir.join("journal"));
+    // Journal snapshots name the old sequence numbers: the repair drops them.
+    std::fs::create_dir_all(dir.join("state/snapshots")).unwrap();
+    std::fs::write(dir.join("state/snapshots/000000000064.json"), "{}").unwrap();
     let out = s.cmd(&["run:repair-journal", &id, "--json"]).ok();
+    assert!(!dir.join("state/snapshots").try_exists().unwrap());
     assert!(
         out.stderr.contains("dropping unreadable journal file"),
         "{}",

@@ -380,7 +380,8 @@ pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
 /// the old directory as `<runDir>/<backup_name>/`. The new journal is built whole in
 /// `<runDir>/<staging_name>/` and made durable (every file and the directory fsynced) before
 /// anything is renamed, so a crash leaves either the old journal in place or the new one with
-/// the backup beside it — never a half-written journal. Call it under [`lock_run_dir`].
+/// the backup beside it — never a half-written journal. The run's snapshots (`state/snapshots`,
+/// keyed by the old sequence numbers) are removed. Call it under [`lock_run_dir`].
 pub fn replace_journal(
     run_dir: &Path,
     events: &[StoredEvent],
@@ -416,6 +417,17 @@ pub fn replace_journal(
     if let Err(e) = build() {
         let _ = fs::remove_dir_all(&staging);
         return Err(e);
+    }
+    // Snapshots describe the old journal's sequence numbers: drop them (derived data, rebuilt
+    // from the journal; losing them costs one full read) before the new journal is visible.
+    let snapshots = snapshot_dir(run_dir);
+    match fs::remove_dir_all(&snapshots) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(JournalError::io(snapshots.display(), e));
+        }
     }
     if let Err(e) = fs::rename(&journal, &backup) {
         let _ = fs::remove_dir_all(&staging);
