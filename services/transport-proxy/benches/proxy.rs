@@ -232,7 +232,7 @@ async fn main() -> anyhow::Result<()> {
         ),
     )?;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_babysitter-transport-proxy"));
-    cmd.arg("--config").arg(&cfg).env("RUST_LOG", "error");
+    cmd.arg("--config").arg(&cfg);
     let (proxy_proc, proxy) = spawn_ready("babysitter-transport-proxy", cmd)?;
     let proxy_pid = proxy_proc.child.id();
     tokio::time::sleep(Duration::from_millis(300)).await;

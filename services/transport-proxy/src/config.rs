@@ -3,9 +3,12 @@
 //!
 //! Why two layers: [`ConfigFile`] is what a person writes (kebab-case TOML, unknown keys
 //! rejected, secrets referenced by env-var name or file path, never inlined), and
-//! [`ProxyConfig`] is the validated result with keys already read. The environment is passed in
-//! as a lookup function so that tests inject values and nothing deep in the code reads the
-//! process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
+//! [`ProxyConfig`] is the validated result with keys already read. The binary loads
+//! [`ConfigFile`] with the shared layered loader (`babysitter_common::config::ConfigLoader`:
+//! defaults → TOML file → `BABYSITTER_TRANSPORT_PROXY__…` environment → `--set` → flags, see
+//! [`ENV_PREFIX`]), so it is `Serialize` + `Default` and every key has a default. The
+//! environment is passed in as a lookup function so that tests inject values and nothing deep
+//! in the code reads the process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
 //! follow `proto/babysitter/transport_proxy/v1` (`Route`, `RouteMatch`, `Upstream`,
 //! `RoutePolicy`) so the gRPC control API can map onto them one to one.
 
@@ -14,12 +17,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use babysitter_common::telemetry::TelemetryConfig;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::Protocol;
 
+/// Prefix of the environment variables the binary reads as config keys
+/// (`BABYSITTER_TRANSPORT_PROXY__MAX_BODY_BYTES`, `…__DEFAULTS__MAX_RETRIES`, …).
+pub const ENV_PREFIX: &str = "BABYSITTER_TRANSPORT_PROXY";
+
 /// The TOML file shape.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigFile {
     /// Config format version. Since v0.1.
@@ -57,9 +65,31 @@ pub struct ConfigFile {
     /// limits and tokens; not served when absent. Since v0.2.
     #[serde(default)]
     pub control: Option<babysitter_common::server::ServerConfig>,
+    /// Log filter and format (OTLP export from the standard `OTEL_*` variables). Since v0.3.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+impl Default for ConfigFile {
+    fn default() -> Self {
+        Self {
+            version: one(),
+            listen: default_listen(),
+            max_body_bytes: default_max_body(),
+            proxy_token_env: None,
+            proxy_token_file: None,
+            data_dir: None,
+            signature_store_max_entries: default_sig_max(),
+            signature_store_ttl_secs: default_sig_ttl(),
+            defaults: PolicyFile::default(),
+            routes: Vec::new(),
+            control: None,
+            telemetry: TelemetryConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RouteFile {
     /// `[a-z0-9-]+`.
@@ -78,7 +108,7 @@ pub struct RouteFile {
 }
 
 /// Kind of provider: decides URL layout and authentication.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Provider {
     /// `x-api-key`, Messages protocol.
@@ -112,7 +142,7 @@ impl Provider {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct UpstreamFile {
     pub provider: Provider,
@@ -148,7 +178,7 @@ pub struct UpstreamFile {
     pub forward_reasoning_effort: bool,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PolicyFile {
     pub connect_timeout_secs: Option<u64>,
@@ -573,5 +603,73 @@ mod tests {
             matches!(r, Err(ConfigError::Route { .. })),
             "vertex needs a base url"
         );
+    }
+
+    /// The binary's loader (`babysitter_common::config::ConfigLoader`) over this file shape: the
+    /// example still loads as a file layer, an unknown key is rejected naming it, and a proxy key
+    /// is layered file → env → `--set`.
+    fn layered(
+        file: &str,
+        env: &[(&str, &str)],
+        sets: &[&str],
+    ) -> Result<ConfigFile, babysitter_common::config::ConfigError> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("proxy.toml");
+        std::fs::write(&path, file).unwrap_or_else(|e| panic!("{e}"));
+        let mut map = babysitter_common::EnvMap::new();
+        for (k, v) in env {
+            map.insert(*k, *v);
+        }
+        babysitter_common::config::ConfigLoader::new(ENV_PREFIX)
+            .file(Some(path))
+            .env(map)
+            .overrides(sets.iter().copied())
+            .load()
+    }
+
+    #[test]
+    fn layered_loader_reads_the_example_and_rejects_unknown_keys_by_name() {
+        let f = layered(include_str!("../transport-proxy.example.toml"), &[], &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.routes.len(), 5);
+        assert_eq!(f.listen, "127.0.0.1:8787");
+        let err = layered("max-body-byte = 1", &[], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("max-body-byte"), "{msg}");
+        let err = layered("[defaults]\nmax-retry = 1", &[], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("max-retry"), "{msg}");
+        let err = layered("", &[("BABYSITTER_TRANSPORT_PROXY__BOGUS_KEY", "1")], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("BABYSITTER_TRANSPORT_PROXY__BOGUS_KEY") && msg.contains("bogus-key"),
+            "{msg}"
+        );
+        let err = layered("", &[], &["routes.0.nam=x"]).map(|_| ());
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn layered_loader_env_then_set_override_proxy_keys() {
+        let file = "max-body-bytes = 100\n[defaults]\nmax-retries = 1\n";
+        let env = [
+            ("BABYSITTER_TRANSPORT_PROXY__MAX_BODY_BYTES", "200"),
+            ("BABYSITTER_TRANSPORT_PROXY__DEFAULTS__MAX_RETRIES", "4"),
+            ("BABYSITTER_TRANSPORT_PROXY__TELEMETRY__LOG_FILTER", "warn"),
+            // The config-file flag's variable is not a config key.
+            ("BABYSITTER_TRANSPORT_PROXY_CONFIG", "/nowhere.toml"),
+        ];
+        let f = layered(file, &env, &["max-body-bytes=300"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.max_body_bytes, 300, "--set wins over env and file");
+        assert_eq!(f.defaults.max_retries, Some(4), "env wins over file");
+        assert_eq!(f.telemetry.log_filter, "warn");
+        let routes = r#"routes=[{name = "r", upstream = {provider = "openai", base-url = "http://127.0.0.1:9/v1"}}]"#;
+        let f = layered("", &[], &[routes]).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = f.resolve(&|_| None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.routes[0].name, "r");
+        assert_eq!(cfg.routes[0].policy.max_retries, 2);
+        let dumped = babysitter_common::config::dump_config(&ConfigFile::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(toml::from_str::<ConfigFile>(&dumped).is_ok(), "{dumped}");
     }
 }
