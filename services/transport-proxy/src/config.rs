@@ -68,6 +68,12 @@ pub struct ConfigFile {
     /// Log filter and format (OTLP export from the standard `OTEL_*` variables). Since v0.3.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Where route changes made through the control API are kept (JSON, replaced atomically on
+    /// every change). When the file exists at start, its routes and revision replace
+    /// `[[routes]]`; delete it to return to the config's routes. Changes live in memory only
+    /// when unset. Since v0.3.
+    #[serde(default)]
+    pub routes_state_file: Option<PathBuf>,
 }
 
 impl Default for ConfigFile {
@@ -85,6 +91,7 @@ impl Default for ConfigFile {
             routes: Vec::new(),
             control: None,
             telemetry: TelemetryConfig::default(),
+            routes_state_file: None,
         }
     }
 }
@@ -240,6 +247,10 @@ pub struct ProxyConfig {
     pub signature_store_max_entries: usize,
     pub signature_store_ttl: Duration,
     pub routes: Vec<Route>,
+    /// Where control-API route changes are persisted (none: memory only).
+    pub routes_state_file: Option<PathBuf>,
+    /// Revision of `routes` when they came from the routes state file (0: from the config).
+    pub routes_revision: u64,
     pub control: Option<babysitter_common::server::ServerConfig>,
 }
 
@@ -254,6 +265,8 @@ impl ProxyConfig {
             signature_store_max_entries: default_sig_max(),
             signature_store_ttl: Duration::from_secs(default_sig_ttl()),
             routes,
+            routes_state_file: None,
+            routes_revision: 0,
             control: None,
         }
     }
@@ -421,6 +434,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("routes state file {path}: {message}")]
+    RoutesState { path: PathBuf, message: String },
 }
 
 /// Reads a key from the env var named `env_name`, else from `file`.
@@ -466,57 +481,29 @@ impl ConfigFile {
         let defaults = Policy::layered(Policy::default(), &self.defaults);
         let mut routes = Vec::with_capacity(self.routes.len());
         for r in self.routes {
-            let bad = |message: String| ConfigError::Route {
-                route: r.name.clone(),
-                message,
-            };
-            if r.name.is_empty()
-                || !r
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            {
-                return Err(bad("name must match [a-z0-9-]+".into()));
-            }
-            let u = &r.upstream;
-            let base_url = match (&u.base_url, u.provider.default_base_url()) {
-                (Some(b), _) => b.clone(),
-                (None, Some(d)) => d.to_owned(),
-                (None, None) => return Err(bad("upstream.base-url is required".into())),
-            };
-            if url::Url::parse(&base_url).is_err() {
-                return Err(bad(format!("invalid upstream.base-url {base_url}")));
-            }
-            if u.provider == Provider::AzureOpenai && u.azure_api_version.is_none() {
-                return Err(bad("azure-openai needs upstream.azure-api-version".into()));
-            }
-            let api_key = read_secret(u.api_key_env.as_ref(), u.api_key_file.as_ref(), env)?;
+            check_route_name(&r.name)?;
             routes.push(Route {
                 front: r.front,
-                models: r.models.clone(),
+                models: r.models,
                 priority: r.priority,
                 policy: Policy::layered(defaults, &r.policy),
-                upstream: Upstream {
-                    provider: u.provider,
-                    protocol: u.protocol.unwrap_or(u.provider.default_protocol()),
-                    base_url,
-                    model: u.model.clone(),
-                    api_key,
-                    api_key_env: u.api_key_env.clone(),
-                    api_key_file: u.api_key_file.clone(),
-                    pass_through_client_key: u.pass_through_client_key,
-                    azure_deployment: u.azure_deployment.clone(),
-                    azure_api_version: u.azure_api_version.clone(),
-                    extra_headers: u
-                        .extra_headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    default_max_tokens: u.default_max_tokens,
-                    forward_reasoning_effort: u.forward_reasoning_effort,
-                },
+                upstream: r.upstream.resolve(&r.name, env)?,
                 name: r.name,
             });
+        }
+        // Route changes made through the control API win over `[[routes]]` once they exist.
+        let mut routes_revision = 0;
+        if let Some(path) = &self.routes_state_file
+            && let Some((revision, saved)) = crate::routes_state::load(path, env)?
+        {
+            tracing::info!(
+                path = %path.display(),
+                revision,
+                routes = saved.len(),
+                "routes loaded from the routes state file; [[routes]] of the config not used"
+            );
+            routes = saved;
+            routes_revision = revision;
         }
         Ok(ProxyConfig {
             listen,
@@ -526,8 +513,90 @@ impl ConfigFile {
             signature_store_max_entries: self.signature_store_max_entries,
             signature_store_ttl: Duration::from_secs(self.signature_store_ttl_secs),
             routes,
+            routes_state_file: self.routes_state_file,
+            routes_revision,
             control: self.control,
         })
+    }
+}
+
+/// Route names are `[a-z0-9-]+` (they appear in metrics labels and file names).
+pub fn check_route_name(name: &str) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(ConfigError::Route {
+            route: name.to_owned(),
+            message: "name must match [a-z0-9-]+".into(),
+        });
+    }
+    Ok(())
+}
+
+impl UpstreamFile {
+    /// Validates and reads the key (from the env var or file it names) for route `route`.
+    pub fn resolve(
+        &self,
+        route: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Upstream, ConfigError> {
+        let bad = |message: String| ConfigError::Route {
+            route: route.to_owned(),
+            message,
+        };
+        let base_url = match (&self.base_url, self.provider.default_base_url()) {
+            (Some(b), _) => b.clone(),
+            (None, Some(d)) => d.to_owned(),
+            (None, None) => return Err(bad("upstream.base-url is required".into())),
+        };
+        if url::Url::parse(&base_url).is_err() {
+            return Err(bad(format!("invalid upstream.base-url {base_url}")));
+        }
+        if self.provider == Provider::AzureOpenai && self.azure_api_version.is_none() {
+            return Err(bad("azure-openai needs upstream.azure-api-version".into()));
+        }
+        let api_key = read_secret(self.api_key_env.as_ref(), self.api_key_file.as_ref(), env)?;
+        Ok(Upstream {
+            provider: self.provider,
+            protocol: self.protocol.unwrap_or(self.provider.default_protocol()),
+            base_url,
+            model: self.model.clone(),
+            api_key,
+            api_key_env: self.api_key_env.clone(),
+            api_key_file: self.api_key_file.clone(),
+            pass_through_client_key: self.pass_through_client_key,
+            azure_deployment: self.azure_deployment.clone(),
+            azure_api_version: self.azure_api_version.clone(),
+            extra_headers: self
+                .extra_headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            default_max_tokens: self.default_max_tokens,
+            forward_reasoning_effort: self.forward_reasoning_effort,
+        })
+    }
+}
+
+impl From<&Upstream> for UpstreamFile {
+    /// The file form of a resolved upstream: where its key comes from, never the key.
+    fn from(u: &Upstream) -> Self {
+        Self {
+            provider: u.provider,
+            protocol: Some(u.protocol),
+            base_url: Some(u.base_url.clone()),
+            model: u.model.clone(),
+            api_key_env: u.api_key_env.clone(),
+            api_key_file: u.api_key_file.clone(),
+            pass_through_client_key: u.pass_through_client_key,
+            azure_deployment: u.azure_deployment.clone(),
+            azure_api_version: u.azure_api_version.clone(),
+            extra_headers: u.extra_headers.iter().cloned().collect(),
+            default_max_tokens: u.default_max_tokens,
+            forward_reasoning_effort: u.forward_reasoning_effort,
+        }
     }
 }
 

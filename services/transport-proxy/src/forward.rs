@@ -53,6 +53,9 @@ pub struct Proxy {
     /// The configuration the proxy started with (its `routes` are the initial table).
     pub config: ProxyConfig,
     table: std::sync::RwLock<Arc<RouteTable>>,
+    /// Serializes route changes and their write to the routes state file, so none is lost;
+    /// requests only ever take `table`'s read lock, never wait for this.
+    writer: std::sync::Mutex<()>,
     /// Stats by route name, kept across route updates.
     stats: std::sync::Mutex<std::collections::HashMap<String, Arc<RouteStats>>>,
     pub store: SignatureStore,
@@ -121,6 +124,7 @@ impl Proxy {
         let proxy = Self {
             cost,
             table: std::sync::RwLock::default(),
+            writer: std::sync::Mutex::default(),
             stats: std::sync::Mutex::default(),
             config,
             store,
@@ -130,10 +134,9 @@ impl Proxy {
         for route in &proxy.config.routes {
             routes.push(Arc::new(proxy.runtime(route.clone())?));
         }
-        proxy.replace_table(|t| {
-            t.routes = routes;
-            Ok::<(), BuildError>(())
-        })?;
+        let revision = proxy.config.routes_revision.max(1);
+        *proxy.table.write().unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(RouteTable { revision, routes });
         Ok(Arc::new(proxy))
     }
 
@@ -162,19 +165,25 @@ impl Proxy {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Applies `change` to a copy of the table and installs it with the next revision.
-    pub(crate) fn replace_table<E>(
+    /// Applies `change` to a copy of the table, writes the result to the routes state file
+    /// when one is configured (blocking IO), and installs it with the next revision. A change
+    /// that could not be made durable is not installed.
+    pub(crate) fn replace_table<E: From<std::io::Error>>(
         &self,
         change: impl FnOnce(&mut RouteTable) -> Result<(), E>,
     ) -> Result<u64, E> {
-        let mut guard = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.table();
         let mut next = RouteTable {
-            revision: guard.revision + 1,
-            routes: guard.routes.clone(),
+            revision: current.revision + 1,
+            routes: current.routes.clone(),
         };
         change(&mut next)?;
+        if let Some(path) = &self.config.routes_state_file {
+            crate::routes_state::save(path, next.revision, next.routes.iter().map(|r| &r.route))?;
+        }
         let revision = next.revision;
-        *guard = Arc::new(next);
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         Ok(revision)
     }
 
