@@ -36,6 +36,8 @@ pub struct RouteRuntime {
     pub route: Route,
     pub client: reqwest::Client,
     pub stats: Arc<RouteStats>,
+    /// Non-streaming and streaming generate URLs, parsed once when model-independent.
+    generate_urls: [Option<reqwest::Url>; 2],
 }
 
 /// The routes in force, replaced as a whole on every change (requests in flight keep the
@@ -150,10 +152,12 @@ impl Proxy {
             .lock()
             .map(|mut s| s.entry(route.name.clone()).or_default().clone())
             .unwrap_or_default();
+        let generate_urls = [false, true].map(|s| upstream::fixed_generate_url(&route.upstream, s));
         Ok(RouteRuntime {
             route,
             client,
             stats,
+            generate_urls,
         })
     }
 
@@ -211,7 +215,10 @@ impl Proxy {
 
     /// `POST /v1/messages`, `/v1/chat/completions`, `/v1/responses`, Gemini `:generateContent`
     /// and `:streamGenerateContent`.
-    #[tracing::instrument(skip_all, fields(front = %inb.front))]
+    ///
+    /// Its span is at debug level: one span per request on the hot path (and, with OTLP on, one
+    /// exported span per request) is opt-in through `telemetry.log-filter`.
+    #[tracing::instrument(level = "debug", skip_all, fields(front = %inb.front))]
     pub async fn generate(&self, inb: Inbound) -> Result<Response, ProxyError> {
         let canon = protocol::decode_request(inb.front, &inb.body, &inb.url)?;
         let rt = self.route(inb.front, &canon.model)?;
@@ -259,15 +266,36 @@ impl Proxy {
             protocol::encode_request(up.protocol, &canon, &model, opts, &self.store)
                 .map_err(fail)?
         };
-        let url = upstream::url(
-            up,
-            &model,
-            Call::Generate {
-                stream: canon.stream,
-            },
-        );
+        let fixed = rt.generate_urls[usize::from(canon.stream)].as_ref();
+        let url = match fixed {
+            Some(_) => String::new(),
+            None => upstream::url(
+                up,
+                &model,
+                Call::Generate {
+                    stream: canon.stream,
+                },
+            ),
+        };
         let key = upstream::client_key(&inb.headers, inb.query.as_deref());
-        let make = || upstream::build(&rt.client, up, &url, &body, &inb.headers, key.as_deref());
+        let make = || match fixed {
+            Some(u) => upstream::build(
+                &rt.client,
+                up,
+                u.clone(),
+                &body,
+                &inb.headers,
+                key.as_deref(),
+            ),
+            None => upstream::build(
+                &rt.client,
+                up,
+                url.as_str(),
+                &body,
+                &inb.headers,
+                key.as_deref(),
+            ),
+        };
         let resp = upstream::send(make, &rt.route.policy, &rt.stats)
             .await
             .map_err(fail)?;
