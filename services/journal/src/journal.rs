@@ -23,6 +23,9 @@ use crate::index::{ChainCheck, EffectIndex};
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
 use crate::{Head, jsjson, state_cache, validate_id};
 
+mod whole;
+use whole::spawn_whole;
+
 /// Tunables of the journal service.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -850,17 +853,4 @@ fn snapshot_of(run_id: &str, view: &RunView) -> Snapshot {
         chain: view.chain.clone(),
         index: view.index.clone(),
     }
-}
-
-/// Runs `fut` to completion in its own task, even if the caller stops waiting for it.
-async fn spawn_whole<T: Send + 'static>(
-    fut: impl Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    tokio::spawn(fut).await.map_err(|e| {
-        if e.is_cancelled() {
-            JournalError::ShuttingDown
-        } else {
-            JournalError::io("journal task", std::io::Error::other(e.to_string()))
-        }
-    })?
 }

@@ -181,21 +181,25 @@ struct Inner {
     workers: HashMap<String, Worker>,
     leased_per_run: HashMap<String, usize>,
     leased_per_ns: HashMap<String, usize>,
-    /// Tasks known per run (queued or leased), so a run's counts cost O(1).
-    tasks_per_run: HashMap<String, usize>,
+    /// The effect ids known per run (queued or leased): a run's counts cost O(1) and cancelling
+    /// a run touches only its own tasks.
+    tasks_per_run: HashMap<String, HashSet<String>>,
 }
 
 impl Inner {
     fn insert_task(&mut self, key: Key, task: Task) {
-        *self.tasks_per_run.entry(key.0.clone()).or_default() += 1;
+        self.tasks_per_run
+            .entry(key.0.clone())
+            .or_default()
+            .insert(key.1.clone());
         self.tasks.insert(key, task);
     }
 
     fn remove_task(&mut self, key: &Key) -> Option<Task> {
         let task = self.tasks.remove(key)?;
-        if let Some(n) = self.tasks_per_run.get_mut(&key.0) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(ids) = self.tasks_per_run.get_mut(&key.0) {
+            ids.remove(&key.1);
+            if ids.is_empty() {
                 self.tasks_per_run.remove(&key.0);
             }
         }
@@ -324,11 +328,14 @@ impl TaskQueue {
     pub fn cancel_run(&self, run_id: &str, reason: &str) -> Vec<String> {
         let mut g = self.lock();
         let keys: Vec<Key> = g
-            .tasks
-            .keys()
-            .filter(|(r, _)| r == run_id)
-            .cloned()
-            .collect();
+            .tasks_per_run
+            .get(run_id)
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| (run_id.to_owned(), id.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut out = Vec::new();
         for key in keys {
             out.push(key.1.clone());
@@ -756,7 +763,7 @@ impl TaskQueue {
     /// Tasks known for a run: (queued, leased).
     pub fn counts_for_run(&self, run_id: &str) -> (usize, usize) {
         let g = self.lock();
-        let total = g.tasks_per_run.get(run_id).copied().unwrap_or(0);
+        let total = g.tasks_per_run.get(run_id).map_or(0, HashSet::len);
         let leased = g.leased_per_run.get(run_id).copied().unwrap_or(0);
         (total.saturating_sub(leased), leased)
     }

@@ -248,6 +248,8 @@ async fn cancelled_runs_tell_their_workers() {
     q.enqueue(spec("r1", "e2", "shell"), false);
     q.enqueue(spec("r1", "e3", "shell"), false);
     let a = q.poll(&w, 1, Duration::ZERO).await.unwrap().remove(0);
+    // Another run's task, queued after: cancelling r1 leaves it alone.
+    q.enqueue(spec("r2", "e9", "shell"), false);
     let mut ids = q.cancel_run("r1", "user asked");
     ids.sort();
     assert_eq!(ids, ["e1", "e2", "e3"]);
@@ -259,6 +261,16 @@ async fn cancelled_runs_tell_their_workers() {
         }
     );
     assert_eq!(q.counts_for_run("r1"), (0, 1));
+    assert_eq!(q.counts_for_run("r2"), (1, 0));
+    let next = q.poll(&w, 1, Duration::ZERO).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        (
+            next[0].spec.run_id.as_str(),
+            next[0].spec.effect_id.as_str()
+        ),
+        ("r2", "e9")
+    );
 }
 
 #[tokio::test(start_paused = true)]
