@@ -17,6 +17,8 @@ mod up;
 pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
     babysitter_journal::JournalOptions {
         snapshot_every: 64,
+        // The process exits right after the command: store the snapshot before it does.
+        background_snapshots: false,
         ..Default::default()
     }
 }

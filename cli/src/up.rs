@@ -148,7 +148,7 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
     let journal_listener = listen(&config.journal.server).await?;
     let journal_addr = journal_listener.local_addr()?;
     let journal_server = ServerBuilder::new("journal", &config.journal.server).add_service(
-        JournalGrpcServer::new(journal)
+        JournalGrpcServer::new(journal.clone())
             .with_shutdown(shutdown.clone())
             .into_service(),
         babysitter_proto::FILE_DESCRIPTOR_SET,
@@ -209,6 +209,7 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
     orchestrator_task.await??;
     journal_task.await??;
     manager.shutdown().await;
+    journal.flush().await;
     telemetry.shutdown().await?;
     Ok(())
 }

@@ -101,9 +101,36 @@ pub mod transport_proxy {
     }
 }
 
+impl orchestrator::v1::ProcessBundle {
+    /// A bundle of one file at `path`, which is also the entry (its `process` export runs): the
+    /// shape of every single-module process (tests, benches, a one-file `babysitter run`).
+    pub fn single_file(path: &str, source: impl Into<prost::bytes::Bytes>) -> Self {
+        Self {
+            entry_path: path.to_owned(),
+            export_name: String::new(),
+            files: vec![orchestrator::v1::ProcessFile {
+                path: path.to_owned(),
+                content: source.into(),
+            }],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
+
+    #[test]
+    fn a_single_file_bundle_is_its_own_entry() {
+        let b = crate::orchestrator::v1::ProcessBundle::single_file("main.mjs", "export x");
+        assert_eq!(
+            (b.entry_path.as_str(), b.export_name.as_str()),
+            ("main.mjs", "")
+        );
+        assert_eq!(b.files.len(), 1);
+        assert_eq!(b.files[0].path, "main.mjs");
+        assert_eq!(&b.files[0].content[..], b"export x");
+    }
 
     #[test]
     fn descriptor_set_names_every_service() {

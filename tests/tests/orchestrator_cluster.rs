@@ -3,6 +3,9 @@
 //! shell tasks. Crashes are real: `kill -9` of a worker mid-task and of the orchestrator at
 //! random points while 20 runs are in flight.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +16,7 @@ use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
+use cluster::{create, data};
 use serde_json::{Value, json};
 
 struct Cluster {
@@ -98,23 +102,16 @@ impl Cluster {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
-        let mut journal_args = vec![
-            "--store".to_owned(),
-            weed.s3_url(&test_prefix("cluster")),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-        ];
+        let mut journal_args = Vec::new();
         if let Some((_, journal_config)) = &auth {
             journal_args.extend(["--config".to_owned(), journal_config.display().to_string()]);
         }
-        let journal = ServiceProcess::start(
-            &workspace_bin("journal").unwrap(),
+        let journal = cluster::start_journal(
+            &weed.s3_url(&test_prefix("cluster")),
             &journal_args,
             &envs,
-            "journal listening on ",
             dir.path().join("journal.log"),
-        )
-        .expect("journal");
+        );
         let mut c = Cluster {
             dir,
             journal,
@@ -134,40 +131,18 @@ impl Cluster {
 
     fn start_orchestrator(&mut self) {
         let runs = self.dir.path().join("orchestrator-runs");
-        let mut args: Vec<String> = [
-            "--journal",
+        let mut args = cluster::orchestrator_args(
             &format!("http://{}", self.journal.ready),
-            "--listen",
             &format!("127.0.0.1:{}", self.orchestrator_port),
-            "--set",
-            "queue.lease-duration-ms=2000",
-            "--set",
-            "queue.heartbeat-interval-ms=300",
-            "--set",
-            "queue.max-poll-wait-ms=2000",
-            "--set",
-            "queue.retry-backoff-ms=100",
-            "--set",
-            "runs.sweep-interval-ms=100",
-            "--set",
-            &format!("engine.runs-dir={}", runs.display()),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+            &runs,
+        );
         if let Some((config, _)) = &self.auth {
             args.extend(["--config".to_owned(), config.display().to_string()]);
         }
-        self.orchestrator = Some(
-            ServiceProcess::start(
-                &workspace_bin("orchestrator").unwrap(),
-                &args,
-                &[],
-                "orchestrator listening on ",
-                self.dir.path().join("orchestrator.log"),
-            )
-            .expect("orchestrator"),
-        );
+        self.orchestrator = Some(cluster::start_orchestrator(
+            &args,
+            self.dir.path().join("orchestrator.log"),
+        ));
     }
 
     fn start_worker(&mut self, id: &str) {
@@ -211,33 +186,13 @@ impl Cluster {
     }
 
     fn client_as(&self, token: Option<&str>) -> RunServiceClient<AuthedChannel> {
-        let token = token.map(babysitter_common::auth::Secret::new);
-        RunServiceClient::new(connect_lazy(&self.url(), token.as_ref()).unwrap())
+        cluster::run_client(&self.url(), token)
     }
 
     /// Every event of a run, read from the journal service (not through the orchestrator).
     async fn journal_events(&self, run_id: &str) -> Vec<jpb::Event> {
-        let token = self
-            .auth
-            .as_ref()
-            .map(|_| babysitter_common::auth::Secret::new(JOURNAL_TOKEN));
-        let mut j = JournalServiceClient::new(
-            connect_lazy(&format!("http://{}", self.journal.ready), token.as_ref()).unwrap(),
-        );
-        let mut stream = j
-            .read(jpb::ReadRequest {
-                run_id: run_id.into(),
-                from_seq: 1,
-                to_seq: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(m) = stream.message().await.unwrap() {
-            out.extend(m.events);
-        }
-        out
+        let token = self.auth.as_ref().map(|_| JOURNAL_TOKEN);
+        cluster::journal_events(&self.journal.ready, token, run_id).await
     }
 
     fn logs(&self) -> String {
@@ -251,35 +206,6 @@ impl Cluster {
         s.push_str(&format!("--- journal\n{}\n", self.journal.log_tail(20)));
         s
     }
-}
-
-fn bundle(src: &str) -> pb::ProcessBundle {
-    pb::ProcessBundle {
-        entry_path: "main.mjs".into(),
-        export_name: String::new(),
-        files: vec![pb::ProcessFile {
-            path: "main.mjs".into(),
-            content: src.as_bytes().to_vec().into(),
-        }],
-    }
-}
-
-async fn create(c: &mut RunServiceClient<AuthedChannel>, src: &str, inputs: Value) -> String {
-    c.create_run(pb::CreateRunRequest {
-        process: Some(bundle(src)),
-        inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .run
-    .unwrap()
-    .run_id
-}
-
-fn data(e: &jpb::Event) -> Value {
-    serde_json::from_slice(&e.data_json).unwrap()
 }
 
 /// Each effect requested once (one id per invocation key) and resolved exactly once.
@@ -620,7 +546,7 @@ async fn tokens_roles_and_namespaces_across_processes() {
     let run_id = alice
         .create_run(pb::CreateRunRequest {
             namespace: "a".into(),
-            process: Some(bundle(FANOUT)),
+            process: Some(pb::ProcessBundle::single_file("main.mjs", FANOUT)),
             inputs_json: Some(b"{\"items\":[1]}".to_vec().into()),
             ..Default::default()
         })
@@ -684,7 +610,7 @@ async fn tokens_roles_and_namespaces_across_processes() {
     let e = cluster
         .client_as(Some(WORKER_TOKEN))
         .create_run(pb::CreateRunRequest {
-            process: Some(bundle(FANOUT)),
+            process: Some(pb::ProcessBundle::single_file("main.mjs", FANOUT)),
             ..Default::default()
         })
         .await

@@ -20,5 +20,7 @@ pub mod harness;
 pub mod outcome;
 pub mod parse;
 pub mod provider;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod worker;
 pub mod workspace;

@@ -15,39 +15,23 @@ mod fake_orchestrator;
 #[path = "support/worker.rs"]
 mod worker;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use babysitter_common::EnvMap;
-use babysitter_harness_launcher::config::AgentConfig;
-use babysitter_harness_launcher::provider::ProviderConfig;
+use babysitter_harness_launcher::testing::{
+    self, CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, PI, RealCli, TOOL_TURN_PROMPT,
+};
 use babysitter_proto::common::v1 as cpb;
 use babysitter_transport_proxy::protocol::Protocol;
 use babysitter_transport_proxy::scripted::ScriptedServer;
 use serde_json::{Value, json};
 
-fn installed(dir: &str, bin: &str) -> Option<PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let p = root
-        .join("../../.ci-work")
-        .join(dir)
-        .join("node_modules/.bin")
-        .join(bin);
-    if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
-        Some(p)
-    } else {
-        eprintln!("SKIPPED: {} missing; run scripts/ensure-*.sh", p.display());
-        None
-    }
-}
-
-/// One agent task for `harness` with a scripted provider speaking `upstream`.
-async fn run(harness: &str, dir: &str, bin: &str, upstream: Protocol, record: bool) {
-    let Some(r) = run_task(harness, dir, bin, upstream, None, None).await else {
+/// One agent task for `cli` with a scripted provider speaking `upstream`.
+async fn run(cli: RealCli, upstream: Protocol, record: bool) {
+    let Some(r) = run_task(cli, upstream, None, None).await else {
         return;
     };
-    check_tool_turn(harness, upstream, record, r);
+    check_tool_turn(cli, upstream, record, r);
 }
 
 /// What one run left behind.
@@ -60,39 +44,19 @@ struct Outcome {
 
 /// Runs one agent task through the worker; `None` when the harness is not installed.
 async fn run_task(
-    harness: &str,
-    dir: &str,
-    bin: &str,
+    cli: RealCli,
     upstream: Protocol,
     script: Option<Value>,
     output_schema: Option<Value>,
 ) -> Option<Outcome> {
-    let path = installed(dir, bin)?;
+    let path = cli.installed()?;
+    let harness = cli.harness;
     let script =
         script.map(|s| serde_json::from_value(s).unwrap_or_else(|e| panic!("script: {e}")));
     let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), script, None)
         .await
         .unwrap_or_else(|e| panic!("scripted: {e}"));
-    let config = AgentConfig {
-        binaries: BTreeMap::from([(harness.to_owned(), path)]),
-        providers: BTreeMap::from([(
-            "scripted".into(),
-            ProviderConfig {
-                protocol: upstream,
-                base_url: scripted.url(),
-                api_key_env: None,
-                model: Some("fake-model".into()),
-                kind: Default::default(),
-            },
-        )]),
-        default_provider: "scripted".into(),
-        // Outside traffic goes to a dead loopback proxy: the run is offline or fails.
-        env: BTreeMap::from([
-            ("HTTPS_PROXY".into(), "http://127.0.0.1:9".into()),
-            ("HTTP_PROXY".into(), "http://127.0.0.1:9".into()),
-        ]),
-        ..AgentConfig::default()
-    };
+    let config = cli.scripted_config(path, upstream, scripted.url());
     let path_env = std::env::var("PATH").unwrap_or_default();
     let agents = config.settings(&EnvMap::new().with("PATH", path_env)).await;
     assert_eq!(
@@ -110,8 +74,7 @@ async fn run_task(
         "t1",
         "agent",
         json!({"kind": "agent", "execution": {"harness": harness, "cwd": project.path()},
-               "agent": {"prompt": "Create out.txt containing hello using the shell, then reply DONE",
-                         "outputSchema": output_schema}}),
+               "agent": {"prompt": TOOL_TURN_PROMPT, "outputSchema": output_schema}}),
     );
     // A guard against a hung CLI, not a timing assertion.
     let r = orch.result("t1", Duration::from_secs(240)).await;
@@ -132,14 +95,14 @@ async fn run_task(
     })
 }
 
-fn check_tool_turn(harness: &str, upstream: Protocol, record: bool, o: Outcome) {
+fn check_tool_turn(cli: RealCli, upstream: Protocol, record: bool, o: Outcome) {
     let Outcome {
         r,
         evs,
         project,
         requests,
     } = o;
-    let project = project.path();
+    let harness = cli.harness;
     let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
     if record {
@@ -154,44 +117,25 @@ fn check_tool_turn(harness: &str, upstream: Protocol, record: bool, o: Outcome) 
     match &r.outcome {
         Some(cpb::task_result::Outcome::ValueJson(v)) => {
             let v: Value = serde_json::from_slice(v).unwrap_or_default();
-            assert_eq!(v.as_str().map(str::trim), Some("DONE"), "{ctx}");
+            testing::check_done(&v, &ctx);
         }
         other => panic!("{other:?}\n{ctx}"),
     }
-    let written = std::fs::read_to_string(project.join("out.txt")).unwrap_or_default();
-    assert_eq!(written.trim(), "hello", "{ctx}");
-    let types: Vec<&str> = evs.iter().map(|e| e.r#type.as_str()).collect();
-    let unparsed: Vec<String> = evs
-        .iter()
-        .filter(|e| e.r#type == "agent.unparsed")
-        .map(|e| String::from_utf8_lossy(&e.data_json).into_owned())
-        .collect();
-    assert!(unparsed.is_empty(), "{unparsed:?}\n{ctx}");
-    let kinds: Vec<String> = evs
-        .iter()
-        .filter(|e| e.r#type == "item.completed")
-        .filter_map(|e| serde_json::from_slice::<Value>(&e.data_json).ok())
-        .filter_map(|d| d["item"]["kind"].as_str().map(str::to_owned))
-        .collect();
-    assert!(kinds.iter().any(|k| k == "tool_call"), "{kinds:?}\n{ctx}");
-    assert!(kinds.iter().any(|k| k == "tool_result"), "{kinds:?}\n{ctx}");
-    assert_eq!(types.first(), Some(&"session.started"), "{types:?}");
-    assert_eq!(types.last(), Some(&"session.ended"), "{types:?}");
+    testing::check_out_txt(project.path(), &ctx);
+    testing::check_tool_turn_events(&evs, &ctx);
     let usage = r.usage.clone().unwrap_or_default();
-    assert_eq!(usage.provider, "scripted");
-    assert_eq!(usage.model, "fake-model");
+    assert_eq!(usage.provider, testing::SCRIPTED_PROVIDER);
+    assert_eq!(usage.model, testing::SCRIPTED_MODEL);
     assert!(
         usage.input_tokens > 0 && usage.output_tokens > 0,
         "{usage:?}\n{ctx}"
     );
     let meta: Value = serde_json::from_slice(&r.metadata_json).unwrap_or_default();
-    let proxied = !harness_speaks(harness, upstream);
-    assert_eq!(meta["viaProxy"].is_string(), proxied, "{meta}");
-}
-
-fn harness_speaks(harness: &str, p: Protocol) -> bool {
-    babysitter_harness_launcher::harness::HarnessKind::from_name(harness)
-        .is_some_and(|k| k.native_protocols().contains(&p))
+    assert_eq!(
+        meta["viaProxy"].is_string(),
+        !cli.speaks(upstream),
+        "{meta}"
+    );
 }
 
 fn recording() -> bool {
@@ -200,88 +144,46 @@ fn recording() -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_completes_an_agent_task() {
-    run(
-        "claude-code",
-        "harness-claude",
-        "claude",
-        Protocol::Anthropic,
-        recording(),
-    )
-    .await;
+    run(CLAUDE_CODE, CLAUDE_CODE.native, recording()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_completes_an_agent_task() {
-    run(
-        "codex",
-        "harness-codex",
-        "codex",
-        Protocol::OpenAiResponses,
-        recording(),
-    )
-    .await;
+    run(CODEX, CODEX.native, recording()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_cli_completes_an_agent_task() {
-    run(
-        "gemini-cli",
-        "harness-gemini",
-        "gemini",
-        Protocol::Gemini,
-        recording(),
-    )
-    .await;
+    run(GEMINI_CLI, GEMINI_CLI.native, recording()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pi_completes_an_agent_task() {
-    run("pi", "harness-pi", "pi", Protocol::OpenAiChat, recording()).await;
+    run(PI, PI.native, recording()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_completes_an_agent_task() {
-    run(
-        "opencode",
-        "harness-opencode",
-        "opencode",
-        Protocol::OpenAiChat,
-        recording(),
-    )
-    .await;
+    run(OPENCODE, OPENCODE.native, recording()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_reaches_an_openai_chat_upstream_through_the_proxy() {
-    run(
-        "claude-code",
-        "harness-claude",
-        "claude",
-        Protocol::OpenAiChat,
-        false,
-    )
-    .await;
+    run(CLAUDE_CODE, Protocol::OpenAiChat, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_reaches_an_anthropic_upstream_through_the_proxy() {
-    run(
-        "codex",
-        "harness-codex",
-        "codex",
-        Protocol::Anthropic,
-        false,
-    )
-    .await;
+    run(CODEX, Protocol::Anthropic, false).await;
 }
 
 /// A task with an output schema: the model answers JSON (scripted), the value is that object.
-async fn structured(harness: &str, dir: &str, bin: &str, upstream: Protocol) {
+async fn structured(cli: RealCli) {
     let script =
         json!({"turns": [{"reply": {"text": "{\"ok\": true, \"files\": [\"out.txt\"]}"}}]});
     let schema = json!({"type": "object", "required": ["ok", "files"],
                         "properties": {"ok": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "string"}}}});
-    let Some(o) = run_task(harness, dir, bin, upstream, Some(script), Some(schema)).await else {
+    let Some(o) = run_task(cli, cli.native, Some(script), Some(schema)).await else {
         return;
     };
     match &o.r.outcome {
@@ -300,16 +202,10 @@ async fn structured(harness: &str, dir: &str, bin: &str, upstream: Protocol) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_returns_schema_validated_json() {
-    structured(
-        "claude-code",
-        "harness-claude",
-        "claude",
-        Protocol::Anthropic,
-    )
-    .await;
+    structured(CLAUDE_CODE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_returns_schema_validated_json() {
-    structured("codex", "harness-codex", "codex", Protocol::OpenAiResponses).await;
+    structured(CODEX).await;
 }

@@ -156,20 +156,7 @@ async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it
     assert_eq!(meta["harness"], "claude-code");
     assert_eq!(meta["nativeSessionId"], "s1");
     let evs = orch.events("good").await;
-    let types: Vec<&str> = evs.iter().map(|e| e.r#type.as_str()).collect();
-    assert_eq!(types.first(), Some(&"session.started"), "{types:?}");
-    assert_eq!(types.last(), Some(&"session.ended"), "{types:?}");
-    assert!(!types.contains(&"agent.unparsed"), "{types:?}");
-    let items: Vec<String> = evs
-        .iter()
-        .filter(|e| e.r#type == "item.completed")
-        .filter_map(|e| serde_json::from_slice::<Value>(&e.data_json).ok())
-        .filter_map(|d| d["item"]["kind"].as_str().map(str::to_owned))
-        .collect();
-    assert!(
-        items.contains(&"tool_call".to_owned()) && items.contains(&"tool_result".to_owned()),
-        "{items:?}"
-    );
+    babysitter_harness_launcher::testing::check_tool_turn_events(&evs, "the stand-in's good run");
     // Garbage was reported as it happened.
     let garbage = orch.events("garbage").await;
     assert_eq!(

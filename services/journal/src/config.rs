@@ -129,6 +129,7 @@ impl LimitsConfig {
             max_event_bytes: self.max_event_bytes,
             max_batch_events: self.max_batch_events,
             snapshot_every: self.snapshot_every,
+            background_snapshots: true,
             watch_poll_interval: Duration::from_millis(self.watch_poll_interval_ms),
             redactor: None,
             ulids: None,

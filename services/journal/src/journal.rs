@@ -35,6 +35,12 @@ pub struct JournalOptions {
     pub max_batch_events: usize,
     /// Write a snapshot after this many events since the last one (0 = never automatically).
     pub snapshot_every: u64,
+    /// Write automatic snapshots in the background (the append that crosses `snapshot_every`
+    /// does not wait for the whole index to be serialized and stored, nor hold the run's
+    /// writers back meanwhile). A short-lived process (the CLI) sets it to `false`, so the
+    /// snapshot is stored before it exits; a long-lived one awaits [`Journal::flush`] on
+    /// shutdown. A lost snapshot costs only a longer open: the next one follows.
+    pub background_snapshots: bool,
     /// How often a watcher checks the store for events written by other processes.
     pub watch_poll_interval: Duration,
     /// Secret values replaced in event data and run files before they are stored.
@@ -61,6 +67,7 @@ impl Default for JournalOptions {
             max_event_bytes: 16 * 1024 * 1024,
             max_batch_events: 10_000,
             snapshot_every: 1000,
+            background_snapshots: true,
             watch_poll_interval: Duration::from_millis(500),
             redactor: None,
             ulids: None,
@@ -152,6 +159,8 @@ struct Inner {
     views: StdMutex<HashMap<String, ViewSlot>>,
     watchers: StdMutex<HashMap<String, broadcast::Sender<Arc<Vec<StoredEvent>>>>>,
     ulids: StdMutex<ulid::Generator>,
+    /// Background snapshot writes ([`Journal::flush`] waits for them).
+    background: tokio_util::task::TaskTracker,
 }
 
 /// The journal service. Cheap to clone.
@@ -169,8 +178,16 @@ impl Journal {
                 views: StdMutex::new(HashMap::new()),
                 watchers: StdMutex::new(HashMap::new()),
                 ulids: StdMutex::new(ulid::Generator::new()),
+                background: tokio_util::task::TaskTracker::new(),
             }),
         }
+    }
+
+    /// Waits for the snapshots being written in the background (on shutdown).
+    pub async fn flush(&self) {
+        self.inner.background.close();
+        self.inner.background.wait().await;
+        self.inner.background.reopen();
     }
 
     pub fn store(&self) -> &Arc<dyn JournalStore> {
@@ -292,13 +309,27 @@ impl Journal {
             && view.since_snapshot >= self.inner.options.snapshot_every
         {
             let snapshot = snapshot_of(run_id, view);
-            match self.inner.store.put_snapshot(run_id, &snapshot).await {
-                Ok(()) => {
-                    view.since_snapshot = 0;
-                    view.snapshot_seq = snapshot.seq();
-                }
-                Err(e) => {
-                    tracing::warn!(run_id, error = %e, "snapshot failed; will retry after the next append")
+            if self.inner.options.background_snapshots {
+                // A snapshot at a seq is a pure function of the journal (stores treat an
+                // existing one as the same), so it needs no lock once taken.
+                view.since_snapshot = 0;
+                view.snapshot_seq = snapshot.seq();
+                let store = self.inner.store.clone();
+                let id = run_id.to_owned();
+                self.inner.background.spawn(async move {
+                    if let Err(e) = store.put_snapshot(&id, &snapshot).await {
+                        tracing::warn!(run_id = id, error = %e, "snapshot failed; the next one follows");
+                    }
+                });
+            } else {
+                match self.inner.store.put_snapshot(run_id, &snapshot).await {
+                    Ok(()) => {
+                        view.since_snapshot = 0;
+                        view.snapshot_seq = snapshot.seq();
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id, error = %e, "snapshot failed; will retry after the next append")
+                    }
                 }
             }
         }

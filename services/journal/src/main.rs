@@ -58,6 +58,7 @@ async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> 
         .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.store.url))?;
     tracing::info!(store = %store.describe(), "journal store ready");
     let journal = Journal::new(store, config.limits.journal_options());
+    let background = journal.clone();
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let server = ServerBuilder::new("journal", &config.server).add_service(
@@ -74,6 +75,7 @@ async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> 
     eprintln!("journal listening on {addr}");
     tracing::info!(%addr, "journal serving");
     server.serve_with_listener(listener, shutdown).await?;
+    background.flush().await;
     telemetry.shutdown().await?;
     Ok(())
 }

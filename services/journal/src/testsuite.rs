@@ -346,6 +346,53 @@ pub async fn snapshot_then_tail(f: Factory) {
     assert_eq!(reopened.read(&id, 10, 12).await.unwrap().len(), 3);
 }
 
+/// Automatic snapshots, written in place (a short-lived process) or in the background (a
+/// service: the append does not wait; `flush` does), are found by the next opener.
+pub async fn automatic_snapshots(f: Factory) {
+    for background in [false, true] {
+        let j = Journal::new(
+            f(),
+            crate::JournalOptions {
+                snapshot_every: 10,
+                background_snapshots: background,
+                ..Default::default()
+            },
+        );
+        let id = run_id(if background {
+            "autosnap-bg"
+        } else {
+            "autosnap"
+        });
+        j.create_run(&id, run_files_of(&id)).await.unwrap();
+        let mut next = 1;
+        for n in [10u64, 10, 5] {
+            j.append(
+                &id,
+                next,
+                (next..next + n)
+                    .map(|i| requested(&format!("a{i}")))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+            next += n;
+        }
+        j.flush().await;
+        let reopened = journal(&f);
+        let state = reopened.state(&id).await.unwrap();
+        // 20 here; a remote store snapshots at the service's head when the request arrives,
+        // which a late background write may find at 25.
+        assert!(
+            (20..=25).contains(&state.snapshot_seq),
+            "opened from an automatic snapshot (background: {background}): {}",
+            state.snapshot_seq
+        );
+        assert_eq!(state.head.seq, 25);
+        let (_, index) = reopened.index(&id).await.unwrap();
+        assert_eq!(index.pending().count(), 25);
+    }
+}
+
 pub async fn state_cache_rebuilds(f: Factory) {
     let j = journal(&f);
     let id = run_id("state");
@@ -570,6 +617,7 @@ pub async fn run_all_but_state_cache(f: Factory) {
     unknown_types_and_fields_pass_through(f.clone()).await;
     refuses_bad_events_without_writing(f.clone()).await;
     snapshot_then_tail(f.clone()).await;
+    automatic_snapshots(f.clone()).await;
     blobs_roundtrip(f.clone()).await;
     large_event_data_round_trips(f.clone()).await;
     list_runs_paged(f.clone()).await;

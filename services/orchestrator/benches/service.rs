@@ -121,14 +121,10 @@ async fn create(
     inputs: serde_json::Value,
 ) -> String {
     c.create_run(pb::CreateRunRequest {
-        process: Some(pb::ProcessBundle {
-            entry_path: "main.mjs".into(),
-            export_name: String::new(),
-            files: vec![pb::ProcessFile {
-                path: "main.mjs".into(),
-                content: src.as_bytes().to_vec().into(),
-            }],
-        }),
+        process: Some(pb::ProcessBundle::single_file(
+            "main.mjs",
+            src.as_bytes().to_vec(),
+        )),
         inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
         ..Default::default()
     })

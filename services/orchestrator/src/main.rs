@@ -67,6 +67,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let mut journal_options = config.journal.limits.journal_options();
     journal_options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
     let journal = Journal::new(store, journal_options);
+    let background = journal.clone();
     let runs_dir = config.runs_dir();
     std::fs::create_dir_all(&runs_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
@@ -86,6 +87,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     tracing::info!(%addr, "orchestrator serving");
     server.serve_with_listener(listener, shutdown).await?;
     manager.shutdown().await;
+    background.flush().await;
     telemetry.shutdown().await?;
     Ok(())
 }

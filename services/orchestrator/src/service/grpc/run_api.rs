@@ -11,11 +11,13 @@ use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_server::{RunService, RunServiceServer};
 use futures::{Stream, StreamExt};
 use serde_json::Value;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::{
-    AgentEventHub, authorize, json_bytes, namespace_for, outcome_of, parse_json, timestamp_of,
+    AgentBatch, AgentEventHub, authorize, json_bytes, namespace_for, outcome_of, parse_json,
+    timestamp_of,
 };
 use crate::service::ServiceError;
 use crate::service::bundle::Bundle;
@@ -49,6 +51,32 @@ impl RunApi {
 }
 
 const CLIENT: &[Role] = &[Role::Client];
+
+fn task_agent_events(batch: &AgentBatch) -> pb::TaskAgentEvents {
+    pb::TaskAgentEvents {
+        effect_id: batch.0.clone(),
+        events: batch.1.clone(),
+    }
+}
+
+/// The agent batches a watch has received and not yet sent, without waiting. Sent with the run's
+/// terminal event: a worker finishes `ReportEvents` before it completes its task, so by then
+/// every batch of the run's tasks is queued here, and a watch that is behind (both ready at
+/// once) must not end without them.
+fn queued_agent_events(
+    rx: Option<&mut broadcast::Receiver<AgentBatch>>,
+) -> Vec<pb::TaskAgentEvents> {
+    let mut out = Vec::new();
+    let Some(rx) = rx else { return out };
+    loop {
+        match rx.try_recv() {
+            Ok(batch) => out.push(task_agent_events(&batch)),
+            // Batches the watch fell too far behind to keep are gone; send the rest.
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => return out,
+        }
+    }
+}
 
 fn status_pb(s: RunStatus) -> pb::RunStatus {
     match s {
@@ -279,7 +307,12 @@ impl RunService for RunApi {
                         let msg = pb::WatchRunResponse {
                             events: events.iter().map(event_to_pb).collect(),
                             run: changed.then(|| run_pb(&now)),
-                            agent_events: vec![],
+                            // The stream ends here: agent events still queued go with it.
+                            agent_events: if ended.is_some() {
+                                queued_agent_events(agent_rx.as_mut())
+                            } else {
+                                vec![]
+                            },
                         };
                         last = now;
                         if tx.send(Ok(msg)).await.is_err() || ended.is_some() {
@@ -296,10 +329,7 @@ impl RunService for RunApi {
                             let msg = pb::WatchRunResponse {
                                 events: vec![],
                                 run: None,
-                                agent_events: vec![pb::TaskAgentEvents {
-                                    effect_id: batch.0.clone(),
-                                    events: batch.1.clone(),
-                                }],
+                                agent_events: vec![task_agent_events(&batch)],
                             };
                             if tx.send(Ok(msg)).await.is_err() {
                                 return;

@@ -1,0 +1,330 @@
+//! Agent tasks through the real services, each an OS process on 127.0.0.1: the `journal` on a
+//! filesystem store, the `orchestrator` on that journal, and a `harness-launcher` configured
+//! (TOML file) with one real harness CLI and a provider pointing at the scripted model server.
+//! A babysitter process asks for one agent task (`kind: 'agent'`, `execution.harness`, the
+//! project dir in `execution.cwd`); the model asks for one shell call (`echo hello > out.txt`),
+//! then answers `DONE` (the scripted server's built-in harness rule).
+//!
+//! For each of Claude Code, Codex, Gemini CLI, Pi and OpenCode, and once across protocols
+//! (Claude Code to an OpenAI-Chat upstream, through the launcher's in-process transport proxy):
+//! the run completes with the agent's answer; the journal (read from the journal service, and
+//! equal to what `WatchRun` streamed) holds the task as one EFFECT_REQUESTED and exactly one
+//! EFFECT_RESOLVED whose `result.json` carries `DONE`, plus one COST_TRACKED with the scripted
+//! usage; the universal agent events reached the `WatchRun` watcher live, with a tool call and
+//! its result and zero `agent.unparsed`; and `out.txt` is in the project dir.
+//!
+//! The watch is opened before the worker starts: agent events are live only, so this is what
+//! makes "the watcher saw them all" a fair assertion. The CLIs are the pinned installs of
+//! `scripts/ensure-*.sh` (`<repo>/.ci-work/harness-*`); a missing one is `SKIPPED:`, saying
+//! why. The config, CLI table and event checks are the launcher's `testing` module, shared with
+//! its `tests/real_harnesses.rs` (the same turn against a fake orchestrator).
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use babysitter_harness_launcher::config::{
+    AgentConfig, LauncherConfig, OrchestratorLink, WorkerConfig,
+};
+use babysitter_harness_launcher::testing::{
+    self, CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, PI, RealCli, TOOL_TURN_PROMPT,
+};
+use babysitter_proto::common::v1 as cpb;
+use babysitter_proto::journal::v1 as jpb;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_tests::ServiceProcess;
+use babysitter_transport_proxy::protocol::Protocol;
+use babysitter_transport_proxy::scripted::ScriptedServer;
+use cluster::data;
+use serde_json::{Value, json};
+
+/// One agent task; the process returns the agent's answer.
+const AGENT: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const agent = defineTask('t.agent', (a) => ({ kind: 'agent', title: `out.txt by ${a.harness}`,
+  execution: { harness: a.harness, cwd: a.project },
+  agent: { prompt: a.prompt } }));
+export async function process(inputs, ctx) {
+  const answer = await ctx.task(agent, inputs);
+  return { answer };
+}
+"#;
+
+/// A guard against a hung CLI or service, not a timing assertion.
+const RUN_GUARD: Duration = Duration::from_secs(300);
+
+/// Journal and orchestrator processes, the worker once started, and their directory.
+struct Stack {
+    dir: tempfile::TempDir,
+    journal: ServiceProcess,
+    orchestrator: ServiceProcess,
+    worker: Option<ServiceProcess>,
+}
+
+impl Stack {
+    fn start() -> Stack {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = format!("file://{}", dir.path().join("journal").display());
+        let journal = cluster::start_journal(&store, &[], &[], dir.path().join("journal.log"));
+        let args = cluster::orchestrator_args(
+            &format!("http://{}", journal.ready),
+            "127.0.0.1:0",
+            &dir.path().join("orchestrator-runs"),
+        );
+        let orchestrator = cluster::start_orchestrator(&args, dir.path().join("orchestrator.log"));
+        Stack {
+            dir,
+            journal,
+            orchestrator,
+            worker: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.orchestrator.ready)
+    }
+
+    /// Starts `harness-launcher` from a TOML config with `agent`; ready once it has detected
+    /// its harnesses (registration follows at once).
+    fn start_worker(&mut self, agent: AgentConfig) -> String {
+        let config = LauncherConfig {
+            orchestrator: OrchestratorLink {
+                url: self.url(),
+                token_file: None,
+            },
+            worker: WorkerConfig {
+                id: "agents".into(),
+                work_dir: self.dir.path().join("work"),
+                max_concurrency: 2,
+                drain_timeout_secs: 10,
+                ..WorkerConfig::default()
+            },
+            agent,
+            ..LauncherConfig::default()
+        };
+        let file = self.dir.path().join("harness-launcher.toml");
+        let text = toml::to_string(&config).expect("the launcher config as TOML");
+        std::fs::write(&file, text).expect("write the launcher config");
+        let w = ServiceProcess::start(
+            &babysitter_tests::workspace_bin("harness-launcher").expect("the launcher binary"),
+            &["--config".to_owned(), file.display().to_string()],
+            &[],
+            "harness-launcher: harnesses ",
+            self.dir.path().join("harness-launcher.log"),
+        )
+        .expect("harness-launcher");
+        let harnesses = w.ready.clone();
+        self.worker = Some(w);
+        harnesses
+    }
+
+    fn logs(&self) -> String {
+        let mut s = format!(
+            "--- orchestrator\n{}\n--- journal\n{}\n",
+            self.orchestrator.log_tail(40),
+            self.journal.log_tail(20)
+        );
+        if let Some(w) = &self.worker {
+            s.push_str(&format!("--- harness-launcher\n{}\n", w.log_tail(40)));
+        }
+        s
+    }
+}
+
+/// What a watch of the whole run saw.
+#[derive(Default)]
+struct Watched {
+    events: Vec<jpb::Event>,
+    /// Agent events by effect id, in arrival order.
+    agent: BTreeMap<String, Vec<cpb::AgentEvent>>,
+    last: Option<pb::Run>,
+}
+
+async fn watch_to_end(
+    stream: &mut tonic::Streaming<pb::WatchRunResponse>,
+    stack: &Stack,
+) -> Watched {
+    let mut w = Watched::default();
+    let deadline = tokio::time::Instant::now() + RUN_GUARD;
+    loop {
+        let Ok(msg) = tokio::time::timeout_at(deadline, stream.message()).await else {
+            panic!("the run did not finish:\n{}", stack.logs());
+        };
+        let Some(m) = msg.unwrap_or_else(|e| panic!("watch: {e}\n{}", stack.logs())) else {
+            return w;
+        };
+        w.events.extend(m.events);
+        for g in m.agent_events {
+            w.agent.entry(g.effect_id).or_default().extend(g.events);
+        }
+        if let Some(r) = m.run {
+            w.last = Some(r);
+        }
+    }
+}
+
+/// The run's single event of `ty`; panics naming the types when there is not exactly one.
+fn only<'a>(events: &'a [jpb::Event], ty: &str) -> &'a jpb::Event {
+    let found: Vec<&jpb::Event> = events.iter().filter(|e| e.r#type == ty).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
+    assert_eq!(found.len(), 1, "exactly one {ty}: {types:?}");
+    found[0]
+}
+
+/// One agent task on `cli` with the scripted provider speaking `upstream`, through every
+/// service as a process.
+async fn agent_task(cli: RealCli, upstream: Protocol) {
+    let Some(bin) = cli.installed() else {
+        return;
+    };
+    let harness = cli.harness;
+    let mut stack = Stack::start();
+    let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), None, None)
+        .await
+        .expect("scripted model server");
+    let project = stack.dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+
+    let mut c = cluster::run_client(&stack.url(), None);
+    let run_id = cluster::create(
+        &mut c,
+        AGENT,
+        json!({"harness": harness, "project": project, "prompt": TOOL_TURN_PROMPT}),
+    )
+    .await;
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.clone(),
+            from_seq: 1,
+            include_agent_events: true,
+            ..Default::default()
+        })
+        .await
+        .expect("watch run")
+        .into_inner();
+    // Subscribed: only now does a worker exist to run the task, so no agent event is missed.
+    let detected = stack.start_worker(cli.scripted_config(bin, upstream, scripted.url()));
+    assert!(detected.contains(harness), "{detected}\n{}", stack.logs());
+    let watched = watch_to_end(&mut stream, &stack).await;
+    let requests: Vec<String> = scripted
+        .requests()
+        .iter()
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    let ctx = format!(
+        "{harness} via {upstream}\nrequests: {requests:?}\n{}",
+        stack.logs()
+    );
+
+    let last = watched.last.clone().expect("the watch sent the run");
+    assert_eq!(
+        last.status,
+        pb::RunStatus::Completed as i32,
+        "{last:?}\n{ctx}"
+    );
+    check_journal(&stack, &run_id, &watched, cli, upstream, &ctx).await;
+    let run = c
+        .get_run(pb::GetRunRequest {
+            run_id: run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("get run")
+        .into_inner()
+        .run
+        .expect("the run");
+    let output: Value = serde_json::from_slice(&run.output_json).unwrap_or_default();
+    testing::check_done(&output["answer"], &ctx);
+    testing::check_out_txt(&project, &ctx);
+
+    // SIGTERM: the worker and the orchestrator drain and exit cleanly.
+    let worker = stack.worker.as_mut().and_then(ServiceProcess::terminate);
+    assert!(worker.is_some_and(|s| s.success()), "{worker:?}\n{ctx}");
+    let orch = stack.orchestrator.terminate();
+    assert!(orch.is_some_and(|s| s.success()), "{orch:?}\n{ctx}");
+    scripted.stop().await;
+}
+
+/// The journal: as watched, one agent effect resolved once with `DONE`, its cost tracked, and
+/// its universal events relayed to the watcher.
+async fn check_journal(
+    stack: &Stack,
+    run_id: &str,
+    watched: &Watched,
+    cli: RealCli,
+    upstream: Protocol,
+    ctx: &str,
+) {
+    let stored = cluster::journal_events(&stack.journal.ready, None, run_id).await;
+    let key = |e: &jpb::Event| (e.seq, e.r#type.clone(), e.checksum.clone());
+    assert_eq!(
+        watched.events.iter().map(key).collect::<Vec<_>>(),
+        stored.iter().map(key).collect::<Vec<_>>(),
+        "the watch saw every stored event, in order\n{ctx}"
+    );
+    let requested = data(only(&stored, "EFFECT_REQUESTED"));
+    let effect = requested["effectId"].as_str().expect("effectId").to_owned();
+    assert_eq!(requested["kind"], "agent", "{requested}\n{ctx}");
+    let resolved = data(only(&stored, "EFFECT_RESOLVED"));
+    assert_eq!(resolved["effectId"], effect.as_str(), "{resolved}");
+    assert_eq!(resolved["status"], "ok", "{resolved}\n{ctx}");
+    let result_ref = resolved["resultRef"].as_str().expect("resultRef");
+    let result: Value = serde_json::from_slice(
+        &cluster::journal_file(&stack.journal.ready, None, run_id, result_ref).await,
+    )
+    .expect("result.json is JSON");
+    let ctx = format!("{ctx}\nresult.json: {result}");
+    testing::check_done(&result["value"], &ctx);
+    assert_eq!(
+        result["metadata"]["viaProxy"].is_string(),
+        !cli.speaks(upstream),
+        "{}",
+        result["metadata"]
+    );
+    let cost = data(only(&stored, "COST_TRACKED"));
+    assert_eq!(cost["effectId"], effect.as_str(), "{cost}");
+    assert_eq!(cost["provider"], testing::SCRIPTED_PROVIDER, "{cost}");
+    assert_eq!(cost["model"], testing::SCRIPTED_MODEL, "{cost}");
+    assert!(
+        cost["inputTokens"].as_u64() > Some(0) && cost["outputTokens"].as_u64() > Some(0),
+        "{cost}"
+    );
+    assert_eq!(
+        watched.agent.keys().collect::<Vec<_>>(),
+        vec![&effect],
+        "agent events only for the agent effect\n{ctx}"
+    );
+    testing::check_tool_turn_events(&watched.agent[&effect], &ctx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_agent_task_through_the_services() {
+    agent_task(CLAUDE_CODE, CLAUDE_CODE.native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_agent_task_through_the_services() {
+    agent_task(CODEX, CODEX.native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_agent_task_through_the_services() {
+    agent_task(GEMINI_CLI, GEMINI_CLI.native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_agent_task_through_the_services() {
+    agent_task(PI, PI.native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_agent_task_through_the_services() {
+    agent_task(OPENCODE, OPENCODE.native).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_reaches_an_openai_chat_upstream_through_the_services_and_the_proxy() {
+    agent_task(CLAUDE_CODE, Protocol::OpenAiChat).await;
+}

@@ -1,0 +1,148 @@
+//! What the multi-process suites (`orchestrator_cluster.rs`, `agent_end_to_end.rs`) share: the
+//! `journal` and `orchestrator` binaries' command lines, a process bundle from one source file,
+//! creating a run, and reading a run's events and files straight from the journal service (not
+//! through the orchestrator, so a test can compare the two).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use babysitter_common::auth::Secret;
+use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_proto::journal::v1 as jpb;
+use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use babysitter_tests::{ServiceProcess, workspace_bin};
+use serde_json::Value;
+
+/// Starts the `journal` binary on `store` (a store URL), listening on a free port.
+pub fn start_journal(
+    store: &str,
+    extra_args: &[String],
+    envs: &[(String, String)],
+    log: PathBuf,
+) -> ServiceProcess {
+    let mut args = vec![
+        "--store".to_owned(),
+        store.to_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    args.extend_from_slice(extra_args);
+    ServiceProcess::start(
+        &workspace_bin("journal").expect("the journal binary"),
+        &args,
+        envs,
+        "journal listening on ",
+        log,
+    )
+    .expect("journal")
+}
+
+/// The `orchestrator` command line over the remote journal at `journal_url`, listening on
+/// `listen`, with short leases, heartbeats and sweeps (crashes are noticed within seconds).
+pub fn orchestrator_args(journal_url: &str, listen: &str, runs_dir: &Path) -> Vec<String> {
+    [
+        "--journal",
+        journal_url,
+        "--listen",
+        listen,
+        "--set",
+        "queue.lease-duration-ms=2000",
+        "--set",
+        "queue.heartbeat-interval-ms=300",
+        "--set",
+        "queue.max-poll-wait-ms=2000",
+        "--set",
+        "queue.retry-backoff-ms=100",
+        "--set",
+        "runs.sweep-interval-ms=100",
+        "--set",
+        &format!("engine.runs-dir={}", runs_dir.display()),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// Starts the `orchestrator` binary with `args`.
+pub fn start_orchestrator(args: &[String], log: PathBuf) -> ServiceProcess {
+    ServiceProcess::start(
+        &workspace_bin("orchestrator").expect("the orchestrator binary"),
+        args,
+        &[],
+        "orchestrator listening on ",
+        log,
+    )
+    .expect("orchestrator")
+}
+
+/// A `RunService` client for `url`, with an optional bearer token.
+pub fn run_client(url: &str, token: Option<&str>) -> RunServiceClient<AuthedChannel> {
+    let token = token.map(Secret::new);
+    RunServiceClient::new(connect_lazy(url, token.as_ref()).expect("orchestrator channel"))
+}
+
+/// Creates a run of `src` with `inputs`; its id.
+pub async fn create(c: &mut RunServiceClient<AuthedChannel>, src: &str, inputs: Value) -> String {
+    c.create_run(pb::CreateRunRequest {
+        process: Some(pb::ProcessBundle::single_file(
+            "main.mjs",
+            src.as_bytes().to_vec(),
+        )),
+        inputs_json: Some(serde_json::to_vec(&inputs).expect("inputs").into()),
+        ..Default::default()
+    })
+    .await
+    .expect("create run")
+    .into_inner()
+    .run
+    .expect("the created run")
+    .run_id
+}
+
+/// A `JournalService` client for the journal at `addr` (`host:port`).
+fn journal_client(addr: &str, token: Option<&str>) -> JournalServiceClient<AuthedChannel> {
+    let token = token.map(Secret::new);
+    JournalServiceClient::new(
+        connect_lazy(&format!("http://{addr}"), token.as_ref()).expect("journal channel"),
+    )
+}
+
+/// Every event of a run, read from the journal service at `addr`.
+pub async fn journal_events(addr: &str, token: Option<&str>, run_id: &str) -> Vec<jpb::Event> {
+    let mut stream = journal_client(addr, token)
+        .read(jpb::ReadRequest {
+            run_id: run_id.into(),
+            from_seq: 1,
+            to_seq: 0,
+        })
+        .await
+        .expect("journal read")
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(m) = stream.message().await.expect("journal read stream") {
+        out.extend(m.events);
+    }
+    out
+}
+
+/// A run file (e.g. `tasks/<effect>/result.json`) from the journal service at `addr`.
+pub async fn journal_file(addr: &str, token: Option<&str>, run_id: &str, path: &str) -> Vec<u8> {
+    journal_client(addr, token)
+        .get_run_file(jpb::GetRunFileRequest {
+            run_id: run_id.into(),
+            path: path.into(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{path} of run {run_id}: {e}"))
+        .into_inner()
+        .content
+        .to_vec()
+}
+
+/// An event's data as JSON.
+pub fn data(e: &jpb::Event) -> Value {
+    serde_json::from_slice(&e.data_json).expect("event data is JSON")
+}
