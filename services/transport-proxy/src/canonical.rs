@@ -222,6 +222,25 @@ impl ReasoningOrigin {
     }
 }
 
+/// Tag of Anthropic `redacted_thinking` data carried in another protocol's opaque reasoning
+/// field. Distinct from the signature tags: the client gets no thinking text, only this.
+const REDACTED_TAG: &str = "babysitter.anthropic-redacted.";
+
+/// Anthropic `redacted_thinking` data as a client of another protocol holds it — a Responses
+/// reasoning item's `encrypted_content`, a Gemini thought part's `thoughtSignature`, a Chat
+/// `reasoning_details` `reasoning.encrypted` entry's `data` — so that when the client sends the
+/// conversation back, [`redacted_from_client`] recovers the block byte for byte and an
+/// Anthropic upstream receives it unchanged (spec §10 rules 1 and 3; other upstreams drop it).
+pub fn redacted_for_client(data: &str) -> String {
+    format!("{REDACTED_TAG}{data}")
+}
+
+/// Inverse of [`redacted_for_client`]; `None` for anything else (check it before
+/// [`ReasoningOrigin::from_client`], which would take the value for the client's own).
+pub fn redacted_from_client(opaque: &str) -> Option<String> {
+    opaque.strip_prefix(REDACTED_TAG).map(str::to_owned)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Image {
     Base64 { media_type: String, data: String },

@@ -3,9 +3,12 @@
 //!
 //! Why two layers: [`ConfigFile`] is what a person writes (kebab-case TOML, unknown keys
 //! rejected, secrets referenced by env-var name or file path, never inlined), and
-//! [`ProxyConfig`] is the validated result with keys already read. The environment is passed in
-//! as a lookup function so that tests inject values and nothing deep in the code reads the
-//! process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
+//! [`ProxyConfig`] is the validated result with keys already read. The binary loads
+//! [`ConfigFile`] with the shared layered loader (`babysitter_common::config::ConfigLoader`:
+//! defaults → TOML file → `BABYSITTER_TRANSPORT_PROXY__…` environment → `--set` → flags, see
+//! [`ENV_PREFIX`]), so it is `Serialize` + `Default` and every key has a default. The
+//! environment is passed in as a lookup function so that tests inject values and nothing deep
+//! in the code reads the process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
 //! follow `proto/babysitter/transport_proxy/v1` (`Route`, `RouteMatch`, `Upstream`,
 //! `RoutePolicy`) so the gRPC control API can map onto them one to one.
 
@@ -14,12 +17,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use babysitter_common::telemetry::TelemetryConfig;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::Protocol;
 
+/// Prefix of the environment variables the binary reads as config keys
+/// (`BABYSITTER_TRANSPORT_PROXY__MAX_BODY_BYTES`, `…__DEFAULTS__MAX_RETRIES`, …).
+pub const ENV_PREFIX: &str = "BABYSITTER_TRANSPORT_PROXY";
+
 /// The TOML file shape.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigFile {
     /// Config format version. Since v0.1.
@@ -57,9 +65,38 @@ pub struct ConfigFile {
     /// limits and tokens; not served when absent. Since v0.2.
     #[serde(default)]
     pub control: Option<babysitter_common::server::ServerConfig>,
+    /// Log filter and format (OTLP export from the standard `OTEL_*` variables). Since v0.3.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// Where route changes made through the control API are kept (JSON, replaced atomically on
+    /// every change). When the file exists at start, its routes and revision replace
+    /// `[[routes]]`; delete it to return to the config's routes. Changes live in memory only
+    /// when unset. Since v0.3.
+    #[serde(default)]
+    pub routes_state_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+impl Default for ConfigFile {
+    fn default() -> Self {
+        Self {
+            version: one(),
+            listen: default_listen(),
+            max_body_bytes: default_max_body(),
+            proxy_token_env: None,
+            proxy_token_file: None,
+            data_dir: None,
+            signature_store_max_entries: default_sig_max(),
+            signature_store_ttl_secs: default_sig_ttl(),
+            defaults: PolicyFile::default(),
+            routes: Vec::new(),
+            control: None,
+            telemetry: TelemetryConfig::default(),
+            routes_state_file: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RouteFile {
     /// `[a-z0-9-]+`.
@@ -78,7 +115,7 @@ pub struct RouteFile {
 }
 
 /// Kind of provider: decides URL layout and authentication.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Provider {
     /// `x-api-key`, Messages protocol.
@@ -112,7 +149,7 @@ impl Provider {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct UpstreamFile {
     pub provider: Provider,
@@ -148,7 +185,7 @@ pub struct UpstreamFile {
     pub forward_reasoning_effort: bool,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PolicyFile {
     pub connect_timeout_secs: Option<u64>,
@@ -210,6 +247,10 @@ pub struct ProxyConfig {
     pub signature_store_max_entries: usize,
     pub signature_store_ttl: Duration,
     pub routes: Vec<Route>,
+    /// Where control-API route changes are persisted (none: memory only).
+    pub routes_state_file: Option<PathBuf>,
+    /// Revision of `routes` when they came from the routes state file (0: from the config).
+    pub routes_revision: u64,
     pub control: Option<babysitter_common::server::ServerConfig>,
 }
 
@@ -224,6 +265,8 @@ impl ProxyConfig {
             signature_store_max_entries: default_sig_max(),
             signature_store_ttl: Duration::from_secs(default_sig_ttl()),
             routes,
+            routes_state_file: None,
+            routes_revision: 0,
             control: None,
         }
     }
@@ -391,6 +434,8 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("routes state file {path}: {message}")]
+    RoutesState { path: PathBuf, message: String },
 }
 
 /// Reads a key from the env var named `env_name`, else from `file`.
@@ -436,57 +481,29 @@ impl ConfigFile {
         let defaults = Policy::layered(Policy::default(), &self.defaults);
         let mut routes = Vec::with_capacity(self.routes.len());
         for r in self.routes {
-            let bad = |message: String| ConfigError::Route {
-                route: r.name.clone(),
-                message,
-            };
-            if r.name.is_empty()
-                || !r
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            {
-                return Err(bad("name must match [a-z0-9-]+".into()));
-            }
-            let u = &r.upstream;
-            let base_url = match (&u.base_url, u.provider.default_base_url()) {
-                (Some(b), _) => b.clone(),
-                (None, Some(d)) => d.to_owned(),
-                (None, None) => return Err(bad("upstream.base-url is required".into())),
-            };
-            if url::Url::parse(&base_url).is_err() {
-                return Err(bad(format!("invalid upstream.base-url {base_url}")));
-            }
-            if u.provider == Provider::AzureOpenai && u.azure_api_version.is_none() {
-                return Err(bad("azure-openai needs upstream.azure-api-version".into()));
-            }
-            let api_key = read_secret(u.api_key_env.as_ref(), u.api_key_file.as_ref(), env)?;
+            check_route_name(&r.name)?;
             routes.push(Route {
                 front: r.front,
-                models: r.models.clone(),
+                models: r.models,
                 priority: r.priority,
                 policy: Policy::layered(defaults, &r.policy),
-                upstream: Upstream {
-                    provider: u.provider,
-                    protocol: u.protocol.unwrap_or(u.provider.default_protocol()),
-                    base_url,
-                    model: u.model.clone(),
-                    api_key,
-                    api_key_env: u.api_key_env.clone(),
-                    api_key_file: u.api_key_file.clone(),
-                    pass_through_client_key: u.pass_through_client_key,
-                    azure_deployment: u.azure_deployment.clone(),
-                    azure_api_version: u.azure_api_version.clone(),
-                    extra_headers: u
-                        .extra_headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                    default_max_tokens: u.default_max_tokens,
-                    forward_reasoning_effort: u.forward_reasoning_effort,
-                },
+                upstream: r.upstream.resolve(&r.name, env)?,
                 name: r.name,
             });
+        }
+        // Route changes made through the control API win over `[[routes]]` once they exist.
+        let mut routes_revision = 0;
+        if let Some(path) = &self.routes_state_file
+            && let Some((revision, saved)) = crate::routes_state::load(path, env)?
+        {
+            tracing::info!(
+                path = %path.display(),
+                revision,
+                routes = saved.len(),
+                "routes loaded from the routes state file; [[routes]] of the config not used"
+            );
+            routes = saved;
+            routes_revision = revision;
         }
         Ok(ProxyConfig {
             listen,
@@ -496,8 +513,90 @@ impl ConfigFile {
             signature_store_max_entries: self.signature_store_max_entries,
             signature_store_ttl: Duration::from_secs(self.signature_store_ttl_secs),
             routes,
+            routes_state_file: self.routes_state_file,
+            routes_revision,
             control: self.control,
         })
+    }
+}
+
+/// Route names are `[a-z0-9-]+` (they appear in metrics labels and file names).
+pub fn check_route_name(name: &str) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(ConfigError::Route {
+            route: name.to_owned(),
+            message: "name must match [a-z0-9-]+".into(),
+        });
+    }
+    Ok(())
+}
+
+impl UpstreamFile {
+    /// Validates and reads the key (from the env var or file it names) for route `route`.
+    pub fn resolve(
+        &self,
+        route: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Upstream, ConfigError> {
+        let bad = |message: String| ConfigError::Route {
+            route: route.to_owned(),
+            message,
+        };
+        let base_url = match (&self.base_url, self.provider.default_base_url()) {
+            (Some(b), _) => b.clone(),
+            (None, Some(d)) => d.to_owned(),
+            (None, None) => return Err(bad("upstream.base-url is required".into())),
+        };
+        if url::Url::parse(&base_url).is_err() {
+            return Err(bad(format!("invalid upstream.base-url {base_url}")));
+        }
+        if self.provider == Provider::AzureOpenai && self.azure_api_version.is_none() {
+            return Err(bad("azure-openai needs upstream.azure-api-version".into()));
+        }
+        let api_key = read_secret(self.api_key_env.as_ref(), self.api_key_file.as_ref(), env)?;
+        Ok(Upstream {
+            provider: self.provider,
+            protocol: self.protocol.unwrap_or(self.provider.default_protocol()),
+            base_url,
+            model: self.model.clone(),
+            api_key,
+            api_key_env: self.api_key_env.clone(),
+            api_key_file: self.api_key_file.clone(),
+            pass_through_client_key: self.pass_through_client_key,
+            azure_deployment: self.azure_deployment.clone(),
+            azure_api_version: self.azure_api_version.clone(),
+            extra_headers: self
+                .extra_headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            default_max_tokens: self.default_max_tokens,
+            forward_reasoning_effort: self.forward_reasoning_effort,
+        })
+    }
+}
+
+impl From<&Upstream> for UpstreamFile {
+    /// The file form of a resolved upstream: where its key comes from, never the key.
+    fn from(u: &Upstream) -> Self {
+        Self {
+            provider: u.provider,
+            protocol: Some(u.protocol),
+            base_url: Some(u.base_url.clone()),
+            model: u.model.clone(),
+            api_key_env: u.api_key_env.clone(),
+            api_key_file: u.api_key_file.clone(),
+            pass_through_client_key: u.pass_through_client_key,
+            azure_deployment: u.azure_deployment.clone(),
+            azure_api_version: u.azure_api_version.clone(),
+            extra_headers: u.extra_headers.iter().cloned().collect(),
+            default_max_tokens: u.default_max_tokens,
+            forward_reasoning_effort: u.forward_reasoning_effort,
+        }
     }
 }
 
@@ -573,5 +672,73 @@ mod tests {
             matches!(r, Err(ConfigError::Route { .. })),
             "vertex needs a base url"
         );
+    }
+
+    /// The binary's loader (`babysitter_common::config::ConfigLoader`) over this file shape: the
+    /// example still loads as a file layer, an unknown key is rejected naming it, and a proxy key
+    /// is layered file → env → `--set`.
+    fn layered(
+        file: &str,
+        env: &[(&str, &str)],
+        sets: &[&str],
+    ) -> Result<ConfigFile, babysitter_common::config::ConfigError> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("proxy.toml");
+        std::fs::write(&path, file).unwrap_or_else(|e| panic!("{e}"));
+        let mut map = babysitter_common::EnvMap::new();
+        for (k, v) in env {
+            map.insert(*k, *v);
+        }
+        babysitter_common::config::ConfigLoader::new(ENV_PREFIX)
+            .file(Some(path))
+            .env(map)
+            .overrides(sets.iter().copied())
+            .load()
+    }
+
+    #[test]
+    fn layered_loader_reads_the_example_and_rejects_unknown_keys_by_name() {
+        let f = layered(include_str!("../transport-proxy.example.toml"), &[], &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.routes.len(), 5);
+        assert_eq!(f.listen, "127.0.0.1:8787");
+        let err = layered("max-body-byte = 1", &[], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("max-body-byte"), "{msg}");
+        let err = layered("[defaults]\nmax-retry = 1", &[], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("max-retry"), "{msg}");
+        let err = layered("", &[("BABYSITTER_TRANSPORT_PROXY__BOGUS_KEY", "1")], &[]).map(|_| ());
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("BABYSITTER_TRANSPORT_PROXY__BOGUS_KEY") && msg.contains("bogus-key"),
+            "{msg}"
+        );
+        let err = layered("", &[], &["routes.0.nam=x"]).map(|_| ());
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn layered_loader_env_then_set_override_proxy_keys() {
+        let file = "max-body-bytes = 100\n[defaults]\nmax-retries = 1\n";
+        let env = [
+            ("BABYSITTER_TRANSPORT_PROXY__MAX_BODY_BYTES", "200"),
+            ("BABYSITTER_TRANSPORT_PROXY__DEFAULTS__MAX_RETRIES", "4"),
+            ("BABYSITTER_TRANSPORT_PROXY__TELEMETRY__LOG_FILTER", "warn"),
+            // The config-file flag's variable is not a config key.
+            ("BABYSITTER_TRANSPORT_PROXY_CONFIG", "/nowhere.toml"),
+        ];
+        let f = layered(file, &env, &["max-body-bytes=300"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.max_body_bytes, 300, "--set wins over env and file");
+        assert_eq!(f.defaults.max_retries, Some(4), "env wins over file");
+        assert_eq!(f.telemetry.log_filter, "warn");
+        let routes = r#"routes=[{name = "r", upstream = {provider = "openai", base-url = "http://127.0.0.1:9/v1"}}]"#;
+        let f = layered("", &[], &[routes]).unwrap_or_else(|e| panic!("{e}"));
+        let cfg = f.resolve(&|_| None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.routes[0].name, "r");
+        assert_eq!(cfg.routes[0].policy.max_retries, 2);
+        let dumped = babysitter_common::config::dump_config(&ConfigFile::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(toml::from_str::<ConfigFile>(&dumped).is_ok(), "{dumped}");
     }
 }

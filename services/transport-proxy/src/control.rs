@@ -3,7 +3,10 @@
 //! Why compare-and-set on a revision: several operators (or a launcher and an operator) may
 //! change routes at once; an update made against a stale view must fail rather than silently
 //! undo another's change. The table is replaced as a whole, so requests in flight finish on the
-//! route they began with. The gRPC adapter ([`crate::grpc`]) only converts and maps errors.
+//! route they began with. With `routes-state-file` configured every change is written there
+//! before it is installed ([`crate::routes_state`]); the methods then block on file IO, so
+//! async callers run them with `spawn_blocking`. The gRPC adapter ([`crate::grpc`]) only
+//! converts and maps errors.
 
 use std::sync::Arc;
 
@@ -22,6 +25,9 @@ pub enum ControlError {
     Conflict { expected: u64, actual: u64 },
     #[error("cannot build the route's http client: {0}")]
     Client(#[from] reqwest::Error),
+    /// The routes state file could not be written; the change was not applied.
+    #[error("cannot persist the routes: {0}")]
+    Persist(#[from] std::io::Error),
 }
 
 fn check_revision(expected: u64, actual: u64) -> Result<(), ControlError> {

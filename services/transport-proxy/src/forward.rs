@@ -36,6 +36,8 @@ pub struct RouteRuntime {
     pub route: Route,
     pub client: reqwest::Client,
     pub stats: Arc<RouteStats>,
+    /// Non-streaming and streaming generate URLs, parsed once when model-independent.
+    generate_urls: [Option<reqwest::Url>; 2],
 }
 
 /// The routes in force, replaced as a whole on every change (requests in flight keep the
@@ -53,6 +55,9 @@ pub struct Proxy {
     /// The configuration the proxy started with (its `routes` are the initial table).
     pub config: ProxyConfig,
     table: std::sync::RwLock<Arc<RouteTable>>,
+    /// Serializes route changes and their write to the routes state file, so none is lost;
+    /// requests only ever take `table`'s read lock, never wait for this.
+    writer: std::sync::Mutex<()>,
     /// Stats by route name, kept across route updates.
     stats: std::sync::Mutex<std::collections::HashMap<String, Arc<RouteStats>>>,
     pub store: SignatureStore,
@@ -121,6 +126,7 @@ impl Proxy {
         let proxy = Self {
             cost,
             table: std::sync::RwLock::default(),
+            writer: std::sync::Mutex::default(),
             stats: std::sync::Mutex::default(),
             config,
             store,
@@ -130,10 +136,9 @@ impl Proxy {
         for route in &proxy.config.routes {
             routes.push(Arc::new(proxy.runtime(route.clone())?));
         }
-        proxy.replace_table(|t| {
-            t.routes = routes;
-            Ok::<(), BuildError>(())
-        })?;
+        let revision = proxy.config.routes_revision.max(1);
+        *proxy.table.write().unwrap_or_else(|p| p.into_inner()) =
+            Arc::new(RouteTable { revision, routes });
         Ok(Arc::new(proxy))
     }
 
@@ -147,10 +152,12 @@ impl Proxy {
             .lock()
             .map(|mut s| s.entry(route.name.clone()).or_default().clone())
             .unwrap_or_default();
+        let generate_urls = [false, true].map(|s| upstream::fixed_generate_url(&route.upstream, s));
         Ok(RouteRuntime {
             route,
             client,
             stats,
+            generate_urls,
         })
     }
 
@@ -162,19 +169,25 @@ impl Proxy {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Applies `change` to a copy of the table and installs it with the next revision.
-    pub(crate) fn replace_table<E>(
+    /// Applies `change` to a copy of the table, writes the result to the routes state file
+    /// when one is configured (blocking IO), and installs it with the next revision. A change
+    /// that could not be made durable is not installed.
+    pub(crate) fn replace_table<E: From<std::io::Error>>(
         &self,
         change: impl FnOnce(&mut RouteTable) -> Result<(), E>,
     ) -> Result<u64, E> {
-        let mut guard = self.table.write().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.table();
         let mut next = RouteTable {
-            revision: guard.revision + 1,
-            routes: guard.routes.clone(),
+            revision: current.revision + 1,
+            routes: current.routes.clone(),
         };
         change(&mut next)?;
+        if let Some(path) = &self.config.routes_state_file {
+            crate::routes_state::save(path, next.revision, next.routes.iter().map(|r| &r.route))?;
+        }
         let revision = next.revision;
-        *guard = Arc::new(next);
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         Ok(revision)
     }
 
@@ -202,7 +215,10 @@ impl Proxy {
 
     /// `POST /v1/messages`, `/v1/chat/completions`, `/v1/responses`, Gemini `:generateContent`
     /// and `:streamGenerateContent`.
-    #[tracing::instrument(skip_all, fields(front = %inb.front))]
+    ///
+    /// Its span is at debug level: one span per request on the hot path (and, with OTLP on, one
+    /// exported span per request) is opt-in through `telemetry.log-filter`.
+    #[tracing::instrument(level = "debug", skip_all, fields(front = %inb.front))]
     pub async fn generate(&self, inb: Inbound) -> Result<Response, ProxyError> {
         let canon = protocol::decode_request(inb.front, &inb.body, &inb.url)?;
         let rt = self.route(inb.front, &canon.model)?;
@@ -250,15 +266,36 @@ impl Proxy {
             protocol::encode_request(up.protocol, &canon, &model, opts, &self.store)
                 .map_err(fail)?
         };
-        let url = upstream::url(
-            up,
-            &model,
-            Call::Generate {
-                stream: canon.stream,
-            },
-        );
+        let fixed = rt.generate_urls[usize::from(canon.stream)].as_ref();
+        let url = match fixed {
+            Some(_) => String::new(),
+            None => upstream::url(
+                up,
+                &model,
+                Call::Generate {
+                    stream: canon.stream,
+                },
+            ),
+        };
         let key = upstream::client_key(&inb.headers, inb.query.as_deref());
-        let make = || upstream::build(&rt.client, up, &url, &body, &inb.headers, key.as_deref());
+        let make = || match fixed {
+            Some(u) => upstream::build(
+                &rt.client,
+                up,
+                u.clone(),
+                &body,
+                &inb.headers,
+                key.as_deref(),
+            ),
+            None => upstream::build(
+                &rt.client,
+                up,
+                url.as_str(),
+                &body,
+                &inb.headers,
+                key.as_deref(),
+            ),
+        };
         let resp = upstream::send(make, &rt.route.policy, &rt.stats)
             .await
             .map_err(fail)?;

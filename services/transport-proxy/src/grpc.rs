@@ -54,6 +54,7 @@ impl From<ControlError> for Status {
             ControlError::NotFound(_) => status(ErrorKind::NotFound, msg, false, &[]),
             ControlError::Conflict { .. } => status(ErrorKind::Conflict, msg, false, &[]),
             ControlError::Client(_) => status(ErrorKind::Internal, msg, false, &[]),
+            ControlError::Persist(_) => status(ErrorKind::Unavailable, msg, true, &[]),
         }
     }
 }
@@ -239,6 +240,22 @@ impl TransportProxyGrpcServer {
     }
 }
 
+/// Runs a route change off the runtime's workers (it may write the routes state file) and to
+/// completion even when the caller goes away.
+async fn blocking<T: Send + 'static>(
+    change: impl FnOnce() -> Result<T, ControlError> + Send + 'static,
+) -> Result<T, Status> {
+    match tokio::task::spawn_blocking(change).await {
+        Ok(r) => r.map_err(Status::from),
+        Err(e) => Err(status(
+            ErrorKind::Internal,
+            format!("route change task failed: {e}"),
+            false,
+            &[],
+        )),
+    }
+}
+
 fn histogram((buckets, count, sum): (Vec<(f64, u64)>, u64, f64)) -> pb::LatencyHistogram {
     pb::LatencyHistogram {
         buckets: buckets
@@ -275,7 +292,9 @@ impl TransportProxyService for TransportProxyGrpcServer {
         let req = request.into_inner();
         let route = self.route_from_pb(req.route.ok_or_else(|| invalid("route is required"))?)?;
         let shown = route_to_pb(&route);
-        let (revision, created) = self.proxy.upsert_route(route, req.expected_revision)?;
+        let proxy = self.proxy.clone();
+        let (revision, created) =
+            blocking(move || proxy.upsert_route(route, req.expected_revision)).await?;
         Ok(Response::new(pb::UpsertRouteResponse {
             route: Some(shown),
             revision,
@@ -289,7 +308,9 @@ impl TransportProxyService for TransportProxyGrpcServer {
     ) -> Result<Response<pb::DeleteRouteResponse>, Status> {
         require_role(&request, &[Role::Admin])?;
         let req = request.into_inner();
-        let revision = self.proxy.delete_route(&req.name, req.expected_revision)?;
+        let proxy = self.proxy.clone();
+        let revision =
+            blocking(move || proxy.delete_route(&req.name, req.expected_revision)).await?;
         Ok(Response::new(pb::DeleteRouteResponse { revision }))
     }
 

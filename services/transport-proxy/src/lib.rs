@@ -8,18 +8,18 @@
 //! direction instead of one translator per pair, and the fidelity rules of the spec
 //! (`transport-proxy.md` §3.2, §11, §12) live in one place.
 //!
-//! Layout:
+//! Layout (details in `OVERVIEW.md`):
 //! * [`canonical`] — the model, the stop-reason table and usage merging (pure, no IO);
-//! * [`anthropic`], [`openai_chat`] — serde types of each wire protocol, request/response
-//!   conversion to and from canonical, and one explicit streaming state machine per direction;
-//! * [`sse`] — incremental server-sent-events parsing and frame writing;
-//! * [`error`] — the proxy's errors and their rendering in each protocol's own envelope;
-//! * [`config`] — the typed route / upstream configuration (secrets never logged);
-//! * [`server`] — the axum front (`/v1/messages`, `/v1/chat/completions`, `/health`) and the
-//!   reqwest upstream client.
-//!
-//! First-version scope (spec §0.1): Anthropic front ⇒ Chat upstream, and Chat front ⇒ Anthropic
-//! upstream, streaming and not. Responses, Gemini, retries and metrics come later.
+//! * [`anthropic`], [`openai_chat`], [`responses`], [`gemini`] — serde types of each wire
+//!   protocol, request/response conversion to and from canonical, and one explicit streaming
+//!   state machine per direction; [`protocol`] dispatches on the protocol;
+//! * [`forward`], [`upstream`], [`pipeline`] — the request path: route, translate, call the
+//!   upstream with retries and timeouts, stream back;
+//! * [`server`] — the axum front; [`error`] — errors in each protocol's own envelope;
+//! * [`config`] — typed routes and upstreams (secrets never logged); [`agent_mux`] — the
+//!   reference's env-only contract;
+//! * [`control`], [`grpc`], [`routes_state`] — the control API and its optional durable table;
+//! * [`sigstore`], [`cost`], [`metrics`], [`checks`], [`sse`] — supporting pieces.
 #![forbid(unsafe_code)]
 
 pub mod agent_mux;
@@ -38,6 +38,7 @@ pub mod openai_chat;
 pub mod pipeline;
 pub mod protocol;
 pub mod responses;
+pub mod routes_state;
 #[cfg(feature = "test-support")]
 pub mod scripted;
 pub mod server;

@@ -1,70 +1,105 @@
-//! `babysitter-transport-proxy`: loads the config, binds, prints the `ready` line the launcher
-//! parses (spec §1), serves the HTTP front (and the gRPC control API when `[control]` is
-//! configured) until SIGINT/SIGTERM. Everything else lives in the library.
+//! `babysitter-transport-proxy`: loads the layered config (the shared
+//! `babysitter_common::main_support::service_main`: defaults → TOML → `BABYSITTER_TRANSPORT_PROXY__…`
+//! env → `--set` → flags, `--dump-config`), starts the shared telemetry, binds, prints the
+//! `ready` line the launcher parses (spec §1), serves the HTTP front (and the gRPC control API
+//! when `[control]` is configured) until SIGINT/SIGTERM. Everything else lives in the library.
+//!
+//! Without a config file and without routes, the reference's `AGENT_MUX_PROXY_*` environment
+//! contract is used instead (one route, a client token printed in the ready line).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use babysitter_common::env::EnvMap;
+use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
+use babysitter_common::telemetry::init_telemetry;
 use babysitter_transport_proxy::agent_mux;
-use babysitter_transport_proxy::config::ConfigFile;
+use babysitter_transport_proxy::config::{ConfigFile, ENV_PREFIX};
 use babysitter_transport_proxy::forward::Proxy;
 use babysitter_transport_proxy::grpc::TransportProxyGrpcServer;
 use babysitter_transport_proxy::server::serve;
 use clap::Parser;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// LLM protocol proxy: Anthropic Messages, OpenAI Chat Completions, OpenAI Responses and
 /// Gemini in front, any of them upstream.
 #[derive(Debug, Parser)]
+#[command(name = "babysitter-transport-proxy", version)]
 struct Args {
-    /// TOML config file (see transport-proxy.example.toml). Without it the reference's
-    /// `AGENT_MUX_PROXY_*` environment contract is used (one route, a client token).
+    /// TOML config file (see transport-proxy.example.toml). Without it, and without routes from
+    /// `--set` / the environment, the reference's `AGENT_MUX_PROXY_*` environment contract is
+    /// used (one route, a client token).
     #[arg(long, env = "BABYSITTER_TRANSPORT_PROXY_CONFIG")]
     config: Option<PathBuf>,
-    /// Listen address, overriding the config's `listen`.
+    /// Listen address, e.g. 127.0.0.1:8787 (overrides `listen`).
     #[arg(long)]
     listen: Option<String>,
+    /// Any config key, e.g. `--set defaults.max-retries=3` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print the effective config as TOML and exit.
+    #[arg(long)]
+    dump_config: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+fn main() -> ExitCode {
     let args = Args::parse();
-    let env = EnvMap::from_process();
+    let has_file = args.config.is_some();
+    let listen_flag = args.listen.clone();
+    service_main(
+        "babysitter-transport-proxy",
+        ENV_PREFIX,
+        CommonArgs {
+            config: args.config,
+            set: args.set,
+            flags: json!({ "listen": args.listen }),
+            dump_config: args.dump_config,
+        },
+        move |config, env| run(config, env, has_file, listen_flag),
+    )
+}
+
+async fn run(
+    file: ConfigFile,
+    env: EnvMap,
+    has_file: bool,
+    listen_flag: Option<String>,
+) -> anyhow::Result<()> {
+    let telemetry = init_telemetry("transport-proxy", &file.telemetry, &env)?;
     let lookup = |k: &str| env.get(k).map(str::to_owned);
-    let mut config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            ConfigFile::from_toml(&text)?.resolve(&lookup)?
+    let env_contract = !has_file && file.routes.is_empty() && agent_mux::requested(&lookup);
+    let mut config = if env_contract {
+        let mut c = agent_mux::config_from_env(&lookup)?;
+        if let Some(l) = &listen_flag {
+            c.listen = l.parse().with_context(|| format!("invalid --listen {l}"))?;
         }
-        None if agent_mux::requested(&lookup) => agent_mux::config_from_env(&lookup)?,
-        None => anyhow::bail!("give --config or set AGENT_MUX_PROXY_TARGET_PROVIDER"),
+        c
+    } else {
+        if !has_file && file.routes.is_empty() && file.control.is_none() {
+            anyhow::bail!(
+                "no routes: give --config, set routes, or set AGENT_MUX_PROXY_TARGET_PROVIDER"
+            );
+        }
+        file.resolve(&lookup)?
     };
-    if let Some(l) = args.listen {
-        config.listen = l.parse().with_context(|| format!("invalid --listen {l}"))?;
-    }
     // The launcher contract (spec §1): the client token is part of the ready line.
-    let auth_token = args
-        .config
-        .is_none()
+    let auth_token = env_contract
         .then(|| config.proxy_token.as_ref().map(|t| t.expose().to_owned()))
         .flatten();
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let control = config.control.clone();
+    let control = config.control.take();
     let state = Proxy::new(config).context("building the proxy")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
-    let mut ready =
-        serde_json::json!({"event": "ready", "port": addr.port(), "url": format!("http://{addr}")});
+    let mut ready = json!({"event": "ready", "port": addr.port(), "url": format!("http://{addr}")});
     if let Some(t) = auth_token {
-        ready["auth_token"] = serde_json::json!(t);
+        ready["auth_token"] = json!(t);
     }
     let grpc = match control {
         None => None,
@@ -72,8 +107,7 @@ async fn main() -> anyhow::Result<()> {
             let grpc_listener = tokio::net::TcpListener::bind(cfg.listen_addr)
                 .await
                 .with_context(|| format!("binding the control api on {}", cfg.listen_addr))?;
-            ready["control_url"] =
-                serde_json::json!(format!("http://{}", grpc_listener.local_addr()?));
+            ready["control_url"] = json!(format!("http://{}", grpc_listener.local_addr()?));
             let service = babysitter_common::tune_grpc_service!(
                 TransportProxyGrpcServer::new(state.clone(), env.clone()).into_service(),
                 &cfg
@@ -90,10 +124,12 @@ async fn main() -> anyhow::Result<()> {
     {
         println!("{ready}");
     }
+    tracing::info!(%addr, "transport proxy serving");
     let token = shutdown.clone();
     serve(listener, state, async move { token.cancelled().await }).await?;
     if let Some(task) = grpc {
         task.await??;
     }
+    telemetry.shutdown().await?;
     Ok(())
 }

@@ -91,6 +91,9 @@ pub struct Expect {
 pub struct Reply {
     #[serde(default)]
     pub thinking: Option<Thinking>,
+    /// `redacted_thinking` blocks (their `data`), after the thinking block.
+    #[serde(default)]
+    pub redacted_thinking: Vec<String>,
     #[serde(default)]
     pub text: Option<String>,
     #[serde(default)]

@@ -148,7 +148,7 @@ async fn gemini(
         _ => fail(
             Protocol::Gemini,
             ProxyError::invalid("path", format!("unknown method {method}")),
-            &h,
+            request_id(&h),
         ),
     }
 }
@@ -164,13 +164,14 @@ async fn passthrough(
     body: Body,
 ) -> Response {
     let front = Protocol::OpenAiChat;
-    let result = match read(&st, front, UrlFacts::default(), query, &headers, body).await {
+    let id = request_id(&headers);
+    let result = match read(&st, front, UrlFacts::default(), query, headers, body).await {
         Ok(inb) => st.passthrough(method, &rest, inb).await,
         Err(e) => Err(e),
     };
     match result {
-        Ok(r) => with_request_id(r, &headers),
-        Err(e) => fail(front, e, &headers),
+        Ok(r) => with_request_id(r, id),
+        Err(e) => fail(front, e, id),
     }
 }
 
@@ -215,10 +216,10 @@ async fn read(
     front: Protocol,
     url: UrlFacts,
     query: Option<String>,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Inbound, ProxyError> {
-    authorize(st, headers, query.as_deref())?;
+    authorize(st, &headers, query.as_deref())?;
     let limit = st.config.max_body_bytes;
     let body = axum::body::to_bytes(body, limit)
         .await
@@ -226,7 +227,7 @@ async fn read(
     Ok(Inbound {
         front,
         body,
-        headers: headers.clone(),
+        headers,
         query,
         url,
     })
@@ -240,13 +241,14 @@ async fn generate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let result = match read(&st, front, url, query, &headers, body).await {
+    let id = request_id(&headers);
+    let result = match read(&st, front, url, query, headers, body).await {
         Ok(inb) => st.generate(inb).await,
         Err(e) => Err(e),
     };
     match result {
-        Ok(r) => with_request_id(r, &headers),
-        Err(e) => fail(front, e, &headers),
+        Ok(r) => with_request_id(r, id),
+        Err(e) => fail(front, e, id),
     }
 }
 
@@ -259,25 +261,29 @@ async fn count(
     body: Body,
     shape: fn(u64) -> serde_json::Value,
 ) -> Response {
-    let result = match read(&st, front, url, query, &headers, body).await {
+    let id = request_id(&headers);
+    let result = match read(&st, front, url, query, headers, body).await {
         Ok(inb) => st.count_tokens(inb).await,
         Err(e) => Err(e),
     };
     match result {
-        Ok(n) => with_request_id(axum::Json(shape(n)).into_response(), &headers),
-        Err(e) => fail(front, e, &headers),
+        Ok(n) => with_request_id(axum::Json(shape(n)).into_response(), id),
+        Err(e) => fail(front, e, id),
     }
 }
 
-fn fail(protocol: Protocol, error: ProxyError, headers: &HeaderMap) -> Response {
-    with_request_id(ProtocolError { protocol, error }.into_response(), headers)
+fn fail(protocol: Protocol, error: ProxyError, id: Option<HeaderValue>) -> Response {
+    with_request_id(ProtocolError { protocol, error }.into_response(), id)
 }
 
-fn with_request_id(mut resp: Response, headers: &HeaderMap) -> Response {
-    let id = headers
-        .get("x-request-id")
-        .cloned()
-        .or_else(|| HeaderValue::from_str(&format!("req_{}", ulid::Ulid::generate())).ok());
+/// The client's `x-request-id`, kept before the headers move into the request.
+fn request_id(headers: &HeaderMap) -> Option<HeaderValue> {
+    headers.get("x-request-id").cloned()
+}
+
+/// Echoes the client's request id, or mints one.
+fn with_request_id(mut resp: Response, id: Option<HeaderValue>) -> Response {
+    let id = id.or_else(|| HeaderValue::from_str(&format!("req_{}", ulid::Ulid::generate())).ok());
     if let Some(id) = id {
         resp.headers_mut().insert("x-request-id", id.clone());
         resp.headers_mut().insert("request-id", id);

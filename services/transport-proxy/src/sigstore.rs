@@ -14,12 +14,19 @@
 //! evicted first) younger than `ttl`, and the log is rewritten (temp file + rename) once it holds
 //! twice as many lines as the bound. Appends are small unsynced writes under a mutex — a lost
 //! tail costs one signature, which Gemini then reports as a 400, never silent corruption.
+//!
+//! Why compaction runs on its own thread: rewriting up to `2 × max_entries` lines (100k by
+//! default, megabytes) under the mutex would stall every Gemini request for tens of
+//! milliseconds once per ~100k calls — a tail-latency spike on the request path. The request
+//! that crosses the bound only takes a snapshot (reference-counted lines, no copies); a thread
+//! writes it to a temporary file, and under the mutex appends the lines that arrived meanwhile,
+//! renames it over the log and reopens it.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -37,18 +44,29 @@ struct Line {
 
 #[derive(Debug)]
 struct Inner {
-    map: HashMap<String, Line>,
+    map: HashMap<String, Arc<Line>>,
     order: VecDeque<String>,
     file: Option<(PathBuf, File)>,
     lines: usize,
     max_entries: usize,
     ttl_secs: u64,
+    /// While a compaction thread runs: the lines appended since its snapshot.
+    compacting: Option<Vec<Arc<Line>>>,
+    /// After a failed compaction, the line count at which to try again (no retry per call).
+    retry_at: usize,
+}
+
+#[derive(Debug)]
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Signalled when a compaction ends.
+    compacted: Condvar,
 }
 
 /// Shared handle; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SignatureStore {
-    inner: Arc<Mutex<Inner>>,
+    shared: Arc<Shared>,
 }
 
 /// What the store knows about one tool call.
@@ -75,6 +93,8 @@ impl SignatureStore {
             lines: 0,
             max_entries: max_entries.max(1),
             ttl_secs: u64::MAX,
+            compacting: None,
+            retry_at: 0,
         })
     }
 
@@ -89,6 +109,8 @@ impl SignatureStore {
             lines: 0,
             max_entries: max_entries.max(1),
             ttl_secs: ttl.as_secs().max(1),
+            compacting: None,
+            retry_at: 0,
         };
         if let Ok(f) = File::open(&path) {
             let now = now_secs();
@@ -96,7 +118,9 @@ impl SignatureStore {
                 let Ok(line) = line else { break };
                 inner.lines += 1;
                 match serde_json::from_str::<Line>(&line) {
-                    Ok(l) if now.saturating_sub(l.at) < inner.ttl_secs => inner.insert(l),
+                    Ok(l) if now.saturating_sub(l.at) < inner.ttl_secs => {
+                        inner.insert(Arc::new(l));
+                    }
                     Ok(_) => {}
                     Err(_) => tracing::warn!("torn signature store line skipped"),
                 }
@@ -109,37 +133,58 @@ impl SignatureStore {
         Ok(store)
     }
 
+    fn lock(&self) -> Option<std::sync::MutexGuard<'_, Inner>> {
+        self.shared.inner.lock().ok()
+    }
+
     fn from_inner(inner: Inner) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(inner)),
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                compacted: Condvar::new(),
+            }),
         }
     }
 
     /// Remembers a call (its name always, its signature when it has one).
     pub fn put(&self, id: &str, name: &str, signature: Option<&str>) {
-        let line = Line {
+        let line = Arc::new(Line {
             id: id.to_owned(),
             name: name.to_owned(),
             sig: signature.map(str::to_owned),
             at: now_secs(),
-        };
+        });
         {
-            let Ok(mut g) = self.inner.lock() else { return };
+            let Some(mut g) = self.lock() else { return };
             if let Some((_, f)) = g.file.as_mut()
-                && let Ok(text) = serde_json::to_string(&line)
+                && let Ok(text) = serde_json::to_string(&*line)
                 && let Err(e) = writeln!(f, "{text}")
             {
                 tracing::warn!(error = %e, "signature store append failed");
             }
             g.lines += 1;
+            if let Some(pending) = g.compacting.as_mut() {
+                pending.push(line.clone());
+            }
             g.insert(line);
         }
         self.compact_if_needed();
     }
 
+    /// Waits until no compaction runs (tests, and before reopening the same directory).
+    pub fn wait_compacted(&self) {
+        let Some(mut g) = self.lock() else { return };
+        while g.compacting.is_some() {
+            g = match self.shared.compacted.wait(g) {
+                Ok(g) => g,
+                Err(_) => return,
+            };
+        }
+    }
+
     /// What is known about tool call `id`, if it is live.
     pub fn get(&self, id: &str) -> Option<StoredCall> {
-        let g = self.inner.lock().ok()?;
+        let g = self.lock()?;
         let l = g.map.get(id)?;
         if now_secs().saturating_sub(l.at) >= g.ttl_secs {
             return None;
@@ -152,51 +197,121 @@ impl SignatureStore {
 
     /// Number of live entries (tests, metrics).
     pub fn len(&self) -> usize {
-        self.inner.lock().map(|g| g.map.len()).unwrap_or(0)
+        self.lock().map_or(0, |g| g.map.len())
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Starts a compaction on its own thread once the log holds twice the bound.
     fn compact_if_needed(&self) {
-        let Ok(mut g) = self.inner.lock() else { return };
-        if g.lines <= 2 * g.max_entries {
+        let Some(mut g) = self.lock() else { return };
+        if g.lines <= (2 * g.max_entries).max(g.retry_at) || g.compacting.is_some() {
             return;
         }
         let Some((path, _)) = g.file.as_ref() else {
             return;
         };
         let path = path.clone();
-        let tmp = path.with_extension("jsonl.tmp");
-        let mut text = String::new();
-        for id in &g.order {
-            if let Some(l) = g.map.get(id)
-                && let Ok(s) = serde_json::to_string(l)
-            {
-                text.push_str(&s);
-                text.push('\n');
-            }
+        let snapshot: Vec<Arc<Line>> = g
+            .order
+            .iter()
+            .filter_map(|id| g.map.get(id).cloned())
+            .collect();
+        g.compacting = Some(Vec::new());
+        drop(g);
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sigstore-compact".into())
+            .spawn(move || store.compact(&path, snapshot));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "signature store compaction not started");
+            self.finish_compaction();
         }
-        let rewritten = std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .and_then(|()| OpenOptions::new().append(true).open(&path));
-        match rewritten {
-            Ok(f) => {
-                g.lines = g.map.len();
-                g.file = Some((path, f));
+    }
+
+    /// Writes `snapshot` to a temporary file, then (under the mutex) the live lines appended
+    /// since, and renames it over the log; again while a burst during the rewrite left the log
+    /// over the bound.
+    fn compact(&self, path: &Path, mut snapshot: Vec<Arc<Line>>) {
+        loop {
+            let tmp = path.with_extension("jsonl.tmp");
+            let mut text = String::new();
+            for l in &snapshot {
+                if let Ok(s) = serde_json::to_string(&**l) {
+                    text.push_str(&s);
+                    text.push('\n');
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "signature store compaction failed"),
+            if let Err(e) = std::fs::write(&tmp, text) {
+                tracing::warn!(error = %e, "signature store compaction failed");
+                return self.finish_compaction();
+            }
+            let Some(mut g) = self.lock() else {
+                return self.shared.compacted.notify_all();
+            };
+            // Lines that arrived meanwhile and are still live (evicted ones need no line).
+            let pending: Vec<Arc<Line>> = g
+                .compacting
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|l| g.map.get(&l.id).is_some_and(|live| Arc::ptr_eq(live, l)))
+                .collect();
+            let swapped = (|| -> std::io::Result<File> {
+                let mut f = OpenOptions::new().append(true).open(&tmp)?;
+                for l in &pending {
+                    if let Ok(s) = serde_json::to_string(&**l) {
+                        writeln!(f, "{s}")?;
+                    }
+                }
+                std::fs::rename(&tmp, path)?;
+                OpenOptions::new().append(true).open(path)
+            })();
+            match swapped {
+                Ok(f) => {
+                    g.lines = snapshot.len() + pending.len();
+                    g.file = Some((path.to_owned(), f));
+                    g.retry_at = 0;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "signature store compaction failed");
+                    g.retry_at = g.lines + g.max_entries;
+                    drop(g);
+                    return self.shared.compacted.notify_all();
+                }
+            }
+            if g.lines <= 2 * g.max_entries {
+                drop(g);
+                return self.shared.compacted.notify_all();
+            }
+            snapshot = g
+                .order
+                .iter()
+                .filter_map(|id| g.map.get(id).cloned())
+                .collect();
+            g.compacting = Some(Vec::new());
         }
+    }
+
+    /// Ends a compaction that wrote nothing; the next attempt waits for `max_entries` more
+    /// lines.
+    fn finish_compaction(&self) {
+        if let Some(mut g) = self.lock() {
+            g.compacting = None;
+            g.retry_at = g.lines + g.max_entries;
+        }
+        self.shared.compacted.notify_all();
     }
 }
 
 impl Inner {
-    fn insert(&mut self, l: Line) {
+    fn insert(&mut self, l: Arc<Line>) {
         if self.map.insert(l.id.clone(), l.clone()).is_some() {
             self.order.retain(|x| x != &l.id);
         }
-        self.order.push_back(l.id);
+        self.order.push_back(l.id.clone());
         while self.map.len() > self.max_entries {
             match self.order.pop_front() {
                 Some(old) => {
@@ -220,6 +335,7 @@ mod tests {
         let day = Duration::from_secs(86_400);
         let s = SignatureStore::open(dir.path(), 50, day).unwrap_or_else(|e| panic!("{e}"));
         s.put("call_keep", "run_shell_command", Some("c2lnLWJ5dGVz/+=="));
+        s.wait_compacted();
         drop(s);
         let s = SignatureStore::open(dir.path(), 50, day).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
@@ -232,6 +348,7 @@ mod tests {
         for i in 0..500 {
             s.put(&format!("call_{i}"), "other", Some("x"));
         }
+        s.wait_compacted();
         assert_eq!(s.len(), 50);
         assert_eq!(s.get("call_keep"), None, "oldest entry evicted");
         assert!(s.get("call_499").is_some());

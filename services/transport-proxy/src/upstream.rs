@@ -56,6 +56,25 @@ pub fn url(up: &Upstream, model: &str, call: Call) -> String {
     }
 }
 
+/// The generate URL of `up` parsed once, when it does not depend on the requested model (the
+/// route fixes the upstream model, or the layout has no model in it): saves a URL parse per
+/// request on the hot path. `None` otherwise, or when it does not parse (the error then comes
+/// from the request itself).
+pub fn fixed_generate_url(up: &Upstream, stream: bool) -> Option<reqwest::Url> {
+    let in_url = match up.protocol {
+        Protocol::Gemini => true,
+        Protocol::OpenAiChat => {
+            up.provider == Provider::AzureOpenai && up.azure_deployment.is_none()
+        }
+        Protocol::Anthropic | Protocol::OpenAiResponses => false,
+    };
+    if in_url && up.model.is_none() {
+        return None;
+    }
+    let model = up.model.as_deref().unwrap_or_default();
+    reqwest::Url::parse(&url(up, model, Call::Generate { stream })).ok()
+}
+
 /// The harness's own key, from whichever header (or `?key=`) carried it.
 pub fn client_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
@@ -88,7 +107,7 @@ fn forwarded(name: &str, up: &Upstream) -> bool {
 pub fn build(
     client: &reqwest::Client,
     up: &Upstream,
-    url: &str,
+    url: impl reqwest::IntoUrl,
     body: &Value,
     client_headers: &HeaderMap,
     client_key: Option<&str>,
@@ -265,6 +284,36 @@ pub async fn read_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The once-parsed URL is the per-request one whenever it exists, and absent exactly when
+    /// the URL names a model the route does not fix.
+    #[test]
+    fn fixed_generate_urls_equal_the_per_request_ones() {
+        let mut az = Upstream::new(Provider::AzureOpenai, "https://r.openai.azure.com/");
+        az.azure_api_version = Some("2025-04-01-preview".into());
+        let mut az_dep = az.clone();
+        az_dep.azure_deployment = Some("dep".into());
+        let mut gem_fixed = Upstream::new(Provider::Gemini, "https://g/v1beta");
+        gem_fixed.model = Some("gem-up".into());
+        let cases = [
+            (Upstream::new(Provider::Anthropic, "https://a/v1"), true),
+            (Upstream::new(Provider::Openai, "https://o/v1"), true),
+            (az_dep, true),
+            (az, false),
+            (Upstream::new(Provider::Gemini, "https://g/v1beta"), false),
+            (gem_fixed, true),
+        ];
+        for (up, fixed) in cases {
+            for stream in [false, true] {
+                let got = fixed_generate_url(&up, stream);
+                assert_eq!(got.is_some(), fixed, "{up:?}");
+                if let Some(u) = got {
+                    let model = up.model.as_deref().unwrap_or("client-model");
+                    assert_eq!(u.as_str(), url(&up, model, Call::Generate { stream }));
+                }
+            }
+        }
+    }
 
     #[test]
     fn urls_per_provider_and_protocol() {

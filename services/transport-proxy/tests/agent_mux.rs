@@ -1,6 +1,7 @@
 //! The binary under the reference's env-only contract (`AGENT_MUX_PROXY_*`): it prints the
 //! `ready` line with port, url and a generated `auth_token`, requires that token, forwards to
-//! the target provider, and exits 0 on SIGTERM.
+//! the target provider, and exits 0 on SIGTERM. Also the binary's layered config (the shared
+//! loader): `--dump-config` shows file → env → `--set`, an unknown key exits 2 naming it.
 
 #[path = "support/clients.rs"]
 mod clients;
@@ -73,4 +74,51 @@ async fn env_contract_ready_line_token_and_sigterm() {
     let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
     assert!(status.success(), "exit 0 on SIGTERM: {status:?}");
     upstream.stop().await;
+}
+
+fn proxy_bin(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_babysitter-transport-proxy"));
+    cmd.env_clear().args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("spawn: {e}"))
+}
+
+#[test]
+fn layered_config_dump_and_unknown_key() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("proxy.toml");
+    let text = "max-body-bytes = 100\n[defaults]\nmax-retries = 1\n[[routes]]\nname = \"r\"\n[routes.upstream]\nprovider = \"openai\"\n";
+    std::fs::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+    let path = file.to_string_lossy().into_owned();
+    let out = proxy_bin(
+        &[
+            "--config",
+            &path,
+            "--set",
+            "defaults.max-retries=5",
+            "--dump-config",
+        ],
+        &[
+            ("BABYSITTER_TRANSPORT_PROXY__MAX_BODY_BYTES", "200"),
+            ("BABYSITTER_TRANSPORT_PROXY__DEFAULTS__MAX_RETRIES", "4"),
+        ],
+    );
+    let dumped = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{dumped}");
+    let v: toml::Table = dumped.parse().unwrap_or_else(|e| panic!("{e}: {dumped}"));
+    assert_eq!(v["max-body-bytes"].as_integer(), Some(200), "{dumped}");
+    assert_eq!(
+        v["defaults"]["max-retries"].as_integer(),
+        Some(5),
+        "{dumped}"
+    );
+    assert_eq!(v["routes"][0]["name"].as_str(), Some("r"), "{dumped}");
+
+    std::fs::write(&file, "max-body-bytez = 1\n").unwrap_or_else(|e| panic!("{e}"));
+    let out = proxy_bin(&["--config", &path], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("max-body-bytez"), "{err}");
 }

@@ -111,6 +111,13 @@ pub fn request_to_canonical(
                     content: vec![Part::Text(TextPart::plain(response_text(&fr.response)))],
                     is_error: fr.response.get("error").is_some(),
                 }));
+            } else if let Some(data) = p
+                .thought_signature
+                .as_deref()
+                .filter(|_| p.thought == Some(true))
+                .and_then(crate::canonical::redacted_from_client)
+            {
+                parts.push(Part::RedactedReasoning { data });
             } else if let Some(text) = p.text {
                 if p.thought == Some(true) {
                     let (origin, signature) = match p.thought_signature {
@@ -672,6 +679,8 @@ pub fn client_part(p: &Part) -> Option<Value> {
             }
             v
         }
+        Part::RedactedReasoning { data } => json!({"text": "", "thought": true,
+            "thoughtSignature": crate::canonical::redacted_for_client(data)}),
         Part::ToolCall(c) => {
             let mut v =
                 json!({"functionCall": {"id": c.id, "name": c.name, "args": c.arguments_object()}});

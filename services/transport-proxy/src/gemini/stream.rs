@@ -293,7 +293,14 @@ impl StreamEncoder for GeminiEncoder {
                     );
                 }
                 BlockStart::Reasoning => self.thoughts.push(index),
-                BlockStart::Text | BlockStart::RedactedReasoning { .. } => {}
+                BlockStart::RedactedReasoning { data } => {
+                    let part =
+                        super::convert::client_part(&crate::canonical::Part::RedactedReasoning {
+                            data,
+                        });
+                    out.extend(part.map(|p| self.frame(vec![p], None, false)));
+                }
+                BlockStart::Text => {}
             },
             StreamEvent::BlockDelta { index, delta } => match delta {
                 BlockDelta::Text(t) => out.push(self.frame(vec![json!({"text": t})], None, false)),

@@ -8,10 +8,13 @@
 //!   dropped (T24). Text that shared a user message with tool results is kept (Q7).
 //! * Reasoning in history is never replayed as visible `content` (T2): Chat has no standard
 //!   field for it, so it is dropped towards a Chat upstream. Reasoning an upstream *returns*
-//!   (`reasoning_content` / `reasoning`) becomes a canonical reasoning part (T4).
+//!   (`reasoning_content` / `reasoning`) becomes a canonical reasoning part (T4). Towards a
+//!   Chat *client*, opaque reasoning of other providers (signatures, `redacted_thinking`) also
+//!   travels in `reasoning_details` and comes back from it ([`super::reasoning_details`]).
 
 use serde_json::{Value, json};
 
+use super::reasoning_details;
 use super::{
     ChatContent, ChatMessage, ChatPart, ChatRequest, ChatResponse, ChatTool, ChatToolCall,
     ChatUsage, FunctionCall, FunctionDef, ImageUrl, Stop, StreamOptions,
@@ -48,11 +51,14 @@ pub fn request_to_canonical(req: ChatRequest) -> Result<Request, ProxyError> {
                 });
             }
             "assistant" => {
-                let mut content = Vec::new();
+                // Opaque reasoning this proxy handed out (signatures, redacted thinking) comes
+                // back in `reasoning_details`; its text repeats `reasoning_content`.
+                let (mut content, details_text) =
+                    reasoning_details::from_client(m.reasoning_details.as_deref().unwrap_or(&[]));
                 if let Some(r) = m
                     .reasoning_content
                     .or(m.reasoning)
-                    .filter(|r| !r.is_empty())
+                    .filter(|r| !r.is_empty() && !details_text)
                 {
                     content.push(Part::Reasoning {
                         text: r,
@@ -535,6 +541,9 @@ pub fn canonical_to_response(resp: &Response) -> Result<Value, ProxyError> {
     }
     if !reasoning.is_empty() {
         message["reasoning_content"] = Value::String(reasoning);
+    }
+    if let Some(details) = reasoning_details::to_client(&resp.content) {
+        message["reasoning_details"] = Value::Array(details);
     }
     Ok(json!({
         "id": resp.id,

@@ -108,9 +108,11 @@ fn anthropic_responses_translate_to_chat() {
             ),
         ),
         (
-            json!({"id":"msg_2","model":"claude-x","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4}}),
+            json!({"id":"msg_2","model":"claude-x","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"r+/="},{"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4}}),
             Some(
-                json!({"message":{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}],"reasoning_content":"t"},"finish_reason":"tool_calls","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}),
+                json!({"message":{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}],"reasoning_content":"t",
+                    "reasoning_details":[{"type":"reasoning.text","text":"t","signature":"babysitter.anthropic.s","index":0},
+                        {"type":"reasoning.encrypted","data":"babysitter.anthropic-redacted.r+/=","index":1}]},"finish_reason":"tool_calls","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}),
             ),
         ),
         (

@@ -8,6 +8,7 @@
 //! and dropped with a debug log.
 
 pub mod convert;
+pub mod reasoning_details;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};
@@ -78,6 +79,11 @@ pub struct ChatMessage {
     /// Reasoning text as OpenRouter returns it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// OpenRouter-style structured reasoning (`reasoning.text` with `signature`,
+    /// `reasoning.encrypted` with `data`): how a Chat client holds other providers' opaque
+    /// reasoning, so it comes back on the next turn (see `convert::reasoning_details`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_details: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -10,6 +10,8 @@
 //! [`ChatEncoder`] writes the client stream: a role chunk first, tool calls with stable indices
 //! `0..k` and incremental argument fragments, a finish chunk, the usage chunk when the client
 //! asked for it, then `[DONE]`; an in-band failure is a `data: {"error":…}` frame (T29).
+//! Reasoning text streams as `reasoning_content`; opaque reasoning (a signed thinking block when
+//! its signature arrives, a `redacted_thinking` block) as one complete `reasoning_details` entry.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,9 +20,11 @@ use serde_json::{Value, json};
 
 use super::ChatChunk;
 use super::convert::{unix_now, usage_from_wire, usage_to_json};
-use crate::canonical::{BlockDelta, BlockStart, StopReason, StreamEvent, Usage};
+use super::reasoning_details;
+use crate::canonical::{BlockDelta, BlockStart, ReasoningOrigin, StopReason, StreamEvent, Usage};
 use crate::error::{ErrorKind, StreamError, openai_error_body};
 use crate::pipeline::{StreamDecoder, StreamEncoder};
+use crate::protocol::Protocol;
 use crate::sse::{SseEvent, data_frame};
 
 /// Chat upstream SSE → canonical events.
@@ -223,7 +227,11 @@ pub struct ChatEncoder {
     done: bool,
     /// Canonical block → Chat tool index.
     tool_index: HashMap<usize, usize>,
-    reasoning_blocks: Vec<usize>,
+    /// Reasoning text per open canonical block, for the `reasoning_details` entry its
+    /// signature completes.
+    reasoning_text: HashMap<usize, String>,
+    /// `reasoning_details` entries sent so far (their `index`).
+    details: usize,
     usage: Usage,
 }
 
@@ -237,7 +245,8 @@ impl ChatEncoder {
             started: false,
             done: false,
             tool_index: HashMap::new(),
-            reasoning_blocks: Vec::new(),
+            reasoning_text: HashMap::new(),
+            details: 0,
             usage: Usage::default(),
         }
     }
@@ -292,8 +301,15 @@ impl StreamEncoder for ChatEncoder {
                             None,
                         ));
                     }
-                    BlockStart::Reasoning => self.reasoning_blocks.push(index),
-                    BlockStart::Text | BlockStart::RedactedReasoning { .. } => {}
+                    BlockStart::Reasoning => {
+                        self.reasoning_text.insert(index, String::new());
+                    }
+                    BlockStart::RedactedReasoning { data } => {
+                        let entry = reasoning_details::redacted_entry(self.details, &data);
+                        self.details += 1;
+                        out.push(self.chunk(json!({"reasoning_details": [entry]}), None));
+                    }
+                    BlockStart::Text => {}
                 }
             }
             StreamEvent::BlockDelta { index, delta } => {
@@ -301,9 +317,23 @@ impl StreamEncoder for ChatEncoder {
                 match delta {
                     BlockDelta::Text(t) => out.push(self.chunk(json!({"content": t}), None)),
                     BlockDelta::Reasoning(t) => {
+                        if let Some(acc) = self.reasoning_text.get_mut(&index) {
+                            acc.push_str(&t);
+                        }
                         out.push(self.chunk(json!({"reasoning_content": t}), None));
                     }
-                    BlockDelta::Signature(_) => {}
+                    BlockDelta::Signature(sig) => {
+                        let (origin, raw) =
+                            ReasoningOrigin::from_client(Protocol::OpenAiChat, &sig);
+                        let text = self.reasoning_text.remove(&index).unwrap_or_default();
+                        let entry = reasoning_details::text_entry(
+                            self.details,
+                            &text,
+                            &origin.for_client(Protocol::OpenAiChat, &raw),
+                        );
+                        self.details += 1;
+                        out.push(self.chunk(json!({"reasoning_details": [entry]}), None));
+                    }
                     BlockDelta::ToolArguments(a) => match self.tool_index.get(&index) {
                         Some(n) => out.push(self.chunk(
                             json!({"tool_calls": [{"index": n, "function": {"arguments": a}}]}),
@@ -313,7 +343,9 @@ impl StreamEncoder for ChatEncoder {
                     },
                 }
             }
-            StreamEvent::BlockStop { .. } => {}
+            StreamEvent::BlockStop { index } => {
+                self.reasoning_text.remove(&index);
+            }
             StreamEvent::Usage(u) => self.usage.merge(&u),
             StreamEvent::MessageStop { stop, .. } => {
                 self.ensure_started(&mut out);

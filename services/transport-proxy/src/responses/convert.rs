@@ -473,6 +473,13 @@ pub fn usage_to_json(u: &Usage) -> Value {
 
 /// A `reasoning` item → canonical reasoning (summary text, `encrypted_content` as signature).
 fn reasoning_part(item: &Value) -> Part {
+    if let Some(data) = item
+        .get("encrypted_content")
+        .and_then(Value::as_str)
+        .and_then(crate::canonical::redacted_from_client)
+    {
+        return Part::RedactedReasoning { data };
+    }
     let text = item
         .get("summary")
         .and_then(Value::as_array)
@@ -608,6 +615,12 @@ pub fn parts_to_output(parts: &[Part], seed: &str) -> Vec<Value> {
                     summary,
                     enc.as_ref(),
                 ));
+            }
+            Part::RedactedReasoning { data } => {
+                flush(&mut text, &mut out);
+                let n = out.len();
+                let enc = crate::canonical::redacted_for_client(data);
+                out.push(reasoning_item(&format!("rs_{seed}_{n}"), "", Some(&enc)));
             }
             _ => {}
         }

@@ -316,6 +316,9 @@ enum EncItem {
     Text(String),
     /// Summary text and, when the upstream was a Responses provider, its encrypted content.
     Reasoning(String, Option<String>),
+    /// Anthropic `redacted_thinking`, tagged: a reasoning item with no summary, only
+    /// `encrypted_content`.
+    Redacted(String),
     Call(ToolCall),
 }
 
@@ -360,7 +363,7 @@ impl ResponsesEncoder {
     fn item_id(&self, n: usize, item: &EncItem) -> String {
         let prefix = match item {
             EncItem::Text(_) => "msg",
-            EncItem::Reasoning(..) => "rs",
+            EncItem::Reasoning(..) | EncItem::Redacted(_) => "rs",
             EncItem::Call(_) => "fc",
         };
         format!("{prefix}_{}_{n}", self.seed)
@@ -371,6 +374,7 @@ impl ResponsesEncoder {
         match item {
             EncItem::Text(t) => message_item(&id, t.clone(), status),
             EncItem::Reasoning(s, enc) => reasoning_item(&id, s, enc.as_ref()),
+            EncItem::Redacted(enc) => reasoning_item(&id, "", Some(enc)),
             EncItem::Call(c) => function_call_item(&id, c, status),
         }
     }
@@ -418,6 +422,7 @@ impl ResponsesEncoder {
                     json!({"item_id": id, "output_index": n, "summary_index": 0, "part": {"type": "summary_text", "text": s}}),
                 ),
             ],
+            EncItem::Redacted(_) => Vec::new(),
             EncItem::Call(c) => vec![(
                 "response.function_call_arguments.done",
                 json!({"item_id": id, "output_index": n, "arguments": c.arguments}),
@@ -472,9 +477,8 @@ impl StreamEncoder for ResponsesEncoder {
                         arguments: String::new(),
                         signature: None,
                     }),
-                    BlockStart::RedactedReasoning { .. } => {
-                        tracing::debug!("redacted reasoning has no responses form, dropped");
-                        return out;
+                    BlockStart::RedactedReasoning { data } => {
+                        EncItem::Redacted(crate::canonical::redacted_for_client(&data))
                     }
                 };
                 let n = self.items.len();
@@ -489,7 +493,7 @@ impl StreamEncoder for ResponsesEncoder {
                 match &item {
                     EncItem::Text(_) => self.frame("response.content_part.added", json!({"item_id": id, "output_index": n, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}), &mut out),
                     EncItem::Reasoning(..) => self.frame("response.reasoning_summary_part.added", json!({"item_id": id, "output_index": n, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}), &mut out),
-                    EncItem::Call(_) => {}
+                    EncItem::Redacted(_) | EncItem::Call(_) => {}
                 }
                 self.items.insert(n, (item, true));
             }

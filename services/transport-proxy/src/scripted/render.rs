@@ -35,6 +35,12 @@ fn canonical_reply(p: Protocol, reply: &Reply) -> (Vec<Part>, StopReason, Usage)
             origin,
         });
     }
+    parts.extend(
+        reply
+            .redacted_thinking
+            .iter()
+            .map(|data| Part::RedactedReasoning { data: data.clone() }),
+    );
     if let Some(t) = &reply.text {
         parts.push(Part::Text(TextPart::plain(t.clone())));
     }
@@ -170,6 +176,10 @@ pub(super) fn render_reply(p: Protocol, req: &Request, reply: &Reply) -> Respons
                 );
                 (BlockStart::Reasoning, d)
             }
+            Part::RedactedReasoning { data } => (
+                BlockStart::RedactedReasoning { data: data.clone() },
+                Vec::new(),
+            ),
             Part::Text(t) => (
                 BlockStart::Text,
                 pieces(&t.text, chunk)
