@@ -10,7 +10,8 @@
 //!   real worker loop (`sh -c true`), wall time and throughput.
 //! - **Memory per idle waiting run**: RSS growth per run parked at a breakpoint.
 //!
-//! `SERVICE_BENCH_RUNS` overrides the 1,000 runs, `SERVICE_BENCH_TRIPS` the 300 dispatch trips;
+//! `SERVICE_BENCH_RUNS` overrides the 1,000 runs, `SERVICE_BENCH_TRIPS` the 340 dispatch trips (the first 40
+//! are warm-up, not counted);
 //! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling).
 
 #![allow(clippy::print_stdout)]
@@ -162,7 +163,7 @@ async fn dispatch(memory: bool) {
     let n: usize = std::env::var("SERVICE_BENCH_TRIPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(340);
     create(&mut c, SEQ, json!({"n": n, "kind": "noop"})).await;
     let poll = pb::PollTasksRequest {
         worker_id: "bench".into(),
@@ -181,6 +182,7 @@ async fn dispatch(memory: bool) {
         .remove(0);
     // Half the trips complete then poll; half use eager dispatch (the completion's reply carries
     // the next task).
+    const WARMUP_TRIPS: usize = 40;
     let mut polled = Vec::with_capacity(n);
     let mut eager = Vec::with_capacity(n);
     for i in 1..n {
@@ -212,10 +214,14 @@ async fn dispatch(memory: bool) {
         let Some(next) = got.into_iter().next() else {
             panic!("no task {i} within 5 s");
         };
-        if use_eager {
-            eager.push(t0.elapsed());
-        } else {
-            polled.push(t0.elapsed());
+        let took = t0.elapsed();
+        // The first trips warm the connection, the allocator and the run's session: not counted.
+        if i > WARMUP_TRIPS {
+            if use_eager {
+                eager.push(took);
+            } else {
+                polled.push(took);
+            }
         }
         task = next;
     }

@@ -72,23 +72,24 @@ impl Engine {
         Ok((head, record))
     }
 
-    /// Writes the effect's `result.json`, then journals `event` right after `head`.
+    /// Writes the effect's logs and `result.json` together (one durability sync on the
+    /// filesystem instead of one per file), then journals `event` right after `head`.
     async fn settle_effect(
         &self,
         run_id: &str,
         effect_id: &str,
         head: Head,
+        logs: Vec<(RunFile, Bytes)>,
         result: Map<String, Value>,
         event: NewEvent,
     ) -> Result<Head, EngineError> {
         let journal = self.journal();
-        journal
-            .put_run_file(
-                run_id,
-                &RunFile::task(effect_id, "result.json")?,
-                Bytes::from(Value::Object(result).to_string()),
-            )
-            .await?;
+        let mut files = logs;
+        files.push((
+            RunFile::task(effect_id, "result.json")?,
+            Bytes::from(Value::Object(result).to_string()),
+        ));
+        journal.put_run_files(run_id, files).await?;
         let mut event = event;
         event.recorded_at = Some(iso(self.now_ms()));
         let committed = journal.append(run_id, head.seq + 1, vec![event]).await?;
@@ -103,7 +104,6 @@ impl Engine {
 
     /// Commits the result of a pending effect; returns the new head.
     pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
-        let journal = self.journal();
         let (head, record) = self.pending_record(run_id, &c.effect_id).await?;
         let mut outcome = c.outcome.clone();
         if record.kind.as_deref() == Some("shell")
@@ -124,24 +124,13 @@ impl Engine {
         let id = &c.effect_id;
         let mut stdout_ref = c.stdout_ref.clone().filter(|r| !r.is_empty());
         let mut stderr_ref = c.stderr_ref.clone().filter(|r| !r.is_empty());
+        let mut logs = Vec::new();
         if let Some(out) = &c.stdout {
-            journal
-                .put_run_file(
-                    run_id,
-                    &RunFile::task(id, "stdout.log")?,
-                    Bytes::from(out.clone()),
-                )
-                .await?;
+            logs.push((RunFile::task(id, "stdout.log")?, Bytes::from(out.clone())));
             stdout_ref = Some(format!("tasks/{id}/stdout.log"));
         }
         if let Some(err) = &c.stderr {
-            journal
-                .put_run_file(
-                    run_id,
-                    &RunFile::task(id, "stderr.log")?,
-                    Bytes::from(err.clone()),
-                )
-                .await?;
+            logs.push((RunFile::task(id, "stderr.log")?, Bytes::from(err.clone())));
             stderr_ref = Some(format!("tasks/{id}/stderr.log"));
         }
         let mut doc = Map::new();
@@ -211,7 +200,7 @@ impl Engine {
             data.insert("breakpointId".into(), json!(bp_id));
         }
         let event = NewEvent::new(EventType::EffectResolved, Value::Object(data));
-        self.settle_effect(run_id, id, head, doc, event).await
+        self.settle_effect(run_id, id, head, logs, doc, event).await
     }
 }
 
@@ -252,7 +241,7 @@ impl Engine {
             data.insert("reason".into(), json!(r));
         }
         let event = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
-        self.settle_effect(run_id, effect_id, head, doc, event)
+        self.settle_effect(run_id, effect_id, head, Vec::new(), doc, event)
             .await
     }
 }
