@@ -660,12 +660,12 @@ impl Journal {
 
     /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's
     /// `task.json`s): each is redacted and serialised once, as babysitter writes it, instead of
-    /// being parsed back from bytes.
+    /// being parsed back from bytes. Returns what was stored, in order.
     pub async fn put_run_json_files(
         &self,
         run_id: &str,
         files: Vec<(RunFile, Value)>,
-    ) -> Result<()> {
+    ) -> Result<Vec<Bytes>> {
         validate_id("run id", run_id)?;
         let mut out = Vec::with_capacity(files.len());
         for (file, mut doc) in files {
@@ -680,7 +680,9 @@ impl Journal {
             }
             out.push((file, Bytes::from(jsjson::to_file_string(&doc))));
         }
-        self.store_run_files(run_id, out).await
+        let stored = out.iter().map(|(_, b)| b.clone()).collect();
+        self.store_run_files(run_id, out).await?;
+        Ok(stored)
     }
 
     async fn store_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {

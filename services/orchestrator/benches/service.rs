@@ -26,7 +26,8 @@ use babysitter_journal::config::LimitsConfig;
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::JournalStore;
 use babysitter_journal::{Journal, JournalOptions};
-use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::engine::Engine;
+use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
 use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
 use babysitter_orchestrator::service::runs::{ManagerConfig, RunManager};
@@ -81,8 +82,8 @@ async fn stack(memory_journal: bool) -> Stack {
         Arc::new(FsStore::new(&runs))
     };
     let journal = Journal::new(store, JournalOptions::default());
-    let mut engine_options = EngineOptions::new(&runs);
-    engine_options.exclusive_writer = true; // as the orchestrator binary runs it
+    // The engine as the orchestrator binary configures it.
+    let engine_options = OrchestratorConfig::default().engine_options(runs.clone());
     let engine = Engine::new(journal, engine_options).unwrap();
     let queue = QueueConfig {
         max_poll_wait: Duration::from_secs(5),

@@ -78,6 +78,10 @@ pub struct EngineOptions {
     /// journal): reads skip checking the store for other writers' events. A write that meets
     /// another writer's event still fails with a conflict, after which the run is re-read.
     pub exclusive_writer: bool,
+    /// Build babysitter's `nextActions` every iteration (the CLI prints them). The service,
+    /// which dispatches from the index, turns it off: for every effect still pending it costs a
+    /// `task.json` read per iteration (a fan-out of 1,000 would read 999 files per result).
+    pub next_actions: bool,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -106,6 +110,7 @@ impl EngineOptions {
             ids: None,
             process_env: Default::default(),
             exclusive_writer: false,
+            next_actions: true,
         }
     }
 }

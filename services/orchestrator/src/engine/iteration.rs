@@ -56,6 +56,8 @@ pub struct Iteration {
     pub next_actions: Vec<Value>,
     /// Effect ids requested by this iteration.
     pub requested: Vec<String>,
+    /// Their `task.json` as stored (redacted), in the same order: a dispatcher needs no read.
+    pub requested_tasks: Vec<Bytes>,
     pub warnings: Vec<String>,
     /// Journaled effects the process ended without reaching (e.g. after a code change).
     pub unreached: Vec<String>,
@@ -193,6 +195,7 @@ impl Engine {
                 error: None,
                 next_actions: Vec::new(),
                 requested: Vec::new(),
+                requested_tasks: Vec::new(),
                 warnings,
                 unreached: Vec::new(),
                 js_time: std::time::Duration::ZERO,
@@ -475,9 +478,11 @@ impl Engine {
             ));
             events.push(self.event(EventType::EffectRequested, request_data(r), now));
         }
-        if !task_files.is_empty() {
-            journal.put_run_json_files(run_id, task_files).await?;
-        }
+        let requested_tasks = if task_files.is_empty() {
+            Vec::new()
+        } else {
+            journal.put_run_json_files(run_id, task_files).await?
+        };
         self.emit_logs(run_id, &report).await?;
         let requested: Vec<String> = report
             .requests
@@ -578,7 +583,11 @@ impl Engine {
         if self.options().warm {
             self.set_warm_head(run_id, Some(new_head.seq));
         }
-        let next_actions = self.next_actions(run_id, &report, &iso(now)).await?;
+        let next_actions = if self.options().next_actions {
+            self.next_actions(run_id, &report, &iso(now)).await?
+        } else {
+            Vec::new()
+        };
         let mut warnings = warnings;
         // Only a cold replay that ran to the end knows what it no longer reaches.
         let unreached: Vec<String> = if status == IterationStatus::Waiting || warm {
@@ -609,6 +618,7 @@ impl Engine {
             error,
             next_actions,
             requested,
+            requested_tasks,
             warnings,
             unreached,
             js_time: report.js_time,
@@ -655,6 +665,7 @@ impl Engine {
             error: Some(error),
             next_actions: Vec::new(),
             requested: Vec::new(),
+            requested_tasks: Vec::new(),
             warnings,
             unreached: Vec::new(),
             js_time: std::time::Duration::ZERO,

@@ -253,6 +253,8 @@ impl OrchestratorConfig {
         o.cached_runs = e.cached_runs.max(1);
         o.js_threads = e.js_threads.max(1);
         o.exclusive_writer = e.exclusive_writer;
+        // Tasks are dispatched from the journal's index, not from babysitter's nextActions.
+        o.next_actions = false;
         o
     }
 

@@ -561,6 +561,13 @@ impl RunManager {
             .get(run_id)
             .map(|r| r.namespace.clone())
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        // The task.json the iteration just stored, so new tasks are dispatched without a read.
+        let fresh: HashMap<&str, &Bytes> = it
+            .requested
+            .iter()
+            .map(String::as_str)
+            .zip(it.requested_tasks.iter())
+            .collect();
         let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
         for r in &pending {
             let kind = r.kind.clone().unwrap_or_else(|| "unknown".into());
@@ -570,9 +577,14 @@ impl RunManager {
                 "sleep" => self.arm_timer(run_id, r).await?,
                 _ if self.inner.queue.is_known(run_id, &r.effect_id) => {}
                 _ => {
-                    let task = journal
-                        .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
-                        .await?;
+                    let task = match fresh.get(r.effect_id.as_str()) {
+                        Some(doc) => (*doc).clone(),
+                        None => {
+                            journal
+                                .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
+                                .await?
+                        }
+                    };
                     let spec = task_spec(&namespace, run_id, r, &kind, task)?;
                     self.inner.queue.enqueue(spec, recovered);
                 }

@@ -104,6 +104,13 @@ impl Harness {
         let mut out = Vec::new();
         for _ in 0..max {
             let it = self.engine.iterate(RUN).await.expect("iterate");
+            // What the iteration hands a dispatcher is exactly what it stored.
+            assert_eq!(it.requested_tasks.len(), it.requested.len());
+            for (id, doc) in it.requested.iter().zip(&it.requested_tasks) {
+                let stored = std::fs::read(self.run_dir().join("tasks").join(id).join("task.json"))
+                    .expect("task.json stored");
+                assert_eq!(stored, doc.as_ref(), "task.json of {id}");
+            }
             out.push(it.clone());
             if it.status != IterationStatus::Waiting {
                 break;
@@ -152,16 +159,17 @@ impl Harness {
 
     /// The journal as (type, data) pairs.
     pub fn journal(&self) -> Vec<(String, Value)> {
-        journal_of(&self.dir.path().join("runs").join(RUN))
+        journal_of(&self.run_dir())
+    }
+
+    fn run_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("runs").join(RUN)
     }
 
     pub fn task_json(&self, effect_id: &str) -> Value {
         serde_json::from_slice(
             &std::fs::read(
-                self.dir
-                    .path()
-                    .join("runs")
-                    .join(RUN)
+                self.run_dir()
                     .join("tasks")
                     .join(effect_id)
                     .join("task.json"),

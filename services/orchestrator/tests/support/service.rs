@@ -14,7 +14,8 @@ use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::redact::Redactor;
 use babysitter_journal::{Journal, JournalOptions};
-use babysitter_orchestrator::engine::{Engine, EngineOptions};
+use babysitter_orchestrator::engine::Engine;
+use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
 use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
 use babysitter_orchestrator::service::runs::{ManagerConfig, RunManager};
@@ -74,8 +75,8 @@ pub async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor)
             ..JournalOptions::default()
         },
     );
-    let mut engine_options = EngineOptions::new(&runs);
-    engine_options.exclusive_writer = true; // as the orchestrator binary runs it
+    // The engine as the orchestrator binary configures it.
+    let engine_options = OrchestratorConfig::default().engine_options(runs.clone());
     let engine = Engine::new(journal, engine_options).unwrap();
     let manager = RunManager::new(
         engine,
