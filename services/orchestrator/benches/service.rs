@@ -184,6 +184,10 @@ async fn dispatch(memory: bool) {
     // Half the trips complete then poll; half use eager dispatch (the completion's reply carries
     // the next task).
     const WARMUP_TRIPS: usize = 40;
+    // Bare unary calls interleaved with the trips (a few after each eager one), so a change in
+    // machine load meets both sides of the ratio alike.
+    const BARE_PER_TRIP: usize = 4;
+    let mut bare = Vec::with_capacity(n * BARE_PER_TRIP);
     let mut polled = Vec::with_capacity(n);
     let mut eager = Vec::with_capacity(n);
     for i in 1..n {
@@ -223,19 +227,20 @@ async fn dispatch(memory: bool) {
             } else {
                 polled.push(took);
             }
+            // After an eager trip the server's work for it is done (the reply waited for the
+            // iteration); after complete + poll a driver may still be finishing.
+            for _ in 0..if use_eager { BARE_PER_TRIP } else { 0 } {
+                let t0 = Instant::now();
+                w.heartbeat(pb::HeartbeatRequest {
+                    worker_id: "bench".into(),
+                    lease_ids: vec![],
+                })
+                .await
+                .unwrap();
+                bare.push(t0.elapsed());
+            }
         }
         task = next;
-    }
-    let mut bare = Vec::with_capacity(2000);
-    for _ in 0..2000 {
-        let t0 = Instant::now();
-        w.heartbeat(pb::HeartbeatRequest {
-            worker_id: "bench".into(),
-            lease_ids: vec![],
-        })
-        .await
-        .unwrap();
-        bare.push(t0.elapsed());
     }
     let (b50, b99) = (pct(&mut bare, 0.5), pct(&mut bare, 0.99));
     let journal = if memory { "memory" } else { "filesystem" };
