@@ -379,8 +379,9 @@ pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
 /// Replaces `<runDir>/journal/` with `events` (written with their own seq and ULID) and keeps
 /// the old directory as `<runDir>/<backup_name>/`. The new journal is built whole in
 /// `<runDir>/<staging_name>/` and made durable (every file and the directory fsynced) before
-/// anything is renamed, so a crash leaves either the old journal in place or the new one with
-/// the backup beside it — never a half-written journal. The run's snapshots (`state/snapshots`,
+/// anything is renamed, then swapped in with one atomic `RENAME_EXCHANGE`, so a crash leaves
+/// either the old journal in place or the new one (the old one beside it) — never a half-written
+/// or missing journal. The run's snapshots (`state/snapshots`,
 /// keyed by the old sequence numbers) are removed. Call it under [`lock_run_dir`].
 pub fn replace_journal(
     run_dir: &Path,
@@ -429,14 +430,36 @@ pub fn replace_journal(
             return Err(JournalError::io(snapshots.display(), e));
         }
     }
-    if let Err(e) = fs::rename(&journal, &backup) {
-        let _ = fs::remove_dir_all(&staging);
-        return Err(JournalError::io(journal.display(), e));
-    }
-    if let Err(e) = fs::rename(&staging, &journal) {
-        // Put the original back; the staged copy stays for inspection.
-        let _ = fs::rename(&backup, &journal);
-        return Err(JournalError::io(staging.display(), e));
+    // One atomic exchange: `journal/` is the old directory or the new one, never missing (two
+    // renames would leave no journal between them if the process died there).
+    let cwd = rustix::fs::CWD;
+    match rustix::fs::renameat_with(
+        cwd,
+        &staging,
+        cwd,
+        &journal,
+        rustix::fs::RenameFlags::EXCHANGE,
+    ) {
+        Ok(()) => {
+            // The old journal now sits at the staging name: keep it as the backup.
+            fs::rename(&staging, &backup).map_err(|e| JournalError::io(staging.display(), e))?;
+        }
+        // A filesystem without RENAME_EXCHANGE: two renames, the original put back on failure.
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            if let Err(e) = fs::rename(&journal, &backup) {
+                let _ = fs::remove_dir_all(&staging);
+                return Err(JournalError::io(journal.display(), e));
+            }
+            if let Err(e) = fs::rename(&staging, &journal) {
+                // Put the original back; the staged copy stays for inspection.
+                let _ = fs::rename(&backup, &journal);
+                return Err(JournalError::io(staging.display(), e));
+            }
+        }
+        Err(e) => {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(JournalError::io(journal.display(), e.into()));
+        }
     }
     fsync_dir(run_dir)?;
     Ok(backup)
