@@ -8,13 +8,14 @@
 //! 2. the reference CLI: its `run.lock` (`{pid, owner, acquiredAt}`, spec §1.7) while the pid is
 //!    alive (a dead holder's file is left for the journal's stale-lock takeover).
 //!
-//! This helper does not write `run.lock` itself: the journal's filesystem store creates it for
-//! every append, and it is not re-entrant, so holding it here would make the command's own
-//! appends wait on themselves. Until the journal offers a re-entrant `FsStore::lock_run`, a
-//! reference CLI that starts *during* one of our iterations is only excluded per append (its
-//! append fails cleanly with a sequence conflict rather than corrupting the run).
+//! Once both are free, the command holds the journal's writer locks for its whole duration
+//! (`babysitter_journal::fs::hold_run`: the `journal/` `flock` and `run.lock` with our pid), as
+//! the reference's `withRunLock` does: a reference CLI that starts during one of our iterations
+//! waits on `run.lock` instead of interleaving with it, and the command's own appends go ahead
+//! under the hold.
 
-use babysitter_journal::fs::{pid_alive, run_lock_holder};
+use babysitter_journal::JournalError;
+use babysitter_journal::fs::{HeldRun, hold_run, pid_alive, run_lock_holder};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,6 +27,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Held for the duration of a command.
 #[derive(Debug)]
 pub struct RunGuard {
+    // Dropped in this order: `run.lock` and the journal's flock, then the run directory's.
+    _held: HeldRun,
     _dir: rustix::fd::OwnedFd,
 }
 
@@ -96,13 +99,40 @@ pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, Lock
         }
     }
     loop {
-        let Some((pid, owner)) = foreign_holder(run_dir) else {
-            return Ok(RunGuard { _dir: dir });
+        let holder = match foreign_holder(run_dir) {
+            Some(h) => Some(h),
+            None => {
+                let path = run_dir.to_path_buf();
+                let held = tokio::task::spawn_blocking(move || hold_run(&path, 4))
+                    .await
+                    .map_err(|e| LockError::Io {
+                        path: run_dir.to_path_buf(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+                match held {
+                    Ok(held) => {
+                        return Ok(RunGuard {
+                            _held: held,
+                            _dir: dir,
+                        });
+                    }
+                    // Taken by the reference CLI between the check and the hold: wait again.
+                    Err(JournalError::Locked { pid, owner, .. }) => Some((pid, owner)),
+                    Err(e) => {
+                        return Err(LockError::Io {
+                            path: run_dir.to_path_buf(),
+                            source: std::io::Error::other(e.to_string()),
+                        });
+                    }
+                }
+            }
         };
-        if tokio::time::Instant::now() >= deadline {
-            return Err(LockError::Held { pid, owner });
+        if let Some((pid, owner)) = holder {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(LockError::Held { pid, owner });
+            }
+            announce(&format!("run.lock held by pid {pid} ({owner})"));
         }
-        announce(&format!("run.lock held by pid {pid} ({owner})"));
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(100));
     }

@@ -16,7 +16,7 @@
 //! A crash mid-batch leaves a committed prefix of the batch (each file is whole); the directory
 //! is fsynced once per batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
@@ -278,14 +278,62 @@ fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
 /// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
 #[derive(Debug)]
 pub struct RunLock {
-    _dir: rustix::fd::OwnedFd,
-    lock_file: PathBuf,
+    /// `None`: the locks were already held by this process for a whole command ([`hold_run`]).
+    held: Option<(rustix::fd::OwnedFd, PathBuf)>,
 }
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.lock_file);
+        if let Some((_, lock_file)) = &self.held {
+            let _ = fs::remove_file(lock_file);
+        }
     }
+}
+
+/// Runs whose writer locks this process holds for a whole command ([`hold_run`]); their appends
+/// proceed under that hold instead of taking the (not re-entrant) locks again.
+static HELD: std::sync::Mutex<BTreeSet<PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
+
+fn held_key(run_dir: &Path) -> PathBuf {
+    fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf())
+}
+
+fn held_by_this_process(run_dir: &Path) -> bool {
+    let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    !held.is_empty() && held.contains(&held_key(run_dir))
+}
+
+/// A run's writer locks held for a whole command (see [`hold_run`]); released on drop.
+#[derive(Debug)]
+pub struct HeldRun {
+    /// `None` for a nested hold: the outer one releases.
+    key: Option<PathBuf>,
+    _lock: RunLock,
+}
+
+impl Drop for HeldRun {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        }
+    }
+}
+
+/// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
+/// pid) for the whole of a command such as one iteration or one `task:post`, the way the
+/// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on `run.lock`
+/// instead of interleaving its appends with ours. This process's own appends to the run go
+/// ahead under the hold. Blocking; waits about `attempts` × 5 ms.
+pub fn hold_run(run_dir: &Path, attempts: u32) -> Result<HeldRun> {
+    let nested = held_by_this_process(run_dir);
+    let lock = lock_run_dir(run_dir, attempts)?;
+    let key = (!nested).then(|| held_key(run_dir));
+    if let Some(k) = &key {
+        HELD.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(k.clone());
+    }
+    Ok(HeldRun { key, _lock: lock })
 }
 
 /// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
@@ -294,6 +342,9 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
+    if held_by_this_process(run_dir) {
+        return Ok(RunLock { held: None });
+    }
     let journal_dir = run_dir.join("journal");
     fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
     let dir = rustix::fs::open(
@@ -337,8 +388,7 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
                 f.write_all(body.as_bytes())
                     .map_err(|e| JournalError::io(lock_file.display(), e))?;
                 return Ok(RunLock {
-                    _dir: dir,
-                    lock_file,
+                    held: Some((dir, lock_file)),
                 });
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {

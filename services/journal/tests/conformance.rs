@@ -268,3 +268,76 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
         "{err:?}"
     );
 }
+
+/// A command's hold on a run (`fs::hold_run`, what the CLI takes around an iteration or a post):
+/// `run.lock` names this process for the whole hold, so the reference CLI waits instead of
+/// interleaving; this process's own appends go ahead under it; a nested hold does not end the
+/// outer one; the lock file goes with the last hold.
+#[tokio::test]
+async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
+    use babysitter_journal::fs::hold_run;
+    use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::new(
+        Arc::new(FsStore::new(dir.path().to_path_buf())),
+        JournalOptions::default(),
+    );
+    journal
+        .create_run(
+            "held",
+            babysitter_journal::store::RunFiles {
+                run_json: serde_json::json!({"runId": "held", "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
+                inputs_json: None,
+            },
+        )
+        .await
+        .unwrap();
+    let run_dir = dir.path().join("held");
+    let lock_file = run_dir.join("run.lock");
+    let pid_in_lock = || -> Option<u64> {
+        let text = std::fs::read_to_string(&lock_file).ok()?;
+        serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
+    };
+    let outer = hold_run(&run_dir, 4).unwrap();
+    assert_eq!(pid_in_lock(), Some(u64::from(std::process::id())));
+    let inner = hold_run(&run_dir, 4).unwrap();
+    drop(inner);
+    assert_eq!(
+        pid_in_lock(),
+        Some(u64::from(std::process::id())),
+        "a nested hold leaves the outer one in place"
+    );
+    // Appends under the hold neither wait on it nor remove its run.lock.
+    for seq in 1..=3 {
+        journal
+            .append(
+                "held",
+                seq,
+                vec![NewEvent::new(
+                    EventType::RunCreated,
+                    serde_json::json!({"runId": "held"}),
+                )],
+            )
+            .await
+            .unwrap();
+        assert!(
+            lock_file.try_exists().unwrap(),
+            "run.lock kept through append {seq}"
+        );
+    }
+    drop(outer);
+    assert!(!lock_file.try_exists().unwrap(), "released with the hold");
+    // Without a hold, an append takes and releases the locks itself.
+    journal
+        .append(
+            "held",
+            4,
+            vec![NewEvent::new(
+                EventType::RunCreated,
+                serde_json::json!({"runId": "held"}),
+            )],
+        )
+        .await
+        .unwrap();
+    assert!(!lock_file.try_exists().unwrap());
+}
