@@ -41,7 +41,11 @@ impl Run {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
-        let journal = Journal::new(Arc::new(FsStore::new(&root)), crate::cli_journal_options());
+        // One command per process: file I/O in place (see FsStore::inline_io).
+        let journal = Journal::new(
+            Arc::new(FsStore::new(&root).inline_io()),
+            crate::cli_journal_options(),
+        );
         Ok(Run {
             dir,
             root,

@@ -54,6 +54,50 @@ async fn suite_filesystem_babysitter_layout() {
     testsuite::run_all(babysitter_dir(&dir)).await;
 }
 
+/// The same layout with file I/O in place (the CLI's store), on the runtime the CLI uses.
+#[tokio::test(flavor = "current_thread")]
+async fn suite_filesystem_babysitter_layout_inline_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(".a5c").join("runs");
+    testsuite::run_all(Arc::new(move || {
+        Arc::new(FsStore::new(root.clone()).inline_io()) as Arc<dyn JournalStore>
+    }))
+    .await;
+}
+
+/// In-place I/O really is in place: with no tokio runtime at all (where a trip to the blocking
+/// pool would panic), a run is created, appended to and read.
+#[test]
+fn inline_io_needs_no_blocking_pool() {
+    use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::new(
+        Arc::new(FsStore::new(dir.path().to_path_buf()).inline_io()),
+        JournalOptions {
+            background_snapshots: false,
+            ..JournalOptions::default()
+        },
+    );
+    futures::executor::block_on(async {
+        journal
+            .create_run(
+                "inline",
+                babysitter_journal::store::RunFiles {
+                    run_json: serde_json::json!({"runId": "inline", "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
+                    inputs_json: None,
+                },
+            )
+            .await
+            .unwrap();
+        let ev = NewEvent::new(
+            EventType::RunCreated,
+            serde_json::json!({"runId": "inline"}),
+        );
+        journal.append("inline", 1, vec![ev]).await.unwrap();
+        assert_eq!(journal.read("inline", 1, 0).await.unwrap().len(), 1);
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_filesystem_object_layout() {
     let dir = tempfile::tempdir().unwrap();
