@@ -28,6 +28,14 @@ fn babysitter_dir(dir: &tempfile::TempDir) -> Factory {
     Arc::new(move || Arc::new(FsStore::new(root.clone())) as Arc<dyn JournalStore>)
 }
 
+/// A run with nothing but its `run.json`.
+fn bare_run(id: &str) -> babysitter_journal::store::RunFiles {
+    babysitter_journal::store::RunFiles {
+        run_json: serde_json::json!({"runId": id, "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
+        inputs_json: None,
+    }
+}
+
 fn object_dir(dir: &tempfile::TempDir) -> Factory {
     let local: Arc<dyn ObjectStore> = Arc::new(
         object_store::local::LocalFileSystem::new_with_prefix(dir.path())
@@ -80,13 +88,7 @@ fn inline_io_needs_no_blocking_pool() {
     );
     futures::executor::block_on(async {
         journal
-            .create_run(
-                "inline",
-                babysitter_journal::store::RunFiles {
-                    run_json: serde_json::json!({"runId": "inline", "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
-                    inputs_json: None,
-                },
-            )
+            .create_run("inline", bare_run("inline"))
             .await
             .unwrap();
         let ev = NewEvent::new(
