@@ -76,6 +76,30 @@ async fn run_task(
     (done, evs)
 }
 
+/// A stand-in harness `name` (a shell script with `body`) of `kind` runs a plain task for
+/// `harness`; the temp dir holding it comes back with the outcome and the events.
+async fn run_script(
+    name: &str,
+    body: &str,
+    kind: HarnessKind,
+    harness: &str,
+) -> (
+    tempfile::TempDir,
+    AgentDone,
+    Vec<babysitter_proto::common::v1::AgentEvent>,
+) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let s = settings(script(dir.path(), name, body), kind);
+    let (d, evs) = run_task(
+        &s,
+        &task(harness, json!({})),
+        &dir.path().join("w"),
+        &CancellationToken::new(),
+    )
+    .await;
+    (dir, d, evs)
+}
+
 fn err(d: &AgentDone) -> &Value {
     d.done
         .outcome
@@ -132,18 +156,11 @@ async fn a_run_yields_the_value_usage_cost_and_a_closed_event_stream() {
 
 #[tokio::test]
 async fn a_non_zero_exit_is_a_task_error_with_the_reason_and_the_output() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let bin = script(
-        dir.path(),
+    let (_dir, d, _) = run_script(
         "codex",
         "echo '{\"type\":\"thread.started\",\"thread_id\":\"t\"}'\necho 'auth exploded' >&2\nexit 3",
-    );
-    let s = settings(bin, HarnessKind::Codex);
-    let (d, _) = run_task(
-        &s,
-        &task("codex", json!({})),
-        &dir.path().join("w"),
-        &CancellationToken::new(),
+        HarnessKind::Codex,
+        "codex",
     )
     .await;
     let e = err(&d);
@@ -162,18 +179,11 @@ async fn a_non_zero_exit_is_a_task_error_with_the_reason_and_the_output() {
 
 #[tokio::test]
 async fn garbage_output_with_exit_zero_is_a_task_error_and_unparsed_events() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let bin = script(
-        dir.path(),
+    let (_dir, d, evs) = run_script(
         "gemini",
         "echo 'Segmentation fault (core dumped) or so'\necho '<html>'",
-    );
-    let s = settings(bin, HarnessKind::GeminiCli);
-    let (d, evs) = run_task(
-        &s,
-        &task("gemini-cli", json!({})),
-        &dir.path().join("w"),
-        &CancellationToken::new(),
+        HarnessKind::GeminiCli,
+        "gemini-cli",
     )
     .await;
     let e = err(&d);
@@ -324,19 +334,12 @@ async fn a_harness_that_is_not_installed_or_a_bad_task_fails_clearly() {
 
 #[tokio::test]
 async fn an_endless_line_is_cut_into_bounded_pieces_not_buffered_whole() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     // 3 MiB without a newline, then a valid end: memory stays bounded, the run still ends.
-    let bin = script(
-        dir.path(),
+    let (_dir, d, evs) = run_script(
         "claude",
         &format!("head -c 3145728 /dev/zero | tr '\\0' x\necho\n{CLAUDE_OK}"),
-    );
-    let s = settings(bin, HarnessKind::ClaudeCode);
-    let (d, evs) = run_task(
-        &s,
-        &task("claude-code", json!({})),
-        &dir.path().join("w"),
-        &CancellationToken::new(),
+        HarnessKind::ClaudeCode,
+        "claude-code",
     )
     .await;
     assert_eq!(d.done.outcome, Ok(json!("{\"ok\": true}")));
