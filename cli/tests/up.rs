@@ -64,14 +64,10 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
         .unwrap();
     let run = c
         .create_run(pb::CreateRunRequest {
-            process: Some(pb::ProcessBundle {
-                entry_path: "main.mjs".into(),
-                export_name: String::new(),
-                files: vec![pb::ProcessFile {
-                    path: "main.mjs".into(),
-                    content: PROCESS.as_bytes().to_vec().into(),
-                }],
-            }),
+            process: Some(pb::ProcessBundle::single_file(
+                "main.mjs",
+                PROCESS.as_bytes().to_vec(),
+            )),
             ..Default::default()
         })
         .await
