@@ -7,11 +7,12 @@
 //! - [`host`]: the embedded QuickJS host — runtime limits, the ES module loader confined to the
 //!   process folder, Node built-in shims.
 //! - [`session`]: one run's live JS session (engine runtime, SDK module, the process promise).
-//! - [`pool`]: the JS worker threads sessions are pinned to.
+//! - [`pool`]: where runs' JS executes (inline or on the JS threads) and the warm sessions.
 //! - [`views`]: what a journaled effect hands to the process.
 //! - [`iteration`]: one iteration — load, replay or continue, journal the batch, report.
 
 pub mod commit;
+mod drive;
 pub mod host;
 pub mod identity;
 pub mod iteration;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use babysitter_journal::{Journal, JournalError};
 
 pub use iteration::{Iteration, IterationStatus};
+pub use pool::JsPlacement;
 
 /// Wall clock in epoch milliseconds (injectable for tests and golden reproduction).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -66,8 +68,12 @@ pub struct EngineOptions {
     pub cpu_limit: Duration,
     /// Warm sessions kept across all JS threads.
     pub cached_runs: usize,
-    /// JS worker threads.
+    /// JS worker threads (none with [`JsPlacement::CallingThread`]).
     pub js_threads: usize,
+    /// Which thread runs a run's JS: see [`pool`]. The default runs warm continuations inline
+    /// under a time slice; a process driving a single run (the CLI) can choose
+    /// [`JsPlacement::CallingThread`] and start no JS thread at all.
+    pub js_placement: JsPlacement,
     /// Keep sessions warm between iterations (false: every iteration replays cold).
     pub warm: bool,
     pub clock: Clock,
@@ -92,6 +98,7 @@ impl std::fmt::Debug for EngineOptions {
             .field("cpu_limit", &self.cpu_limit)
             .field("cached_runs", &self.cached_runs)
             .field("js_threads", &self.js_threads)
+            .field("js_placement", &self.js_placement)
             .field("warm", &self.warm)
             .finish_non_exhaustive()
     }
@@ -105,6 +112,7 @@ impl EngineOptions {
             cpu_limit: Duration::from_secs(30),
             cached_runs: 1024,
             js_threads: 2,
+            js_placement: JsPlacement::default(),
             warm: true,
             clock: Arc::new(|| chrono::Utc::now().timestamp_millis()),
             ids: None,
@@ -126,9 +134,6 @@ struct Inner {
     journal: Journal,
     options: EngineOptions,
     pool: pool::Pool,
-    /// The journal head each warm session has consumed (kept here so an iteration needs one
-    /// round trip to its JS thread, not three).
-    warm_heads: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     code_hashes: process_file::CodeHashes,
     /// `run.json` / `inputs.json` per run, kept by an exclusive writer (they do not change under
     /// it) so an iteration does not re-read and re-parse them.
@@ -139,13 +144,16 @@ struct Inner {
 
 impl Engine {
     pub fn new(journal: Journal, options: EngineOptions) -> Result<Self, EngineError> {
-        let pool = pool::Pool::new(options.js_threads, options.cached_runs)?;
+        let pool = pool::Pool::new(
+            options.js_threads,
+            options.cached_runs,
+            options.js_placement,
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 journal,
                 options,
                 pool,
-                warm_heads: Default::default(),
                 code_hashes: Default::default(),
                 run_files: Default::default(),
             }),
@@ -166,39 +174,18 @@ impl Engine {
 
     /// Warm sessions held and their JS heap bytes.
     pub async fn cache_stats(&self) -> Result<(usize, usize), EngineError> {
-        self.inner.pool.stats().await
+        Ok(self.inner.pool.stats())
     }
 
     /// Drops the run's warm session: its next iteration replays cold.
     pub async fn evict(&self, run_id: &str) -> Result<(), EngineError> {
-        self.set_warm_head(run_id, None);
         self.inner
             .run_files
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(run_id);
-        self.inner.pool.evict(run_id).await
-    }
-
-    pub(crate) fn warm_head(&self, run_id: &str) -> Option<u64> {
-        self.inner
-            .warm_heads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(run_id)
-            .copied()
-    }
-
-    pub(crate) fn set_warm_head(&self, run_id: &str, seq: Option<u64>) {
-        let mut m = self
-            .inner
-            .warm_heads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match seq {
-            Some(s) => m.insert(run_id.to_owned(), s),
-            None => m.remove(run_id),
-        };
+        self.inner.pool.evict(run_id);
+        Ok(())
     }
 
     /// SHA-256 of a process file, re-read only when the file changed.

@@ -33,13 +33,15 @@ mod tests;
 #[cfg(test)]
 mod tests_limits;
 
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
+use rquickjs::{
+    Context, Ctx, FromJs, Function, IntoJs, Module, Object, Persistent, Runtime, Value,
+};
 
 /// The deadline clock. The CPU limit is a watchdog over real elapsed time: it must keep running
 /// when a test pauses tokio's clock (with `tokio::time::Instant` a paused clock would never reach
@@ -112,6 +114,10 @@ pub enum HostError {
     /// A module could not be loaded (outside the folder, not a file, never settled, ...).
     #[error("cannot load module '{path}': {message}")]
     Load { path: String, message: String },
+    /// An inline drive outran the slice it was given ([`JsHost::with_slice`]); the host is
+    /// poisoned (the engine replays the run on a JS thread with the full CPU limit).
+    #[error("process outran its inline time slice")]
+    SliceExpired,
     /// An earlier limit error poisoned this host; drop it.
     #[error("the js host hit a resource limit earlier and must be dropped")]
     Poisoned,
@@ -130,7 +136,7 @@ impl HostError {
     pub fn is_limit(&self) -> bool {
         matches!(
             self,
-            HostError::CpuLimit { .. } | HostError::MemoryLimit { .. }
+            HostError::CpuLimit { .. } | HostError::MemoryLimit { .. } | HostError::SliceExpired
         )
     }
 }
@@ -144,7 +150,9 @@ enum Deadline {
 }
 
 /// Host state shared by the runtime's callbacks (interrupt handler, loader, host functions).
-/// Holds no JS values, so closures capturing it create no cycles the GC cannot see.
+/// Holds no JS values, so closures capturing it create no cycles the GC cannot see. `Sync`
+/// (atomics and mutexes, never contended: one thread drives a runtime at a time) so that a host
+/// can move between threads with its runtime (rquickjs `parallel`).
 pub(crate) struct HostCore {
     /// Canonical process folder.
     root: PathBuf,
@@ -153,88 +161,150 @@ pub(crate) struct HostCore {
     cpu_limit: Duration,
     builtins: HashMap<String, String>,
     /// File module name (root-relative, `/`-separated) → canonical path.
-    files: RefCell<HashMap<String, PathBuf>>,
-    rng: Cell<u64>,
-    deadline: Cell<Deadline>,
-    interrupted: Cell<bool>,
-    poisoned: Cell<bool>,
+    files: Mutex<HashMap<String, PathBuf>>,
+    rng: AtomicU64,
+    deadline: Mutex<Deadline>,
+    /// The armed deadline is an inline drive's slice, not the run's CPU limit.
+    slice: AtomicBool,
+    interrupted: AtomicBool,
+    poisoned: AtomicBool,
 }
 
 impl HostCore {
     /// Called by QuickJS every few thousand operations.
     fn should_interrupt(&self) -> bool {
-        if self.interrupted.get() {
+        if self.interrupted.load(Ordering::Relaxed) {
             return true;
         }
-        match self.deadline.get() {
+        match self.deadline() {
             Deadline::At(at) if Clock::now() >= at => {
-                self.interrupted.set(true);
+                self.interrupted.store(true, Ordering::Relaxed);
                 true
             }
             _ => false,
         }
     }
 
+    fn deadline(&self) -> Deadline {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Arms the deadline `limit` from now; `slice`: it is an inline drive's slice.
+    fn set_armed(&self, limit: Duration, slice: bool) {
+        let deadline = Clock::now()
+            .checked_add(limit)
+            .map_or(Deadline::Unlimited, Deadline::At);
+        self.slice.store(slice, Ordering::Relaxed);
+        self.set_deadline(deadline);
+    }
+
+    fn set_deadline(&self, deadline: Deadline) {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn file(&self, name: &str) -> Option<PathBuf> {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub(crate) fn add_file(&self, name: String, path: PathBuf) {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, path);
+    }
+
     /// Next value of the run's splitmix64 PRNG.
     pub(crate) fn next_random(&self) -> u64 {
-        let mut z = self.rng.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.rng.set(z);
+        let mut z = self
+            .rng
+            .load(Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.rng.store(z, Ordering::Relaxed);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
 
     fn limit_error(&self) -> Option<HostError> {
-        self.interrupted.get().then(|| {
-            self.poisoned.set(true);
+        self.interrupted.load(Ordering::Relaxed).then(|| {
+            self.poison();
+            self.limit_hit()
+        })
+    }
+
+    /// The error of an expired deadline: the run's CPU limit, or the shorter slice an inline
+    /// drive was given ([`JsHost::with_slice`]).
+    fn limit_hit(&self) -> HostError {
+        if self.slice.load(Ordering::Relaxed) {
+            HostError::SliceExpired
+        } else {
             HostError::CpuLimit {
                 limit: self.cpu_limit,
             }
-        })
+        }
     }
 }
 
-/// JS values the host keeps alive across `with` calls; cleared before the runtime is freed.
-#[derive(Default)]
-pub(crate) struct JsSlots {
-    /// The object of Rust functions behind the shims (`import.meta.host` in shim modules).
-    host_api: RefCell<Option<Persistent<Object<'static>>>>,
-    /// The engine's object for its built-in modules (`import.meta.engine`).
-    engine_api: RefCell<Option<Persistent<Object<'static>>>>,
-}
-
-impl JsSlots {
-    fn clear(&self) {
-        self.host_api.borrow_mut().take();
-        self.engine_api.borrow_mut().take();
+/// JS values the host keeps for later calls (the shims' `import.meta.host`, the built-in
+/// modules' `import.meta.engine`, the engine's own functions): properties of one object kept as
+/// the runtime's user data, so they live and move with the runtime (a `Persistent` is tied to
+/// its thread) and are freed before it.
+pub(crate) fn slot<'js, T: FromJs<'js>>(ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Option<T>> {
+    match ctx.userdata::<Object<'js>>() {
+        Some(slots) => slots.get(name),
+        None => Ok(None),
     }
 }
 
-thread_local! {
-    /// Hosts alive on this thread, keyed by their context pointer, so [`js_error`] can find the
-    /// limits and poison flag of the host an error came from.
-    static HOSTS: RefCell<Vec<(usize, Weak<HostCore>)>> = const { RefCell::new(Vec::new()) };
+/// Keeps `value` in the slot `name` (see [`slot`]).
+pub(crate) fn set_slot<'js, T: IntoJs<'js>>(
+    ctx: &Ctx<'js>,
+    name: &str,
+    value: T,
+) -> rquickjs::Result<()> {
+    if ctx.userdata::<Object<'js>>().is_none() {
+        let slots = Object::new(ctx.clone())?;
+        // Only this module stores user data, and only here: the slot cannot be taken.
+        let _ = ctx.store_userdata(slots);
+    }
+    match ctx.userdata::<Object<'js>>() {
+        Some(slots) => slots.set(name, value),
+        None => Err(rquickjs::Error::new_from_js("slots", "user data")),
+    }
+}
+
+/// Hosts alive in this process, keyed by their context pointer, so [`js_error`] can find the
+/// limits and poison flag of the host an error came from (whatever thread drives it now).
+static HOSTS: Mutex<Vec<(usize, Weak<HostCore>)>> = Mutex::new(Vec::new());
+
+fn hosts() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<HostCore>)>> {
+    HOSTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn ctx_key(ctx: &Ctx<'_>) -> usize {
     ctx.as_raw().as_ptr() as usize
 }
 
-fn core_of(ctx: &Ctx<'_>) -> Option<Rc<HostCore>> {
+fn core_of(ctx: &Ctx<'_>) -> Option<Arc<HostCore>> {
     let key = ctx_key(ctx);
-    HOSTS.with(|hosts| {
-        hosts
-            .borrow()
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, core)| core.upgrade())
-    })
+    hosts()
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, core)| core.upgrade())
 }
 
-/// The embedded JS host of one run. `!Send`: keep it on the thread that created it.
+/// The embedded JS host of one run. `Send` (rquickjs `parallel`): it may be driven from any
+/// thread, by one thread at a time.
 pub struct JsHost {
-    core: Rc<HostCore>,
-    slots: Rc<JsSlots>,
+    core: Arc<HostCore>,
     key: usize,
     context: Context,
     runtime: Runtime,
@@ -244,7 +314,7 @@ impl std::fmt::Debug for JsHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsHost")
             .field("root", &self.core.root)
-            .field("poisoned", &self.core.poisoned.get())
+            .field("poisoned", &self.is_poisoned())
             .finish_non_exhaustive()
     }
 }
@@ -263,19 +333,19 @@ impl JsHost {
                 message: "the process folder is not a directory".into(),
             });
         }
-        let core = Rc::new(HostCore {
+        let core = Arc::new(HostCore {
             root,
             env: config.env,
             memory_limit: config.memory_limit,
             cpu_limit: config.cpu_limit,
             builtins: config.builtin_modules.into_iter().collect(),
-            files: RefCell::new(HashMap::new()),
-            rng: Cell::new(config.random_seed),
-            deadline: Cell::new(Deadline::Disarmed),
-            interrupted: Cell::new(false),
-            poisoned: Cell::new(false),
+            files: Mutex::new(HashMap::new()),
+            rng: AtomicU64::new(config.random_seed),
+            deadline: Mutex::new(Deadline::Disarmed),
+            slice: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
         });
-        let slots = Rc::new(JsSlots::default());
 
         let engine = |e: rquickjs::Error| HostError::Engine(e.to_string());
         let runtime = Runtime::new().map_err(engine)?;
@@ -284,18 +354,17 @@ impl JsHost {
         runtime.set_interrupt_handler(Some(Box::new(move || handler_core.should_interrupt())));
         runtime.set_loader(
             loader::HostResolver::new(core.clone()),
-            loader::HostLoader::new(core.clone(), slots.clone()),
+            loader::HostLoader::new(core.clone()),
         );
         let context = Context::full(&runtime).map_err(engine)?;
         let key = context.with(|ctx| ctx_key(&ctx));
-        HOSTS.with(|hosts| {
-            let mut hosts = hosts.borrow_mut();
+        {
+            let mut hosts = hosts();
             hosts.retain(|(_, c)| c.strong_count() > 0);
-            hosts.push((key, Rc::downgrade(&core)));
-        });
+            hosts.push((key, Arc::downgrade(&core)));
+        }
         let host = JsHost {
             core,
-            slots,
             key,
             context,
             runtime,
@@ -321,8 +390,8 @@ impl JsHost {
                 )?;
                 let install: Function = prelude.get("default")?;
                 install.call::<_, ()>((host_api.clone(), env))?;
-                *self.slots.host_api.borrow_mut() = Some(Persistent::save(&ctx, host_api));
-                *self.slots.engine_api.borrow_mut() = Some(Persistent::save(&ctx, engine_api));
+                set_slot(&ctx, "host", host_api)?;
+                set_slot(&ctx, "engine", engine_api)?;
                 Ok(())
             };
             run().map_err(|e| js_error(&ctx, e))
@@ -362,15 +431,15 @@ impl JsHost {
     /// The engine's object for its built-in modules, visible to them as `import.meta.engine`
     /// (and to nothing else). Fill it before the first module that uses it is loaded.
     pub fn engine_api<'js>(&self, ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
-        match self.slots.engine_api.borrow().as_ref() {
-            Some(p) => p.clone().restore(ctx),
+        match slot(ctx, "engine")? {
+            Some(o) => Ok(o),
             None => Object::new(ctx.clone()),
         }
     }
 
     /// True after a CPU or memory limit error: the engine must drop this host.
     pub fn is_poisoned(&self) -> bool {
-        self.core.poisoned.get()
+        self.core.poisoned.load(Ordering::Relaxed)
     }
 
     /// Declares and evaluates the ES module file `rel_path` (relative to the process folder),
@@ -465,36 +534,51 @@ impl JsHost {
 
     /// Arms the CPU deadline unless an outer call already did; disarms when dropped.
     fn arm(&self) -> Armed<'_> {
-        if !matches!(self.core.deadline.get(), Deadline::Disarmed) {
+        if !matches!(self.core.deadline(), Deadline::Disarmed) {
             return Armed(None);
         }
-        let deadline = Clock::now()
-            .checked_add(self.core.cpu_limit)
-            .map_or(Deadline::Unlimited, Deadline::At);
-        self.core.deadline.set(deadline);
+        self.core.set_armed(self.core.cpu_limit, false);
         Armed(Some(&self.core))
+    }
+
+    /// Arms the deadline at `slice` from now when that is shorter than the CPU limit, until the
+    /// guard is dropped: every drive meanwhile that outruns the slice fails with
+    /// [`HostError::SliceExpired`] (and poisons the host) instead of running on. For drives on a
+    /// thread that must not be held for long (see `engine::pool`).
+    pub fn sliced(&self, slice: Duration) -> Sliced {
+        if slice >= self.core.cpu_limit || !matches!(self.core.deadline(), Deadline::Disarmed) {
+            return Sliced(None);
+        }
+        self.core.set_armed(slice, true);
+        Sliced(Some(self.core.clone()))
     }
 }
 
 impl Drop for JsHost {
     fn drop(&mut self) {
-        // the persistent objects must go before the runtime is freed
-        self.slots.clear();
         let key = self.key;
-        HOSTS.with(|hosts| {
-            hosts
-                .borrow_mut()
-                .retain(|(k, c)| *k != key && c.strong_count() > 0)
-        });
+        hosts().retain(|(k, c)| *k != key && c.strong_count() > 0);
     }
 }
 
 struct Armed<'a>(Option<&'a HostCore>);
 
+/// A time slice armed by [`JsHost::sliced`]; disarms when dropped.
+#[must_use]
+pub struct Sliced(Option<Arc<HostCore>>);
+
+impl Drop for Sliced {
+    fn drop(&mut self) {
+        if let Some(core) = &self.0 {
+            core.set_deadline(Deadline::Disarmed);
+        }
+    }
+}
+
 impl Drop for Armed<'_> {
     fn drop(&mut self) {
         if let Some(core) = self.0 {
-            core.deadline.set(Deadline::Disarmed);
+            core.set_deadline(Deadline::Disarmed);
         }
     }
 }
@@ -508,7 +592,7 @@ pub fn js_error(ctx: &Ctx<'_>, err: rquickjs::Error) -> HostError {
     let core = core_of(ctx);
     let poison = |e: HostError| {
         if let Some(core) = &core {
-            core.poisoned.set(true);
+            core.poison();
         }
         e
     };
@@ -519,10 +603,11 @@ pub fn js_error(ctx: &Ctx<'_>, err: rquickjs::Error) -> HostError {
         rquickjs::Error::Exception => Some(ctx.catch()),
         _ => None,
     };
-    if let Some(core) = core.as_ref().filter(|c| c.interrupted.get()) {
-        return poison(HostError::CpuLimit {
-            limit: core.cpu_limit,
-        });
+    if let Some(core) = core
+        .as_ref()
+        .filter(|c| c.interrupted.load(Ordering::Relaxed))
+    {
+        return poison(core.limit_hit());
     }
     let Some(value) = thrown else {
         return match err {
@@ -532,9 +617,12 @@ pub fn js_error(ctx: &Ctx<'_>, err: rquickjs::Error) -> HostError {
     };
     let (name, message, stack) = describe_thrown(ctx, &value);
     if value.is_uncatchable_error() && message == "interrupted" {
-        return poison(HostError::CpuLimit {
-            limit: core.as_ref().map_or(Duration::ZERO, |c| c.cpu_limit),
-        });
+        return poison(core.as_ref().map_or(
+            HostError::CpuLimit {
+                limit: Duration::ZERO,
+            },
+            |c| c.limit_hit(),
+        ));
     }
     if name == "InternalError" && message == "out of memory" {
         return poison(memory());

@@ -17,9 +17,11 @@ use babysitter_journal::{EventType, Head, NewEvent};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::engine::host::{HostConfig, HostError};
-use crate::engine::session::{DriveReport, ProcessState, Request, Session, Shared, StartSpec};
-use crate::engine::views::{self, EffectView};
+use crate::engine::drive::Driven;
+use crate::engine::host::HostError;
+use crate::engine::pool::Warm;
+use crate::engine::session::{DriveReport, ProcessState, Request};
+use crate::engine::views;
 use crate::engine::{Engine, EngineError, identity, iso};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,20 +72,20 @@ pub struct Iteration {
 
 /// The parts of `run.json` the engine needs.
 #[derive(Debug, Clone)]
-struct RunInfo {
-    process_id: String,
-    run_dir: PathBuf,
+pub(crate) struct RunInfo {
+    pub(crate) process_id: String,
+    pub(crate) run_dir: PathBuf,
     /// The entry file as run.json names it (made absolute, not canonical: resolving symlinks
     /// costs a syscall per path component, and only a cold start needs the process folder).
-    entry: PathBuf,
-    export_name: String,
-    inputs: Option<Value>,
-    non_interactive: bool,
-    process_code_hash: Option<String>,
-    created_ms: i64,
+    pub(crate) entry: PathBuf,
+    pub(crate) export_name: String,
+    pub(crate) inputs: Option<Value>,
+    pub(crate) non_interactive: bool,
+    pub(crate) process_code_hash: Option<String>,
+    pub(crate) created_ms: i64,
 }
 
-fn run_info(
+pub(crate) fn run_info(
     engine: &Engine,
     run_id: &str,
     run: &Value,
@@ -270,201 +272,32 @@ impl Engine {
             self.evict(run_id).await?;
         }
         match self.drive(run_id, &info, &head).await {
-            Ok((report, _)) if is_out_of_memory(&report.state) => {
+            Ok(d) if is_out_of_memory(&d.report.state) => {
                 let e = HostError::MemoryLimit {
                     limit: self.options().memory_limit,
                 };
                 self.fail_run(run_id, head, &e, warnings).await
             }
-            Ok((report, warm)) => {
-                self.finish(run_id, &info, head, report, warm, warnings, marker)
-                    .await
-            }
+            Ok(d) => self.finish(run_id, &info, head, d, warnings, marker).await,
             Err(EngineError::Host(e)) => self.fail_run(run_id, head, &e, warnings).await,
             Err(e) => Err(e),
         }
     }
 
-    /// Replays the run's process cold over its journal without writing anything (a check that
-    /// the code still reaches the journal: what it would request, and how it ends).
-    pub async fn replay_dry(&self, run_id: &str) -> Result<DriveReport, EngineError> {
-        let journal = self.journal();
-        let files = self.run_files(run_id).await?;
-        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
-        let records: Vec<EffectRecord> = journal
-            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
-            .await?;
-        let all_views = views::views_of(journal, run_id, &records).await?;
-        let spec = self.start_spec(run_id, &info)?;
-        let shared = Shared {
-            process_id: info.process_id.clone(),
-            views: all_views,
-            wall_now_ms: self.now_ms(),
-            non_interactive: info.non_interactive,
-            id_source: self.options().ids.clone(),
-            ..Shared::default()
-        };
-        self.pool()
-            .with_session(run_id, move |current| {
-                let out = Session::start(&spec, shared).map(|(_, report)| report);
-                (current, out)
-            })
-            .await?
-    }
-
-    fn start_spec(&self, run_id: &str, info: &RunInfo) -> Result<StartSpec, EngineError> {
-        let entry = info
-            .entry
-            .canonicalize()
-            .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
-        Ok(StartSpec {
-            host: HostConfig {
-                root: entry
-                    .parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| info.run_dir.clone()),
-                memory_limit: self.options().memory_limit,
-                cpu_limit: self.options().cpu_limit,
-                random_seed: seed_of(run_id),
-                env: self.options().process_env.clone(),
-                ..HostConfig::default()
-            },
-            entry: entry
-                .file_name()
-                .and_then(|s| s.to_str())
-                .unwrap_or("process.mjs")
-                .to_owned(),
-            export_name: info.export_name.clone(),
-            run_id: run_id.to_owned(),
-            run_dir: info.run_dir.display().to_string(),
-            inputs: info.inputs.clone(),
-            start_ms: info.created_ms,
-        })
-    }
-
-    /// Continues the warm session, or replays cold. Returns the drive report and whether it
-    /// was warm.
-    async fn drive(
-        &self,
-        run_id: &str,
-        info: &RunInfo,
-        head: &Head,
-    ) -> Result<(DriveReport, bool), EngineError> {
-        let journal = self.journal();
-        let wall = self.now_ms();
-        // Warm: only the effects that changed since the session last ran are read.
-        let peek = self.warm_head(run_id);
-        if self.options().warm
-            && let Some(consumed) = peek
-            && consumed <= head.seq
-        {
-            let tail = if consumed < head.seq {
-                journal.read(run_id, consumed + 1, head.seq).await?
-            } else {
-                Vec::new()
-            };
-            // Another writer's new effects: this session cannot know them; replay cold.
-            let foreign = tail
-                .iter()
-                .any(|e| e.body.kind == EventType::EffectRequested);
-            if !foreign {
-                let changed: Vec<String> = tail
-                    .iter()
-                    .filter(|e| {
-                        matches!(
-                            e.body.kind,
-                            EventType::EffectResolved | EventType::EffectCancelled
-                        )
-                    })
-                    .filter_map(|e| {
-                        e.body
-                            .data
-                            .get("effectId")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                    })
-                    .collect();
-                let records: Vec<EffectRecord> = journal
-                    .inspect_now(run_id, |_, idx| {
-                        changed
-                            .iter()
-                            .filter_map(|id| idx.effects.get(id).cloned())
-                            .collect()
-                    })
-                    .await?;
-                let mut updates = Vec::with_capacity(records.len());
-                for r in &records {
-                    updates.push((
-                        r.invocation_key.clone(),
-                        views::view_of(journal, run_id, r).await?,
-                    ));
-                }
-                let warm = self
-                    .pool()
-                    .with_session(run_id, move |current| {
-                        let Some(mut session) = current else {
-                            return (None, None);
-                        };
-                        {
-                            let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
-                            s.wall_now_ms = wall;
-                            for (k, v) in &updates {
-                                s.views.insert(k.clone(), v.clone());
-                            }
-                        }
-                        let mut deliver: Vec<EffectView> = updates
-                            .into_iter()
-                            .map(|(_, v)| v)
-                            .filter(|v| {
-                                !v.is_pending() && session.waiting_on.contains(&v.effect_id)
-                            })
-                            .collect();
-                        deliver.sort_by_key(|v| v.at_ms.unwrap_or(0));
-                        match session.deliver(&deliver) {
-                            Ok(r) => (Some(session), Some(Ok(r))),
-                            Err(e) => (None, Some(Err(e))),
-                        }
-                    })
-                    .await?;
-                if let Some(r) = warm {
-                    return r.map(|r| (r, true));
-                }
-            }
-        }
-        // Cold: every journaled effect, since the replay may reach any of them.
-        let records: Vec<EffectRecord> = journal
-            .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
-            .await?;
-        let all_views = views::views_of(journal, run_id, &records).await?;
-        let spec = self.start_spec(run_id, info)?;
-        let shared = Shared {
-            process_id: info.process_id.clone(),
-            views: all_views,
-            wall_now_ms: wall,
-            non_interactive: info.non_interactive,
-            id_source: self.options().ids.clone(),
-            ..Shared::default()
-        };
-        let keep = self.options().warm;
-        self.pool()
-            .with_session(run_id, move |_| match Session::start(&spec, shared) {
-                Ok((session, report)) => (keep.then_some(session), Ok((report, false))),
-                Err(e) => (None, Err(e)),
-            })
-            .await?
-    }
-
-    #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
         run_id: &str,
         info: &RunInfo,
         head: Head,
-        mut report: DriveReport,
-        warm: bool,
+        driven: Driven,
         warnings: Vec<String>,
         marker: Option<NewEvent>,
     ) -> Result<Iteration, EngineError> {
+        let Driven {
+            mut report,
+            session,
+            warm,
+        } = driven;
         let journal = self.journal();
         let now = self.now_ms();
         let mut events: Vec<NewEvent> = marker.into_iter().collect();
@@ -574,14 +407,26 @@ impl Engine {
                     }
                 }
                 Err(e) => {
-                    // The session ran ahead of a journal it could not extend: it must not be reused.
-                    self.evict(run_id).await?;
+                    // The session ran ahead of a journal it could not extend: it must not be
+                    // reused (it is dropped here).
                     return Err(e.into());
                 }
             }
         }
-        if self.options().warm {
-            self.set_warm_head(run_id, Some(new_head.seq));
+        if let Some(session) = session {
+            self.pool().put(
+                run_id,
+                Warm {
+                    session,
+                    consumed: new_head.seq,
+                    // A cold start's time says nothing about how long continuations take.
+                    last_js: if warm {
+                        report.js_time
+                    } else {
+                        std::time::Duration::ZERO
+                    },
+                },
+            );
         }
         let next_actions = if self.options().next_actions {
             self.next_actions(run_id, &report, &iso(now)).await?
@@ -856,15 +701,9 @@ fn request_data(r: &Request) -> Value {
     Value::Object(d)
 }
 
-fn cannot_open(run_id: &str, path: &Path, e: &std::io::Error) -> EngineError {
+pub(crate) fn cannot_open(run_id: &str, path: &Path, e: &std::io::Error) -> EngineError {
     EngineError::InvalidRun {
         run_id: run_id.to_owned(),
         reason: format!("process file {} cannot be opened: {e}", path.display()),
     }
-}
-
-fn seed_of(run_id: &str) -> u64 {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(run_id.as_bytes());
-    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }

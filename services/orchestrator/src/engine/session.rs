@@ -10,11 +10,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use rquickjs::{Ctx, Function, Object, Persistent};
+use rquickjs::{Ctx, Function, Object};
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
-use crate::engine::host::{HostConfig, HostError, JsHost, precompiled};
+use crate::engine::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
 use crate::engine::identity;
 use crate::engine::views::EffectView;
 
@@ -80,6 +80,8 @@ pub struct Shared {
     pub wall_now_ms: i64,
     pub non_interactive: bool,
     pub next_ids: Vec<String>,
+    /// Effect ids drawn since the last [`Session::take_issued_ids`] (or the drive's start).
+    pub issued: Vec<String>,
     pub id_source: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     pub requests: Vec<Request>,
     pub logs: Vec<LogLine>,
@@ -111,8 +113,6 @@ pub struct StartSpec {
 }
 
 pub struct Session {
-    /// Declared before `host`: a Persistent must be dropped while its runtime is alive.
-    fns: EngineFns,
     host: JsHost,
     shared: Arc<Mutex<Shared>>,
     /// Effects the JS side holds pending promises for.
@@ -173,13 +173,16 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
         "newEffectId",
         Function::new(ctx.clone(), move || -> String {
             let mut s = lock(&sh);
-            if !s.next_ids.is_empty() {
-                return s.next_ids.remove(0);
-            }
-            match &s.id_source {
-                Some(f) => f(),
-                None => ulid::Ulid::generate().to_string(),
-            }
+            let id = if s.next_ids.is_empty() {
+                match &s.id_source {
+                    Some(f) => f(),
+                    None => ulid::Ulid::generate().to_string(),
+                }
+            } else {
+                s.next_ids.remove(0)
+            };
+            s.issued.push(id.clone());
+            id
         })?,
     )?;
     let sh = shared.clone();
@@ -393,28 +396,25 @@ const REPORT_JS: &str = r#"
 })
 "#;
 
-/// The runtime functions a session calls on every drive, looked up once.
-struct EngineFns {
-    deliver: Persistent<Function<'static>>,
-    release_one: Persistent<Function<'static>>,
-    report: Persistent<Function<'static>>,
+/// The runtime functions a session calls on every drive, looked up once and kept in the host's
+/// slots (they move with the runtime; a `Persistent` would tie the session to its thread).
+fn install_fns(host: &JsHost) -> Result<(), EngineError> {
+    host.context().with(|ctx| -> Result<(), EngineError> {
+        let js = |e| EngineError::from(HostError::from_js(&ctx, e));
+        let engine: Object = ctx.globals().get("__bs_engine").map_err(js)?;
+        let deliver: Function = engine.get("deliver").map_err(js)?;
+        let release_one: Function = engine.get("releaseOne").map_err(js)?;
+        let report: Function = ctx.eval(REPORT_JS).map_err(js)?;
+        set_slot(&ctx, "deliver", deliver).map_err(js)?;
+        set_slot(&ctx, "releaseOne", release_one).map_err(js)?;
+        set_slot(&ctx, "report", report).map_err(js)?;
+        Ok(())
+    })
 }
 
-impl EngineFns {
-    fn new(host: &JsHost) -> Result<Self, EngineError> {
-        host.context().with(|ctx| -> Result<Self, EngineError> {
-            let js = |e| EngineError::from(HostError::from_js(&ctx, e));
-            let engine: Object = ctx.globals().get("__bs_engine").map_err(js)?;
-            let deliver: Function = engine.get("deliver").map_err(js)?;
-            let release_one: Function = engine.get("releaseOne").map_err(js)?;
-            let report: Function = ctx.eval(REPORT_JS).map_err(js)?;
-            Ok(Self {
-                deliver: Persistent::save(&ctx, deliver),
-                release_one: Persistent::save(&ctx, release_one),
-                report: Persistent::save(&ctx, report),
-            })
-        })
-    }
+/// One of the functions [`install_fns`] kept.
+fn engine_fn<'js>(ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Function<'js>> {
+    slot(ctx, name)?.ok_or_else(|| rquickjs::Error::new_from_js("undefined", "engine function"))
 }
 
 impl Session {
@@ -464,9 +464,8 @@ impl Session {
         })?;
         // A Persistent must never outlive its runtime (QuickJS aborts the process).
         drop(main);
-        let fns = EngineFns::new(&host)?;
+        install_fns(&host)?;
         let mut session = Session {
-            fns,
             host,
             shared,
             waiting_on: HashSet::new(),
@@ -499,10 +498,9 @@ impl Session {
                 .unwrap_or(usize::MAX)
         });
         for v in ordered {
-            let deliver = &self.fns.deliver;
             self.host.with(|ctx| -> Result<(), EngineError> {
                 let js = |e| EngineError::from(HostError::from_js(&ctx, e));
-                let deliver = deliver.clone().restore(&ctx).map_err(js)?;
+                let deliver = engine_fn(&ctx, "deliver").map_err(js)?;
                 deliver
                     .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
                     .map_err(js)?;
@@ -525,13 +523,12 @@ impl Session {
     fn quiesce(&mut self) -> Result<(), EngineError> {
         loop {
             self.host.drive()?;
-            let release = &self.fns.release_one;
             let released = self
                 .host
                 .context()
                 .with(|ctx| -> Result<bool, EngineError> {
                     let js = |e| EngineError::from(HostError::from_js(&ctx, e));
-                    let release = release.clone().restore(&ctx).map_err(js)?;
+                    let release = engine_fn(&ctx, "releaseOne").map_err(js)?;
                     release.call::<_, bool>(()).map_err(js)
                 })?;
             if !released {
@@ -542,13 +539,12 @@ impl Session {
 
     /// Where the process stands now, and what it asked for since the last report.
     fn report(&mut self) -> Result<DriveReport, EngineError> {
-        let report = &self.fns.report;
         let doc_json = self
             .host
             .context()
             .with(|ctx| -> Result<String, EngineError> {
                 let js = |e| EngineError::from(HostError::from_js(&ctx, e));
-                let report = report.clone().restore(&ctx).map_err(js)?;
+                let report = engine_fn(&ctx, "report").map_err(js)?;
                 report.call::<_, String>(()).map_err(js)
             })?;
         let mut state_doc: Value = serde_json::from_str(&doc_json)
@@ -614,4 +610,20 @@ impl Session {
     pub fn is_poisoned(&self) -> bool {
         self.host.is_poisoned()
     }
+
+    /// The host, e.g. to run a drive under a time slice ([`JsHost::sliced`]).
+    pub fn host(&self) -> &JsHost {
+        &self.host
+    }
+
+    /// The effect ids drawn since the last call (or since the drive's start).
+    pub fn take_issued_ids(&self) -> Vec<String> {
+        std::mem::take(&mut lock(&self.shared).issued)
+    }
 }
+
+/// Sessions move between threads (see `engine::pool`).
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Session>();
+};

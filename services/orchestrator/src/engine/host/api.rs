@@ -7,7 +7,7 @@
 //! seeded PRNG, and console output goes to `tracing` (target `babysitter::process`).
 
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use rquickjs::function::Opt;
 use rquickjs::{Array, Ctx, Function, IntoJs, Object, Value};
@@ -180,7 +180,7 @@ fn unknown_encoding(ctx: &Ctx<'_>, encoding: &str) -> rquickjs::Error {
 }
 
 /// Builds the host object: `cwd`, `log`, `random*`, `hash`, `encode`, `decode`, `fs*`.
-pub(super) fn host_api<'js>(ctx: &Ctx<'js>, core: Rc<HostCore>) -> rquickjs::Result<Object<'js>> {
+pub(super) fn host_api<'js>(ctx: &Ctx<'js>, core: Arc<HostCore>) -> rquickjs::Result<Object<'js>> {
     let host = Object::new(ctx.clone())?;
     host.set("cwd", core.root.to_string_lossy().into_owned())?;
 
@@ -283,7 +283,11 @@ pub(super) fn host_api<'js>(ctx: &Ctx<'js>, core: Rc<HostCore>) -> rquickjs::Res
 }
 
 /// `fsRead(path, encoding?)`, `fsExists(path)`, `fsReaddir(path)`, `fsStat(path, follow)`.
-fn install_fs<'js>(ctx: &Ctx<'js>, host: &Object<'js>, core: Rc<HostCore>) -> rquickjs::Result<()> {
+fn install_fs<'js>(
+    ctx: &Ctx<'js>,
+    host: &Object<'js>,
+    core: Arc<HostCore>,
+) -> rquickjs::Result<()> {
     let c = core.clone();
     host.set(
         "fsRead",

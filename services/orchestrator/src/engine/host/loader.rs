@@ -6,13 +6,13 @@
 //! modules keep their specifier (`@a5c-ai/babysitter-sdk`), Node shims their `node:` name.
 
 use std::path::{Component, Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use rquickjs::loader::{ImportAttributes, Loader, Resolver};
 use rquickjs::module::Declared;
 use rquickjs::{Ctx, Exception, Module};
 
-use super::{HostCore, HostError, JsSlots};
+use super::{HostCore, HostError, slot};
 
 /// Node built-ins the host shims: accepted specifiers → module name.
 const NODE_ALIASES: &[(&str, &str)] = &[
@@ -141,7 +141,7 @@ impl HostCore {
                 message: format!("invalid file url '{spec}' imported from '{importer}'"),
             })?),
             None => {
-                let dir = match self.files.borrow().get(base) {
+                let dir = match self.file(base) {
                     Some(file) => file.parent().unwrap_or(&self.root).to_path_buf(),
                     None => self.root.clone(),
                 };
@@ -177,7 +177,7 @@ impl HostCore {
             let Some(name) = self.module_name(&canonical) else {
                 continue;
             };
-            self.files.borrow_mut().insert(name.clone(), canonical);
+            self.add_file(name.clone(), canonical);
             return Ok(name);
         }
         Err(ImportFailure {
@@ -218,11 +218,11 @@ pub(super) fn throw_coded(ctx: &Ctx<'_>, code: &str, message: &str) -> rquickjs:
 
 /// The runtime's resolver: relative files inside the root, built-ins, Node shims.
 pub(super) struct HostResolver {
-    core: Rc<HostCore>,
+    core: Arc<HostCore>,
 }
 
 impl HostResolver {
-    pub(super) fn new(core: Rc<HostCore>) -> Self {
+    pub(super) fn new(core: Arc<HostCore>) -> Self {
         Self { core }
     }
 }
@@ -243,13 +243,12 @@ impl Resolver for HostResolver {
 
 /// The runtime's loader for the names [`HostResolver`] produces.
 pub(super) struct HostLoader {
-    core: Rc<HostCore>,
-    slots: Rc<JsSlots>,
+    core: Arc<HostCore>,
 }
 
 impl HostLoader {
-    pub(super) fn new(core: Rc<HostCore>, slots: Rc<JsSlots>) -> Self {
-        Self { core, slots }
+    pub(super) fn new(core: Arc<HostCore>) -> Self {
+        Self { core }
     }
 
     fn load_file<'js>(
@@ -291,14 +290,14 @@ impl Loader for HostLoader {
         name: &str,
         _attributes: Option<ImportAttributes<'js>>,
     ) -> rquickjs::Result<Module<'js, Declared>> {
-        let file = self.core.files.borrow().get(name).cloned();
+        let file = self.core.file(name);
         if let Some(path) = file {
             return self.load_file(ctx, name, &path);
         }
         if let Some(source) = self.core.builtins.get(name) {
             let module = super::precompiled::declare(ctx, name, source)?;
-            if let Some(engine) = self.slots.engine_api.borrow().as_ref() {
-                module.meta()?.set("engine", engine.clone().restore(ctx)?)?;
+            if let Some(engine) = slot::<rquickjs::Object>(ctx, "engine")? {
+                module.meta()?.set("engine", engine)?;
             }
             return Ok(module);
         }
@@ -308,8 +307,8 @@ impl Loader for HostLoader {
             .flatten()
         {
             let module = super::precompiled::declare(ctx, name, source)?;
-            if let Some(host) = self.slots.host_api.borrow().as_ref() {
-                module.meta()?.set("host", host.clone().restore(ctx)?)?;
+            if let Some(host) = slot::<rquickjs::Object>(ctx, "host")? {
+                module.meta()?.set("host", host)?;
             }
             return Ok(module);
         }

@@ -1,0 +1,258 @@
+//! Bringing a run's process up to the journal: continue its warm session with the resolutions
+//! that arrived since it last ran, or replay it cold from the start. Which thread runs the JS is
+//! `engine::pool`'s business ([`crate::engine::JsPlacement`]); this module decides warm or cold
+//! and gathers what the process is handed.
+
+use std::path::Path;
+
+use babysitter_journal::index::EffectRecord;
+use babysitter_journal::{EventType, Head};
+use serde_json::Value;
+
+use crate::engine::host::{HostConfig, HostError};
+use crate::engine::iteration::{RunInfo, cannot_open, run_info};
+use crate::engine::pool::Warm;
+use crate::engine::session::{DriveReport, Session, Shared, StartSpec};
+use crate::engine::views::{self, EffectView};
+use crate::engine::{Engine, EngineError};
+
+/// What a drive produced: the report, the session to keep warm once the iteration's events are
+/// journaled (`None`: not kept), and whether it continued a warm session.
+pub(crate) struct Driven {
+    pub report: DriveReport,
+    pub session: Option<Session>,
+    pub warm: bool,
+}
+
+impl Engine {
+    /// Replays the run's process cold over its journal without writing anything (a check that
+    /// the code still reaches the journal: what it would request, and how it ends).
+    pub async fn replay_dry(&self, run_id: &str) -> Result<DriveReport, EngineError> {
+        let journal = self.journal();
+        let files = self.run_files(run_id).await?;
+        let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
+        let records: Vec<EffectRecord> = journal
+            .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
+            .await?;
+        let all_views = views::views_of(journal, run_id, &records).await?;
+        let spec = self.start_spec(run_id, &info)?;
+        let shared = Shared {
+            process_id: info.process_id.clone(),
+            views: all_views,
+            wall_now_ms: self.now_ms(),
+            non_interactive: info.non_interactive,
+            id_source: self.options().ids.clone(),
+            ..Shared::default()
+        };
+        self.pool()
+            .on_thread(run_id, move || {
+                Session::start(&spec, shared).map(|(_, report)| report)
+            })
+            .await?
+    }
+
+    fn start_spec(&self, run_id: &str, info: &RunInfo) -> Result<StartSpec, EngineError> {
+        let entry = info
+            .entry
+            .canonicalize()
+            .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
+        Ok(StartSpec {
+            host: HostConfig {
+                root: entry
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| info.run_dir.clone()),
+                memory_limit: self.options().memory_limit,
+                cpu_limit: self.options().cpu_limit,
+                random_seed: seed_of(run_id),
+                env: self.options().process_env.clone(),
+                ..HostConfig::default()
+            },
+            entry: entry
+                .file_name()
+                .and_then(|s| s.to_str())
+                .unwrap_or("process.mjs")
+                .to_owned(),
+            export_name: info.export_name.clone(),
+            run_id: run_id.to_owned(),
+            run_dir: info.run_dir.display().to_string(),
+            inputs: info.inputs.clone(),
+            start_ms: info.created_ms,
+        })
+    }
+
+    /// Continues the run's warm session, or replays cold.
+    pub(crate) async fn drive(
+        &self,
+        run_id: &str,
+        info: &RunInfo,
+        head: &Head,
+    ) -> Result<Driven, EngineError> {
+        let wall = self.now_ms();
+        // Effect ids drawn by a continuation cut off by its time slice: the cold replay that
+        // takes over requests the same effects in the same order and gets the same ids.
+        let mut reuse_ids = Vec::new();
+        let (warm, heavy) = self.pool().take(run_id);
+        if self.options().warm
+            && let Some(Warm {
+                mut session,
+                consumed,
+                last_js,
+            }) = warm
+            && consumed <= head.seq
+            && let Some(updates) = self.warm_updates(run_id, consumed, head).await?
+        {
+            let deliver = prepare(&session, wall, updates);
+            match self.pool().inline_slice(heavy, last_js) {
+                Some(slice) => {
+                    let outcome = {
+                        let _slice = session.host().sliced(slice);
+                        session.deliver(&deliver)
+                    };
+                    match outcome {
+                        Ok(report) => {
+                            return Ok(Driven {
+                                report,
+                                session: Some(session),
+                                warm: true,
+                            });
+                        }
+                        Err(EngineError::Host(HostError::SliceExpired)) => {
+                            reuse_ids = session.take_issued_ids();
+                            self.pool().mark_heavy(run_id);
+                            tracing::debug!(
+                                run_id,
+                                "continuation outran its inline slice; replaying on a js thread"
+                            );
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => {
+                    let (session, outcome) = self
+                        .pool()
+                        .on_thread(run_id, move || {
+                            let r = session.deliver(&deliver);
+                            (session, r)
+                        })
+                        .await?;
+                    return outcome.map(|report| Driven {
+                        report,
+                        session: Some(session),
+                        warm: true,
+                    });
+                }
+            }
+        }
+        // Cold: every journaled effect, since the replay may reach any of them.
+        let journal = self.journal();
+        let records: Vec<EffectRecord> = journal
+            .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
+            .await?;
+        let all_views = views::views_of(journal, run_id, &records).await?;
+        let spec = self.start_spec(run_id, info)?;
+        let shared = Shared {
+            process_id: info.process_id.clone(),
+            views: all_views,
+            wall_now_ms: wall,
+            non_interactive: info.non_interactive,
+            id_source: self.options().ids.clone(),
+            next_ids: reuse_ids,
+            ..Shared::default()
+        };
+        let keep = self.options().warm;
+        let (session, report) = self
+            .pool()
+            .on_thread(run_id, move || Session::start(&spec, shared))
+            .await??;
+        Ok(Driven {
+            report,
+            session: keep.then_some(session),
+            warm: false,
+        })
+    }
+
+    /// The views of the effects resolved or cancelled after `consumed`, keyed by invocation key;
+    /// `None` when the tail holds another writer's new effects (the session cannot know them:
+    /// replay cold).
+    async fn warm_updates(
+        &self,
+        run_id: &str,
+        consumed: u64,
+        head: &Head,
+    ) -> Result<Option<Vec<(String, EffectView)>>, EngineError> {
+        let journal = self.journal();
+        let tail = if consumed < head.seq {
+            journal.read(run_id, consumed + 1, head.seq).await?
+        } else {
+            Vec::new()
+        };
+        if tail
+            .iter()
+            .any(|e| e.body.kind == EventType::EffectRequested)
+        {
+            return Ok(None);
+        }
+        let changed: Vec<String> = tail
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.body.kind,
+                    EventType::EffectResolved | EventType::EffectCancelled
+                )
+            })
+            .filter_map(|e| {
+                e.body
+                    .data
+                    .get("effectId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect();
+        if changed.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let records: Vec<EffectRecord> = journal
+            .inspect_now(run_id, |_, idx| {
+                changed
+                    .iter()
+                    .filter_map(|id| idx.effects.get(id).cloned())
+                    .collect()
+            })
+            .await?;
+        let mut updates = Vec::with_capacity(records.len());
+        for r in &records {
+            updates.push((
+                r.invocation_key.clone(),
+                views::view_of(journal, run_id, r).await?,
+            ));
+        }
+        Ok(Some(updates))
+    }
+}
+
+/// Hands the session the new views and the wall clock; returns the resolutions to deliver (the
+/// ones its pending promises wait on), in resolution order.
+fn prepare(session: &Session, wall: i64, updates: Vec<(String, EffectView)>) -> Vec<EffectView> {
+    {
+        let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
+        s.wall_now_ms = wall;
+        s.issued.clear();
+        for (k, v) in &updates {
+            s.views.insert(k.clone(), v.clone());
+        }
+    }
+    let mut deliver: Vec<EffectView> = updates
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_pending() && session.waiting_on.contains(&v.effect_id))
+        .collect();
+    deliver.sort_by_key(|v| v.at_ms.unwrap_or(0));
+    deliver
+}
+
+fn seed_of(run_id: &str) -> u64 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(run_id.as_bytes());
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
