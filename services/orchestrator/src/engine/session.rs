@@ -376,23 +376,25 @@ const START_JS: &str = r#"
 })
 "#;
 
-/// Where the process stands and what it waits on, as one JSON document (one call per report).
+/// Where the process stands and what it waits on: `[state, pending ids, details JSON]` — the
+/// details (value, halt reason, error) only once the process has settled, so the report of a
+/// process that still waits (every warm iteration) serialises nothing.
 const REPORT_JS: &str = r#"
 (function () {
   const st = globalThis.__bs_state;
   const pending = globalThis.__bs_engine.pendingIds();
-  if (!st || st.state === "pending") return JSON.stringify({ state: "pending", pending });
+  if (!st || st.state === "pending") return ["pending", pending, null];
   if (st.state === "fulfilled") {
-    return JSON.stringify({ state: "fulfilled", value: st.value === undefined ? null : st.value, pending });
+    return ["fulfilled", pending, JSON.stringify({ value: st.value === undefined ? null : st.value })];
   }
   const e = st.error;
   if (e && e.name === "RunHaltedError") {
-    return JSON.stringify({ state: "halted", reason: e.reason, payload: e.payload, pending });
+    return ["halted", pending, JSON.stringify({ reason: e.reason, payload: e.payload })];
   }
   const err = (e instanceof Error || (e && typeof e === "object" && "message" in e))
     ? { name: e.name || "Error", message: String(e.message), stack: e.stack, data: e.data }
     : { name: "Error", message: String(e) };
-  return JSON.stringify({ state: "rejected", error: err, pending });
+  return ["rejected", pending, JSON.stringify({ error: err })];
 })
 "#;
 
@@ -539,42 +541,36 @@ impl Session {
 
     /// Where the process stands now, and what it asked for since the last report.
     fn report(&mut self) -> Result<DriveReport, EngineError> {
-        let doc_json = self
-            .host
-            .context()
-            .with(|ctx| -> Result<String, EngineError> {
+        let (state, waiting, details) = self.host.context().with(
+            |ctx| -> Result<(String, Vec<String>, Option<String>), EngineError> {
                 let js = |e| EngineError::from(HostError::from_js(&ctx, e));
                 let report = engine_fn(&ctx, "report").map_err(js)?;
-                report.call::<_, String>(()).map_err(js)
-            })?;
-        let mut state_doc: Value = serde_json::from_str(&doc_json)
-            .map_err(|e| EngineError::Engine(format!("process state is not JSON: {e}")))?;
-        // Everything the process waits on now, earlier drives' pending effects included.
-        let waiting: Vec<String> = match state_doc.get_mut("pending").map(Value::take) {
-            Some(Value::Array(ids)) => ids
-                .into_iter()
-                .filter_map(|id| match id {
-                    Value::String(s) => Some(s),
-                    _ => None,
-                })
-                .collect(),
-            _ => return Err(EngineError::Engine("pending ids are not a list".into())),
+                let parts: rquickjs::Array = report.call(()).map_err(js)?;
+                Ok((
+                    parts.get(0).map_err(js)?,
+                    parts.get(1).map_err(js)?,
+                    parts.get(2).map_err(js)?,
+                ))
+            },
+        )?;
+        let details: Value = match details {
+            Some(d) => serde_json::from_str(&d)
+                .map_err(|e| EngineError::Engine(format!("process state is not JSON: {e}")))?,
+            None => Value::Null,
         };
-        let state = match state_doc.get("state").and_then(Value::as_str) {
-            Some("fulfilled") => {
-                ProcessState::Returned(state_doc.get("value").cloned().unwrap_or(Value::Null))
+        let state = match state.as_str() {
+            "fulfilled" => {
+                ProcessState::Returned(details.get("value").cloned().unwrap_or(Value::Null))
             }
-            Some("halted") => ProcessState::Halted {
-                reason: state_doc
+            "halted" => ProcessState::Halted {
+                reason: details
                     .get("reason")
                     .and_then(Value::as_str)
                     .unwrap_or("halted")
                     .to_owned(),
-                payload: state_doc.get("payload").cloned().filter(|p| !p.is_null()),
+                payload: details.get("payload").cloned().filter(|p| !p.is_null()),
             },
-            Some("rejected") => {
-                ProcessState::Threw(state_doc.get("error").cloned().unwrap_or(json!({})))
-            }
+            "rejected" => ProcessState::Threw(details.get("error").cloned().unwrap_or(json!({}))),
             _ => ProcessState::Pending,
         };
         let mut s = lock(&self.shared);

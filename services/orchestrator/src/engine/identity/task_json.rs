@@ -42,26 +42,30 @@ pub enum TaskJsonError {
     MissingKind,
 }
 
-/// A JS object under construction: insertion-ordered keys whose value may be `undefined`
-/// (`None`). An `undefined` key keeps its position but is left out of the JSON. Only non-index
-/// keys are ever added after the key-sorted clone, so insertion order is enumeration order.
-struct JsObject(Vec<(String, Option<Value>)>);
+/// A JS object under construction, in enumeration order. Assigning `undefined` (`None`) to a
+/// key leaves it out of the JSON; only non-index keys are added after the key-sorted clone, so
+/// insertion order is enumeration order, and every key is assigned at most once after the clone
+/// — so an `undefined` key never needs to keep a position for a later assignment, and is simply
+/// removed (keeping the others' order).
+struct JsObject(Map<String, Value>);
 
 impl JsObject {
     fn set(&mut self, key: &str, value: Option<Value>) {
-        match self.0.iter_mut().find(|(k, _)| k == key) {
-            Some((_, slot)) => *slot = value,
-            None => self.0.push((key.to_owned(), value)),
+        match value {
+            Some(v) => match self.0.get_mut(key) {
+                Some(slot) => *slot = v,
+                None => {
+                    self.0.insert(key.to_owned(), v);
+                }
+            },
+            None => {
+                self.0.shift_remove(key);
+            }
         }
     }
 
     fn into_json(self) -> Value {
-        Value::Object(
-            self.0
-                .into_iter()
-                .filter_map(|(key, value)| value.map(|v| (key, v)))
-                .collect::<Map<_, _>>(),
-        )
+        Value::Object(self.0)
     }
 }
 
@@ -85,7 +89,7 @@ pub fn task_json(
     let mut out = JsObject(
         js_sorted_keys(def.keys().map(String::as_str))
             .into_iter()
-            .map(|key| (key.to_owned(), Some(key_sorted_clone(&def[key]))))
+            .map(|key| (key.to_owned(), key_sorted_clone(&def[key])))
             .collect(),
     );
 
