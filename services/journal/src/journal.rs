@@ -649,13 +649,25 @@ impl Journal {
     /// Stores several run files at once (one durability sync on the filesystem), with the same
     /// JSON rule as [`Journal::put_run_file`].
     pub async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
+        self.put_run_files_stored(run_id, files).await.map(drop)
+    }
+
+    /// [`Journal::put_run_files`], returning what was stored, in order (a caller that hands the
+    /// content on needs no read back).
+    pub async fn put_run_files_stored(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, Bytes)>,
+    ) -> Result<Vec<Bytes>> {
         validate_id("run id", run_id)?;
         let mut out = Vec::with_capacity(files.len());
         for (file, content) in files {
             let content = self.stored_form(&file, content)?;
             out.push((file, content));
         }
-        self.store_run_files(run_id, out).await
+        let stored = out.iter().map(|(_, b)| b.clone()).collect();
+        self.store_run_files(run_id, out).await?;
+        Ok(stored)
     }
 
     /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's

@@ -5,11 +5,12 @@
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
-use babysitter_journal::{EventType, Head, NewEvent};
+use babysitter_journal::{EventType, Head, NewEvent, StoredEvent};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::engine::{Engine, EngineError, identity, iso};
+use crate::engine::pool::Arrived;
+use crate::engine::{Engine, EngineError, identity, iso, views};
 
 /// A result to commit.
 #[derive(Debug, Clone)]
@@ -73,11 +74,12 @@ impl Engine {
     }
 
     /// Writes the effect's logs and `result.json` together (one durability sync on the
-    /// filesystem instead of one per file), then journals `event` right after `head`.
+    /// filesystem instead of one per file), then journals `event` right after `head`. When the
+    /// run's session is warm, the resolution is handed to its next iteration as it was stored.
     async fn settle_effect(
         &self,
         run_id: &str,
-        effect_id: &str,
+        record: EffectRecord,
         head: Head,
         logs: Vec<(RunFile, Bytes)>,
         result: Map<String, Value>,
@@ -86,20 +88,46 @@ impl Engine {
         let journal = self.journal();
         let mut files = logs;
         files.push((
-            RunFile::task(effect_id, "result.json")?,
+            RunFile::task(&record.effect_id, "result.json")?,
             Bytes::from(Value::Object(result).to_string()),
         ));
-        journal.put_run_files(run_id, files).await?;
+        let stored = journal.put_run_files_stored(run_id, files).await?;
         let mut event = event;
         event.recorded_at = Some(iso(self.now_ms()));
         let committed = journal.append(run_id, head.seq + 1, vec![event]).await?;
-        Ok(committed
-            .last()
-            .map(|e| Head {
-                seq: e.seq,
-                ulid: e.ulid.clone(),
-            })
-            .unwrap_or(head))
+        let Some(e) = committed.last() else {
+            return Ok(head);
+        };
+        if let Some(result) = stored.last() {
+            self.stash_settled(run_id, record, e, result);
+        }
+        Ok(Head {
+            seq: e.seq,
+            ulid: e.ulid.clone(),
+        })
+    }
+
+    /// The record as the index holds it after `event`, and its view from the stored result.
+    fn stash_settled(&self, run_id: &str, mut r: EffectRecord, event: &StoredEvent, result: &[u8]) {
+        let data = &event.body.data;
+        r.status = match (&event.body.kind, data.get("status").and_then(Value::as_str)) {
+            (EventType::EffectCancelled, _) => EffectStatus::Cancelled,
+            (_, Some("ok")) => EffectStatus::ResolvedOk,
+            (_, Some("error")) => EffectStatus::ResolvedError,
+            _ => return,
+        };
+        r.error = data.get("error").cloned();
+        r.resolved_at = Some(event.body.recorded_at.clone());
+        if let Some(view) = views::view_from_stored(&r, result) {
+            self.pool().stash(
+                run_id,
+                Arrived {
+                    seq: event.seq,
+                    invocation_key: r.invocation_key,
+                    view,
+                },
+            );
+        }
     }
 
     /// Commits the result of a pending effect; returns the new head.
@@ -200,7 +228,8 @@ impl Engine {
             data.insert("breakpointId".into(), json!(bp_id));
         }
         let event = NewEvent::new(EventType::EffectResolved, Value::Object(data));
-        self.settle_effect(run_id, id, head, logs, doc, event).await
+        self.settle_effect(run_id, record, head, logs, doc, event)
+            .await
     }
 }
 
@@ -241,7 +270,7 @@ impl Engine {
             data.insert("reason".into(), json!(r));
         }
         let event = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
-        self.settle_effect(run_id, effect_id, head, Vec::new(), doc, event)
+        self.settle_effect(run_id, record, head, Vec::new(), doc, event)
             .await
     }
 }

@@ -181,6 +181,26 @@ impl Engine {
         consumed: u64,
         head: &Head,
     ) -> Result<Option<Vec<(String, EffectView)>>, EngineError> {
+        // What was committed through this engine meanwhile, when that is the whole tail.
+        let arrived: Vec<_> = self
+            .pool()
+            .take_arrived(run_id)
+            .into_iter()
+            .filter(|a| a.seq > consumed)
+            .collect();
+        let whole_tail = arrived
+            .iter()
+            .zip(consumed + 1..)
+            .all(|(a, seq)| a.seq == seq)
+            && arrived.len() as u64 == head.seq - consumed;
+        if whole_tail {
+            return Ok(Some(
+                arrived
+                    .into_iter()
+                    .map(|a| (a.invocation_key, a.view))
+                    .collect(),
+            ));
+        }
         let journal = self.journal();
         let tail = if consumed < head.seq {
             journal.read(run_id, consumed + 1, head.seq).await?

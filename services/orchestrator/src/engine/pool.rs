@@ -39,6 +39,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::EngineError;
 use crate::engine::session::Session;
+use crate::engine::views::EffectView;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -72,9 +73,24 @@ pub struct Warm {
     pub last_js: Duration,
 }
 
+/// A resolution committed through this engine since the run's session last ran, with the view
+/// the session will be handed (so the iteration reads neither the journal tail nor the result
+/// file it was just given).
+#[derive(Debug)]
+pub struct Arrived {
+    /// Sequence number of its `EFFECT_RESOLVED` / `EFFECT_CANCELLED`.
+    pub seq: u64,
+    pub invocation_key: String,
+    pub view: EffectView,
+}
+
+/// Resolutions kept per run before the next iteration; past that the iteration reads the tail.
+const MAX_ARRIVED: usize = 4096;
+
 #[derive(Debug, Default)]
 struct Entry {
     warm: Option<Warm>,
+    arrived: Vec<Arrived>,
     /// Its continuations outgrew the inline slice: they run on a JS thread.
     heavy: bool,
     tick: u64,
@@ -197,6 +213,30 @@ impl Pool {
         let entry = cache.entries.entry(run_id.to_owned()).or_default();
         entry.heavy = true;
         entry.tick = tick;
+    }
+
+    /// Keeps a resolution for the run's next iteration, if the run has a cache entry (a warm
+    /// session, or one being driven).
+    pub fn stash(&self, run_id: &str, arrived: Arrived) {
+        let mut cache = self.cache();
+        if let Some(e) = cache.entries.get_mut(run_id) {
+            if e.arrived.len() >= MAX_ARRIVED {
+                e.arrived.clear();
+            }
+            e.arrived.push(arrived);
+        }
+    }
+
+    /// The resolutions stashed for the run, in journal order.
+    pub fn take_arrived(&self, run_id: &str) -> Vec<Arrived> {
+        let mut arrived = self
+            .cache()
+            .entries
+            .get_mut(run_id)
+            .map(|e| std::mem::take(&mut e.arrived))
+            .unwrap_or_default();
+        arrived.sort_by_key(|a| a.seq);
+        arrived
     }
 
     /// Drops the run's warm session, if any.

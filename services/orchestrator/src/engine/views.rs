@@ -180,39 +180,26 @@ pub async fn view_of(
                 .unwrap_or_else(|| json!({"name": "Error", "message": "Task failed"})),
         ),
         EffectStatus::ResolvedOk => {
-            let stored = match journal.get_run_file(run_id, &result_file).await {
-                Ok(bytes) => match serde_json::from_slice::<OkResult>(&bytes) {
-                    Ok(doc) => doc,
-                    // JSON that is not an object reads as a document without fields.
-                    Err(e) => match serde_json::from_slice::<Value>(&bytes) {
-                        Ok(_) => OkResult::default(),
-                        Err(_) => {
-                            return Err(EngineError::Corrupt {
-                                run_id: run_id.to_owned(),
-                                what: result_file.path(),
-                                reason: e.to_string(),
-                            });
-                        }
-                    },
-                },
+            let bytes = match journal.get_run_file(run_id, &result_file).await {
+                Ok(bytes) => bytes,
                 Err(JournalError::RunFileNotFound { .. }) => return Err(missing()),
                 Err(e) => return Err(e.into()),
             };
-            if stored.status.as_ref().and_then(Value::as_str) != Some("ok") {
-                Outcome::Throw(stored.error.unwrap_or_else(
-                    || json!({"name": "Error", "message": "Task reported failure"}),
-                ))
-            } else if let Some(v) = stored.result.or(stored.value) {
-                Outcome::Value(v)
-            } else if let Some(rref) = stored.result_ref.as_ref().and_then(Value::as_str) {
-                let file = RunFile::parse(rref)?;
-                Outcome::Value(
-                    read_json(journal, run_id, &file)
-                        .await?
-                        .unwrap_or(Value::Null),
-                )
-            } else {
-                Outcome::Value(Value::Null)
+            let corrupt = |e: serde_json::Error| EngineError::Corrupt {
+                run_id: run_id.to_owned(),
+                what: result_file.path(),
+                reason: e.to_string(),
+            };
+            match ok_outcome(&bytes).map_err(corrupt)? {
+                Ok(outcome) => outcome,
+                Err(rref) => {
+                    let file = RunFile::parse(&rref)?;
+                    Outcome::Value(
+                        read_json(journal, run_id, &file)
+                            .await?
+                            .unwrap_or(Value::Null),
+                    )
+                }
             }
         }
     };
@@ -222,6 +209,63 @@ pub async fn view_of(
         outcome,
         at_ms,
     })
+}
+
+/// [`view_of`] for an effect whose `result.json` the caller has just stored (`result`, as
+/// stored): the same view without reading it back. `None` when the view needs more files (a
+/// failed shell effect's logs, a `resultRef`): read it with [`view_of`].
+pub fn view_from_stored(r: &EffectRecord, result: &[u8]) -> Option<EffectView> {
+    let outcome = match r.status {
+        EffectStatus::Requested => Outcome::Pending,
+        EffectStatus::Cancelled => {
+            let stored: Value = serde_json::from_slice(result).ok()?;
+            Outcome::Cancelled(
+                stored
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            )
+        }
+        EffectStatus::ResolvedError if r.kind.as_deref() == Some("shell") => return None,
+        EffectStatus::ResolvedError => Outcome::Throw(
+            r.error
+                .clone()
+                .unwrap_or_else(|| json!({"name": "Error", "message": "Task failed"})),
+        ),
+        EffectStatus::ResolvedOk => ok_outcome(result).ok()?.ok()?,
+    };
+    Some(EffectView {
+        effect_id: r.effect_id.clone(),
+        kind: r.kind.clone(),
+        outcome,
+        at_ms: r.resolved_at.as_deref().and_then(iso_to_ms),
+    })
+}
+
+/// What an `ok` effect's stored `result.json` hands the process: `Ok(outcome)`, or `Err(ref)`
+/// when the value lives in the run file `ref` (`resultRef`).
+pub fn ok_outcome(bytes: &[u8]) -> Result<Result<Outcome, String>, serde_json::Error> {
+    let stored = match serde_json::from_slice::<OkResult>(bytes) {
+        Ok(doc) => doc,
+        // JSON that is not an object reads as a document without fields.
+        Err(e) => match serde_json::from_slice::<Value>(bytes) {
+            Ok(_) => OkResult::default(),
+            Err(_) => return Err(e),
+        },
+    };
+    Ok(
+        if stored.status.as_ref().and_then(Value::as_str) != Some("ok") {
+            Ok(Outcome::Throw(stored.error.unwrap_or_else(
+                || json!({"name": "Error", "message": "Task reported failure"}),
+            )))
+        } else if let Some(v) = stored.result.or(stored.value) {
+            Ok(Outcome::Value(v))
+        } else if let Some(rref) = stored.result_ref.as_ref().and_then(Value::as_str) {
+            Err(rref.to_owned())
+        } else {
+            Ok(Outcome::Value(Value::Null))
+        },
+    )
 }
 
 /// `{success:false, exitCode, stdout, stderr, error}` from a failed shell result.
