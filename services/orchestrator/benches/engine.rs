@@ -23,6 +23,10 @@ use babysitter_orchestrator::engine::{Engine, EngineOptions, IterationStatus};
 use serde_json::json;
 use tokio::time::{Duration, Instant};
 
+/// The orchestrator binary's allocator (`src/main.rs`).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SEQ: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
 export const step = defineTask('bench.step', (args, taskCtx) => ({ kind: 'node', title: 'step ' + args.i, node: { entry: 'noop.js', args: ['--i', String(args.i)] }, io: { outputJsonPath: `tasks/${taskCtx.effectId}/result.json` }, labels: ['bench'] }));\n\
 export async function process(inputs, ctx) { let sum = 0; for (let i = 0; i < inputs.n; i++) { const r = await ctx.task(step, { i }, { label: 'step-' + i }); sum += r.value; } return { n: inputs.n, sum }; }\n";

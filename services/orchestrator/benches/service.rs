@@ -38,6 +38,10 @@ use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClie
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+/// The orchestrator binary's allocator (`src/main.rs`).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SEQ: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
 const step = defineTask('bench.step', (a) => ({ kind: a.kind, title: 'step', shell: { command: 'true' } }));

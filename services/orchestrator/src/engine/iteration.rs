@@ -533,15 +533,18 @@ impl Engine {
             .iter()
             .filter(|id| !report.requests.iter().any(|r| &r.effect_id == *id))
             .collect();
-        let records: HashMap<String, EffectRecord> = self
-            .journal()
-            .inspect_now(run_id, |_, idx| {
-                known
-                    .iter()
-                    .filter_map(|id| idx.effects.get(*id).map(|r| ((*id).clone(), r.clone())))
-                    .collect()
-            })
-            .await?;
+        let records: HashMap<String, EffectRecord> = if known.is_empty() {
+            HashMap::new()
+        } else {
+            self.journal()
+                .inspect_now(run_id, |_, idx| {
+                    known
+                        .iter()
+                        .filter_map(|id| idx.effects.get(*id).map(|r| ((*id).clone(), r.clone())))
+                        .collect()
+                })
+                .await?
+        };
         let new: HashMap<&str, &Request> = report
             .requests
             .iter()
