@@ -33,7 +33,8 @@ pub struct JournalOptions {
     pub max_event_bytes: usize,
     /// Most events accepted in one append.
     pub max_batch_events: usize,
-    /// Write a snapshot after this many events since the last one (0 = never automatically).
+    /// Write a snapshot after this many events since the last one (0 = never automatically);
+    /// background snapshots are spaced wider on long runs (see `snapshot_spacing`).
     pub snapshot_every: u64,
     /// Write automatic snapshots in the background (the append that crosses `snapshot_every`
     /// does not wait for the whole index to be serialized and stored, nor hold the run's
@@ -306,7 +307,7 @@ impl Journal {
         view.since_snapshot += sealed.len() as u64;
         view.remember(&sealed);
         if self.inner.options.snapshot_every > 0
-            && view.since_snapshot >= self.inner.options.snapshot_every
+            && view.since_snapshot >= self.snapshot_spacing(view)
         {
             let snapshot = snapshot_of(run_id, view);
             if self.inner.options.background_snapshots {
@@ -336,6 +337,22 @@ impl Journal {
         drop(guard);
         self.notify(run_id, &sealed);
         Ok(sealed)
+    }
+
+    /// Events between automatic snapshots of the run. In the background (a long-lived process,
+    /// which keeps the view open and reopens it only after a restart) also at least half as many
+    /// as the run has effects: a snapshot copies and serialises the whole index, so at a fixed
+    /// spacing a long run spent more on its snapshots than on its iterations (quadratic in its
+    /// length); spaced with the index, snapshot work stays linear and a reopen replays at most
+    /// that many events. A short-lived process (the CLI) opens the run on every command and
+    /// keeps the fixed spacing.
+    fn snapshot_spacing(&self, view: &RunView) -> u64 {
+        let every = self.inner.options.snapshot_every;
+        if self.inner.options.background_snapshots {
+            every.max(view.index.effects.len() as u64 / 2)
+        } else {
+            every
+        }
     }
 
     /// Stamps a batch and checks it against the view (which it does not change).
