@@ -327,7 +327,17 @@ pub fn parse_file_name(run_id: &str, name: &str) -> Result<(u64, String), Journa
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    hex_lower(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of a digest, written byte-wise (`hex::encode` collects `char`s one by one:
+/// this is on every event's path several times).
+pub fn hex_lower(digest: &[u8]) -> String {
+    let mut out = vec![0u8; digest.len() * 2];
+    if hex::encode_to_slice(digest, &mut out).is_err() {
+        return hex::encode(digest);
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The chain link that precedes seq 1 of a run: binds a journal to its run id.

@@ -5,11 +5,14 @@
 //! - whole sequential runs of N = 10, 100, 1,000, 10,000 tasks, warm (sessions kept) and cold
 //!   (every iteration replays from the start; N ≤ 1,000);
 //! - per-iteration engine time and JS time, and the warm cost per resolved effect;
+//! - warm N = 1,000 and 10,000 with the engine configured as the orchestrator service does
+//!   (only writer of its runs, no babysitter `nextActions`);
 //! - one cold replay of a finished 10,000-effect run;
 //! - a parallel fan-out of 1,000;
 //! - JS heap per cached run.
 //!
-//! Everything runs on a runtime worker thread, the way the orchestrator service calls the engine.
+//! Everything runs on a runtime worker thread, the way the orchestrator service calls the engine,
+//! with the orchestrator binary's allocator.
 
 #![allow(clippy::print_stdout)]
 
@@ -20,6 +23,7 @@ use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
 use babysitter_orchestrator::engine::commit::Commit;
 use babysitter_orchestrator::engine::{Engine, EngineOptions, IterationStatus};
+use babysitter_orchestrator::service::config::OrchestratorConfig;
 use serde_json::json;
 use tokio::time::{Duration, Instant};
 
@@ -42,6 +46,20 @@ struct Bench {
 }
 
 async fn bench(src: &str, warm: bool) -> Bench {
+    bench_with(src, warm, |_| {}).await
+}
+
+/// The engine configured as the orchestrator service configures it (`OrchestratorConfig::
+/// engine_options`): the only writer of its runs, no babysitter `nextActions` (tasks are
+/// dispatched from what each iteration requested).
+fn service_options(o: &mut EngineOptions) {
+    let service = OrchestratorConfig::default().engine_options(o.runs_root.clone());
+    o.exclusive_writer = service.exclusive_writer;
+    o.next_actions = service.next_actions;
+    o.js_placement = service.js_placement;
+}
+
+async fn bench_with(src: &str, warm: bool, tune: impl FnOnce(&mut EngineOptions)) -> Bench {
     let dir = tempfile::tempdir().unwrap();
     let entry = dir.path().join("processes/p.mjs");
     std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
@@ -58,6 +76,7 @@ async fn bench(src: &str, warm: bool) -> Bench {
     let mut opts = EngineOptions::new(dir.path().join("runs"));
     opts.warm = warm;
     opts.cpu_limit = Duration::from_secs(600);
+    tune(&mut opts);
     let engine = Engine::new(journal, opts).unwrap();
     Bench {
         _dir: dir,
@@ -118,9 +137,18 @@ async fn drive(b: &Bench, run_id: &str) -> Figures {
             break;
         }
         let t = Instant::now();
-        for a in &it.next_actions {
+        // babysitter's nextActions, or (service options) what the iteration requested.
+        let actions: Vec<String> = if b.engine.options().next_actions {
+            it.next_actions
+                .iter()
+                .map(|a| a["effectId"].as_str().unwrap().to_owned())
+                .collect()
+        } else {
+            it.requested.clone()
+        };
+        for effect_id in actions {
             let commit = Commit {
-                effect_id: a["effectId"].as_str().unwrap().to_owned(),
+                effect_id,
                 outcome: Ok(json!({"value": 1})),
                 stdout: None,
                 stderr: None,
@@ -155,6 +183,18 @@ async fn cold_replay(b: &Bench, run_id: &str) {
     );
 }
 
+/// One line of the sequential runs.
+fn print_run(n: u64, mode: &str, total: Duration, f: &Figures) {
+    println!(
+        "N={n:>6} {mode:<4} total {:>9.1} ms | iterate {:>8.1} µs/it (js {:>7.1} µs/it) | post {:>7.1} µs/effect | engine per resolved effect {:>7.1} µs",
+        total.as_secs_f64() * 1000.0,
+        us(f.iterate) / f.iterations as f64,
+        us(f.js) / f.iterations as f64,
+        us(f.post) / n as f64,
+        us(f.iterate) / n as f64,
+    );
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -176,9 +216,14 @@ async fn run() {
         cold_replay(&b, "replay").await;
         return;
     }
-    // `ENGINE_BENCH_PROFILE=1`: only the warm N=1,000 run (for callgrind / perf).
-    if std::env::var("ENGINE_BENCH_PROFILE").is_ok() {
-        let b = bench(SEQ, true).await;
+    // `ENGINE_BENCH_PROFILE=1`: only the warm N=1,000 run (for callgrind / perf);
+    // `=service`: the same with the service's engine options.
+    if let Ok(mode) = std::env::var("ENGINE_BENCH_PROFILE") {
+        let b = if mode == "service" {
+            bench_with(SEQ, true, service_options).await
+        } else {
+            bench(SEQ, true).await
+        };
         create(&b, "profile", 1000).await;
         let f = drive(&b, "profile").await;
         println!(
@@ -200,19 +245,21 @@ async fn run() {
             let t = Instant::now();
             let f = drive(&b, &id).await;
             let total = t.elapsed();
-            println!(
-                "N={n:>6} {:<4} total {:>9.1} ms | iterate {:>8.1} µs/it (js {:>7.1} µs/it) | post {:>7.1} µs/effect | engine per resolved effect {:>7.1} µs",
-                if warm { "warm" } else { "cold" },
-                total.as_secs_f64() * 1000.0,
-                us(f.iterate) / f.iterations as f64,
-                us(f.js) / f.iterations as f64,
-                us(f.post) / n as f64,
-                us(f.iterate) / n as f64,
-            );
+            print_run(n, if warm { "warm" } else { "cold" }, total, &f);
             if warm && n == 10_000 {
                 cold_replay(&b, &id).await;
             }
         }
+    }
+    println!("== sequential runs, engine configured as the orchestrator service does ==");
+    for n in [1000u64, 10_000] {
+        let b = bench_with(SEQ, true, service_options).await;
+        let id = format!("svc-{n}");
+        create(&b, &id, n).await;
+        let t = Instant::now();
+        let f = drive(&b, &id).await;
+        let total = t.elapsed();
+        print_run(n, "warm", total, &f);
     }
     println!("== parallel fan-out ==");
     for warm in [true, false] {

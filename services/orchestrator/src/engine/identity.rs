@@ -226,7 +226,7 @@ pub fn shape_json(v: Option<&Value>) -> String {
 
 /// Lowercase hex SHA-256 of `data`.
 fn sha256_hex(data: &str) -> String {
-    hex::encode(Sha256::digest(data.as_bytes()))
+    babysitter_journal::event::hex_lower(&Sha256::digest(data.as_bytes()))
 }
 
 /// The shape hash of a step id: the first 12 lowercase hex characters of SHA-256 of the compact

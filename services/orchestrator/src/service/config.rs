@@ -119,8 +119,12 @@ pub struct EngineConfig {
     pub cpu_limit_secs: u64,
     /// Warm JS sessions kept. Since v0.1.
     pub cached_runs: usize,
-    /// JS threads. Since v0.1.
+    /// JS threads (cold starts, replays, runs whose JS takes long). Since v0.1.
     pub js_threads: usize,
+    /// Time slice, in ms, a warm iteration's JS gets on the runtime thread that serves the run
+    /// before it is cut off and the run replays on a JS thread (`engine::pool`); 0 runs all JS on
+    /// the JS threads (a thread hop per iteration). Since v0.2.
+    pub inline_slice_ms: u64,
     /// This orchestrator is the only writer of its runs (one active orchestrator per journal):
     /// reads skip checking the store for other writers; a write that meets one is re-read and
     /// retried. Turn off when other processes write the same runs often. Since v0.1.
@@ -135,6 +139,7 @@ impl Default for EngineConfig {
             cpu_limit_secs: 30,
             cached_runs: 1024,
             js_threads: 2,
+            inline_slice_ms: 20,
             exclusive_writer: true,
         }
     }
@@ -252,6 +257,13 @@ impl OrchestratorConfig {
         o.cpu_limit = Duration::from_secs(e.cpu_limit_secs.max(1));
         o.cached_runs = e.cached_runs.max(1);
         o.js_threads = e.js_threads.max(1);
+        o.js_placement = if e.inline_slice_ms == 0 {
+            crate::engine::JsPlacement::Threads
+        } else {
+            crate::engine::JsPlacement::InlineWarm {
+                slice: Duration::from_millis(e.inline_slice_ms),
+            }
+        };
         o.exclusive_writer = e.exclusive_writer;
         // Tasks are dispatched from the journal's index, not from babysitter's nextActions.
         o.next_actions = false;
