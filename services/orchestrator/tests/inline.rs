@@ -90,3 +90,26 @@ async fn the_calling_thread_placement_runs_everything_inline() {
         "every continuation ran warm"
     );
 }
+
+/// Deep recursion in an inline continuation ends in QuickJS's stack-overflow error, like on a
+/// JS thread: the runtime worker's stack holds QuickJS's 1 MiB limit plus the host calls made
+/// at that depth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_recursion_in_an_inline_continuation_is_a_range_error() {
+    let deep = format!(
+        "{SDK}export async function process(inputs, ctx) {{ await ctx.task(work, {{ i: 1 }}); \
+         const down = (n) => {{ 'a\\u00e9'.localeCompare('ae'); JSON.stringify({{ n, a: [{{ b: [n] }}] }}); return n === 0 ? ctx.task(work, {{ i: 2 }}) : down(n - 1); }}; \
+         try {{ await down(1e7); }} catch (e) {{ return String(e.name) + ':' + (e instanceof RangeError); }} return 'no overflow'; }}"
+    );
+    let files = [("main.mjs", deep.as_str())];
+    let inline = Harness::new(&files, None, true).await;
+    let its = inline.drive(5, echo).await;
+    assert!(its[1].warm, "the continuation ran inline");
+    let cold = Harness::new(&files, None, false).await;
+    cold.drive(5, echo).await;
+    assert_eq!(inline.journal(), cold.journal());
+    assert_eq!(
+        its.last().unwrap().output,
+        Some(serde_json::json!("RangeError:true"))
+    );
+}
