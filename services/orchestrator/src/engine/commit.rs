@@ -74,8 +74,10 @@ impl Engine {
     }
 
     /// Writes the effect's logs and `result.json` together (one durability sync on the
-    /// filesystem instead of one per file), then journals `event` right after `head`. When the
-    /// run's session is warm, the resolution is handed to its next iteration as it was stored.
+    /// filesystem instead of one per file), then journals `event` right after `head`, followed by
+    /// `then` in the same append. When the run's session is warm, the resolution is handed to
+    /// its next iteration as it was stored.
+    #[allow(clippy::too_many_arguments)]
     async fn settle_effect(
         &self,
         run_id: &str,
@@ -84,6 +86,7 @@ impl Engine {
         logs: Vec<(RunFile, Bytes)>,
         result: Map<String, Value>,
         event: NewEvent,
+        then: Vec<NewEvent>,
     ) -> Result<Head, EngineError> {
         let journal = self.journal();
         let mut files = logs;
@@ -94,16 +97,27 @@ impl Engine {
         let stored = journal.put_run_files_stored(run_id, files).await?;
         let mut event = event;
         event.recorded_at = Some(iso(self.now_ms()));
-        let committed = journal.append(run_id, head.seq + 1, vec![event]).await?;
-        let Some(e) = committed.last() else {
+        let mut events = vec![event];
+        events.extend(then);
+        let committed = journal.append(run_id, head.seq + 1, events).await?;
+        let (Some(first), Some(last)) = (committed.first(), committed.last()) else {
             return Ok(head);
         };
         if let Some(result) = stored.last() {
-            self.stash_settled(run_id, record, e, result);
+            self.stash_settled(run_id, record, first, result);
+            for e in &committed[1..] {
+                self.pool().stash(
+                    run_id,
+                    Arrived {
+                        seq: e.seq,
+                        update: None,
+                    },
+                );
+            }
         }
         Ok(Head {
-            seq: e.seq,
-            ulid: e.ulid.clone(),
+            seq: last.seq,
+            ulid: last.ulid.clone(),
         })
     }
 
@@ -123,8 +137,7 @@ impl Engine {
                 run_id,
                 Arrived {
                     seq: event.seq,
-                    invocation_key: r.invocation_key,
-                    view,
+                    update: Some((r.invocation_key, view)),
                 },
             );
         }
@@ -133,6 +146,31 @@ impl Engine {
     /// Commits the result of a pending effect; returns the new head.
     pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
         let (head, record) = self.pending_record(run_id, &c.effect_id).await?;
+        self.commit_pending(run_id, head, record, c, Vec::new())
+            .await
+    }
+
+    /// [`Engine::commit_result`] for an effect the caller has just found pending (`record`, at
+    /// `head`: no second index lookup), journaling `then` in the same append right after the
+    /// resolution (e.g. its `COST_TRACKED`). A stale `head` or a record no longer pending fails
+    /// the append (a conflict, or an invalid event) before anything is journaled.
+    pub async fn commit_pending(
+        &self,
+        run_id: &str,
+        head: Head,
+        record: EffectRecord,
+        c: Commit,
+        then: Vec<NewEvent>,
+    ) -> Result<Head, EngineError> {
+        if record.effect_id != c.effect_id {
+            return Err(EngineError::InvalidRun {
+                run_id: run_id.to_owned(),
+                reason: format!(
+                    "result for effect {} committed against the record of {}",
+                    c.effect_id, record.effect_id
+                ),
+            });
+        }
         let mut outcome = c.outcome.clone();
         if record.kind.as_deref() == Some("shell")
             && let Err(e) = &outcome
@@ -228,7 +266,7 @@ impl Engine {
             data.insert("breakpointId".into(), json!(bp_id));
         }
         let event = NewEvent::new(EventType::EffectResolved, Value::Object(data));
-        self.settle_effect(run_id, record, head, logs, doc, event)
+        self.settle_effect(run_id, record, head, logs, doc, event, then)
             .await
     }
 }
@@ -270,7 +308,7 @@ impl Engine {
             data.insert("reason".into(), json!(r));
         }
         let event = NewEvent::new(EventType::EffectCancelled, Value::Object(data));
-        self.settle_effect(run_id, record, head, Vec::new(), doc, event)
+        self.settle_effect(run_id, record, head, Vec::new(), doc, event, Vec::new())
             .await
     }
 }

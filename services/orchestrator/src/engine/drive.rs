@@ -194,12 +194,7 @@ impl Engine {
             .all(|(a, seq)| a.seq == seq)
             && arrived.len() as u64 == head.seq - consumed;
         if whole_tail {
-            return Ok(Some(
-                arrived
-                    .into_iter()
-                    .map(|a| (a.invocation_key, a.view))
-                    .collect(),
-            ));
+            return Ok(Some(arrived.into_iter().filter_map(|a| a.update).collect()));
         }
         let journal = self.journal();
         let tail = if consumed < head.seq {

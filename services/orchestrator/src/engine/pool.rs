@@ -78,10 +78,11 @@ pub struct Warm {
 /// file it was just given).
 #[derive(Debug)]
 pub struct Arrived {
-    /// Sequence number of its `EFFECT_RESOLVED` / `EFFECT_CANCELLED`.
+    /// Sequence number of the event.
     pub seq: u64,
-    pub invocation_key: String,
-    pub view: EffectView,
+    /// The view of the effect it resolved, by invocation key (`None`: an event committed with
+    /// the resolution that changes nothing the process sees, e.g. `COST_TRACKED`).
+    pub update: Option<(String, EffectView)>,
 }
 
 /// Resolutions kept per run before the next iteration; past that the iteration reads the tail.

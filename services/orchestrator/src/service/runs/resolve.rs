@@ -102,10 +102,13 @@ impl RunManager {
                 "run {run_id} has ended; effect {effect_id} can no longer be resolved"
             )));
         }
-        let record = self
+        let (head, record) = self
             .engine()
-            .view(run_id, |_, idx| idx.effects.get(effect_id).cloned())
-            .await?
+            .view(run_id, |h, idx| {
+                (h.clone(), idx.effects.get(effect_id).cloned())
+            })
+            .await?;
+        let record = record
             .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))?;
         if record.status != EffectStatus::Requested {
             return self.compare_resolved(run_id, &record, &outcome).await;
@@ -117,41 +120,37 @@ impl RunManager {
         let stderr = self
             .spill_log(run_id, "stderr", o.stderr, &mut metadata)
             .await?;
-        let head = self
+        // The usage is journaled in the same append as the resolution.
+        let usage: Vec<NewEvent> = o
+            .usage
+            .map(|u| {
+                NewEvent::new(
+                    EventType::CostTracked,
+                    json!({"effectId": effect_id, "provider": u.provider, "model": u.model,
+                           "inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
+                           "cacheReadTokens": u.cache_read_tokens, "cacheWriteTokens": u.cache_write_tokens,
+                           "costUsd": u.cost_usd}),
+                )
+            })
+            .into_iter()
+            .collect();
+        let commit = Commit {
+            effect_id: effect_id.to_owned(),
+            outcome,
+            stdout,
+            stderr,
+            started_at: o.started_at,
+            finished_at: o.finished_at,
+            metadata,
+            stdout_ref: None,
+            stderr_ref: None,
+        };
+        let seq = self
             .inner
             .engine
-            .commit_result(
-                run_id,
-                Commit {
-                    effect_id: effect_id.to_owned(),
-                    outcome,
-                    stdout,
-                    stderr,
-                    started_at: o.started_at,
-                    finished_at: o.finished_at,
-                    metadata,
-                    stdout_ref: None,
-                    stderr_ref: None,
-                },
-            )
-            .await?;
-        let mut seq = head.seq;
-        if let Some(u) = o.usage {
-            let ev = NewEvent::new(
-                EventType::CostTracked,
-                json!({"effectId": effect_id, "provider": u.provider, "model": u.model,
-                       "inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
-                       "cacheReadTokens": u.cache_read_tokens, "cacheWriteTokens": u.cache_write_tokens,
-                       "costUsd": u.cost_usd}),
-            );
-            let committed = self
-                .journal()
-                .append(run_id, head.seq + 1, vec![ev])
-                .await?;
-            if let Some(last) = committed.last() {
-                seq = last.seq;
-            }
-        }
+            .commit_pending(run_id, head, record, commit, usage)
+            .await?
+            .seq;
         self.set_summary(run_id, |r| r.head_seq = r.head_seq.max(seq));
         Ok(Settled::New(seq))
     }
