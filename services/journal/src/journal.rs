@@ -279,6 +279,10 @@ impl Journal {
             });
         }
         let sealed = self.seal(run_id, view, events)?;
+        if let Err(e) = Self::fold_batch(run_id, view, &sealed) {
+            *guard = None;
+            return Err(e);
+        }
         match self.inner.store.commit(run_id, &sealed).await {
             Ok(()) => {}
             // Nothing was written, but another writer was: the view is behind. Drop it so the
@@ -295,11 +299,7 @@ impl Journal {
         let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
         for e in &sealed {
             let at = Location::file(run_id, e.seq, e.file_name());
-            if let Err(err) = view
-                .index
-                .apply(e, &at)
-                .and_then(|()| view.chain.push(e, &at))
-            {
+            if let Err(err) = view.chain.push(e, &at) {
                 *guard = None;
                 return Err(err);
             }
@@ -415,22 +415,27 @@ impl Journal {
             chain.push(&event, &Location::file(run_id, seq, event.file_name()))?;
             out.push(event);
         }
-        let located: Vec<_> = out
-            .iter()
-            .map(|e| (e, Location::file(run_id, e.seq, e.file_name())))
-            .collect();
-        if let Err(e) = view.index.check_batch(&located) {
-            let index = match &e {
-                JournalError::Replay { at, .. } => at.seq.map_or(0, |s| (s - out[0].seq) as usize),
-                _ => 0,
-            };
-            return Err(JournalError::InvalidEvent {
-                run_id: run_id.to_owned(),
-                index,
-                reason: e.to_string(),
-            });
-        }
         Ok(out)
+    }
+
+    /// Folds a sealed batch into the view's index before it is written: what the index refuses
+    /// (an unknown or doubly resolved effect, a duplicate key, a malformed event) is refused
+    /// before anything is written. Applying to the index itself, instead of checking the batch
+    /// against a scratch copy and applying it again after the write, folds every event once; a
+    /// refused batch leaves the index partly applied, so the caller drops the view (the next
+    /// operation re-reads the store, as after a failed write).
+    fn fold_batch(run_id: &str, view: &mut RunView, sealed: &[StoredEvent]) -> Result<()> {
+        for (i, e) in sealed.iter().enumerate() {
+            let at = Location::file(run_id, e.seq, e.file_name());
+            if let Err(err) = view.index.apply(e, &at) {
+                return Err(JournalError::InvalidEvent {
+                    run_id: run_id.to_owned(),
+                    index: i,
+                    reason: err.to_string(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// A ULID from the injected source or this process's monotonic generator, forced after `prev`

@@ -227,9 +227,10 @@ async fn run() {
         create(&b, "profile", 1000).await;
         let f = drive(&b, "profile").await;
         println!(
-            "profile: {} iterations, iterate {:.1} µs/it",
+            "profile: {} iterations, iterate {:.1} µs/it (js {:.1} µs/it)",
             f.iterations,
-            us(f.iterate) / f.iterations as f64
+            us(f.iterate) / f.iterations as f64,
+            us(f.js) / f.iterations as f64
         );
         return;
     }
