@@ -102,6 +102,15 @@ impl NewEvent {
     }
 }
 
+/// A run file's content for [`Journal::put_run_contents`].
+#[derive(Debug, Clone)]
+pub enum RunFileContent {
+    /// Stored as [`Journal::put_run_file`] stores bytes.
+    Bytes(Bytes),
+    /// A JSON document for a `.json` file, serialised as babysitter writes it.
+    Json(Value),
+}
+
 /// The derived state of a run as `GetState` returns it.
 #[derive(Debug, Clone)]
 pub struct RunState {
@@ -671,25 +680,11 @@ impl Journal {
     /// Stores several run files at once (one durability sync on the filesystem), with the same
     /// JSON rule as [`Journal::put_run_file`].
     pub async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
-        self.put_run_files_stored(run_id, files).await.map(drop)
-    }
-
-    /// [`Journal::put_run_files`], returning what was stored, in order (a caller that hands the
-    /// content on needs no read back).
-    pub async fn put_run_files_stored(
-        &self,
-        run_id: &str,
-        files: Vec<(RunFile, Bytes)>,
-    ) -> Result<Vec<Bytes>> {
-        validate_id("run id", run_id)?;
-        let mut out = Vec::with_capacity(files.len());
-        for (file, content) in files {
-            let content = self.stored_form(&file, content)?;
-            out.push((file, content));
-        }
-        let stored = out.iter().map(|(_, b)| b.clone()).collect();
-        self.store_run_files(run_id, out).await?;
-        Ok(stored)
+        let files = files
+            .into_iter()
+            .map(|(f, b)| (f, RunFileContent::Bytes(b)))
+            .collect();
+        self.put_run_contents(run_id, files).await.map(drop)
     }
 
     /// [`Journal::put_run_files`] for `.json` files whose documents the caller holds (the engine's
@@ -700,19 +695,40 @@ impl Journal {
         run_id: &str,
         files: Vec<(RunFile, Value)>,
     ) -> Result<Vec<Bytes>> {
+        let files = files
+            .into_iter()
+            .map(|(f, v)| (f, RunFileContent::Json(v)))
+            .collect();
+        self.put_run_contents(run_id, files).await
+    }
+
+    /// Stores run files given as bytes or as JSON documents (one durability sync on the
+    /// filesystem); returns what was stored, in order. Bytes follow [`Journal::put_run_file`]'s
+    /// rule; a document (only for `.json` files) is redacted and serialised once.
+    pub async fn put_run_contents(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, RunFileContent)>,
+    ) -> Result<Vec<Bytes>> {
         validate_id("run id", run_id)?;
         let mut out = Vec::with_capacity(files.len());
-        for (file, mut doc) in files {
-            if !file.name().ends_with(".json") {
-                return Err(JournalError::invalid(
-                    "run file",
-                    format!("{file} is not a .json file"),
-                ));
-            }
-            if let Some(r) = &self.inner.options.redactor {
-                r.value(&mut doc);
-            }
-            out.push((file, Bytes::from(jsjson::to_file_string(&doc))));
+        for (file, content) in files {
+            let stored = match content {
+                RunFileContent::Bytes(b) => self.stored_form(&file, b)?,
+                RunFileContent::Json(mut doc) => {
+                    if !file.name().ends_with(".json") {
+                        return Err(JournalError::invalid(
+                            "run file",
+                            format!("{file} is not a .json file"),
+                        ));
+                    }
+                    if let Some(r) = &self.inner.options.redactor {
+                        r.value(&mut doc);
+                    }
+                    Bytes::from(jsjson::to_file_string(&doc))
+                }
+            };
+            out.push((file, stored));
         }
         let stored = out.iter().map(|(_, b)| b.clone()).collect();
         self.store_run_files(run_id, out).await?;

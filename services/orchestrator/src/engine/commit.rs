@@ -5,7 +5,7 @@
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
-use babysitter_journal::{EventType, Head, NewEvent, StoredEvent};
+use babysitter_journal::{EventType, Head, NewEvent, RunFileContent, StoredEvent};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -89,12 +89,15 @@ impl Engine {
         then: Vec<NewEvent>,
     ) -> Result<Head, EngineError> {
         let journal = self.journal();
-        let mut files = logs;
+        let mut files: Vec<(RunFile, RunFileContent)> = logs
+            .into_iter()
+            .map(|(f, b)| (f, RunFileContent::Bytes(b)))
+            .collect();
         files.push((
             RunFile::task(&record.effect_id, "result.json")?,
-            Bytes::from(Value::Object(result).to_string()),
+            RunFileContent::Json(Value::Object(result)),
         ));
-        let stored = journal.put_run_files_stored(run_id, files).await?;
+        let stored = journal.put_run_contents(run_id, files).await?;
         let mut event = event;
         event.recorded_at = Some(iso(self.now_ms()));
         let mut events = vec![event];

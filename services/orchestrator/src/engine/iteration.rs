@@ -557,11 +557,26 @@ impl Engine {
                 continue;
             }
             if let Some(r) = new.get(id.as_str()) {
-                actions.push(json!({
-                    "effectId": r.effect_id, "invocationKey": r.invocation_key, "kind": r.kind, "label": r.label,
-                    "labels": r.labels, "taskDef": r.task_def, "taskId": r.task_id, "stepId": r.step_id,
-                    "taskDefRef": format!("tasks/{}/task.json", r.effect_id), "requestedAt": requested_at,
-                }));
+                // Built field by field: `json!` would re-serialise the TaskDef value by value.
+                let text = |s: &str| Value::String(s.to_owned());
+                let mut a = Map::new();
+                a.insert("effectId".into(), text(&r.effect_id));
+                a.insert("invocationKey".into(), text(&r.invocation_key));
+                a.insert("kind".into(), text(&r.kind));
+                a.insert("label".into(), text(&r.label));
+                a.insert(
+                    "labels".into(),
+                    Value::Array(r.labels.iter().map(|l| text(l)).collect()),
+                );
+                a.insert("taskDef".into(), r.task_def.clone());
+                a.insert("taskId".into(), text(&r.task_id));
+                a.insert("stepId".into(), text(&r.step_id));
+                a.insert(
+                    "taskDefRef".into(),
+                    Value::String(format!("tasks/{}/task.json", r.effect_id)),
+                );
+                a.insert("requestedAt".into(), text(requested_at));
+                actions.push(Value::Object(a));
             } else if let Some(rec) = records.get(id) {
                 let task = self
                     .journal()
