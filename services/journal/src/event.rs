@@ -234,14 +234,34 @@ pub struct StoredEvent {
 impl StoredEvent {
     /// Seals a body at a position: computes its checksum.
     pub fn seal(seq: u64, ulid: String, body: EventBody, prev_hash: Option<String>) -> Self {
-        let checksum = body.checksum();
-        Self {
+        Self::seal_measured(seq, ulid, body, prev_hash).0
+    }
+
+    /// [`StoredEvent::seal`], also returning an upper bound of [`StoredEvent::file_bytes`]'s
+    /// length, known from the checksum payload without serialising the event again.
+    pub fn seal_measured(
+        seq: u64,
+        ulid: String,
+        body: EventBody,
+        prev_hash: Option<String>,
+    ) -> (Self, usize) {
+        let payload = body.serialise(None);
+        let checksum = sha256_hex(payload.as_bytes());
+        // The stored envelope is the payload plus `,\n  "checksum": "<64 hex>"` (and, for an
+        // envelope with extra members, those: measured exactly then).
+        let bound = if body.extra.is_empty() {
+            payload.len() + 96
+        } else {
+            usize::MAX
+        };
+        let event = Self {
             seq,
             ulid,
             body,
             checksum,
             prev_hash,
-        }
+        };
+        (event, bound)
     }
 
     /// `000007.01JGFJK7S8000000000000001K.json`
@@ -351,4 +371,31 @@ pub fn is_ulid(s: &str) -> bool {
         && s.as_bytes()[0] <= b'7'
         && s.bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'H' | b'J' | b'K' | b'M' | b'N' | b'P'..=b'T' | b'V'..=b'Z'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_measured_bound_covers_the_stored_file() {
+        for data in [
+            serde_json::json!({}),
+            serde_json::json!({"effectId": "e1", "nested": {"a": [1, 2.5, "x\u{1}"]}}),
+        ] {
+            for sdk in [None, Some("6.0.0".to_owned())] {
+                let body = EventBody {
+                    kind: EventType::EffectRequested,
+                    recorded_at: "2026-01-01T00:00:00.000Z".into(),
+                    data: data.clone(),
+                    sdk_version: sdk,
+                    extra: Default::default(),
+                };
+                let (event, bound) = StoredEvent::seal_measured(1, "0".repeat(26), body, None);
+                let len = event.file_bytes().len();
+                assert!(bound >= len && bound - len < 20, "{bound} vs {len}");
+                assert_eq!(event.checksum, event.body.checksum());
+            }
+        }
+    }
 }

@@ -411,9 +411,14 @@ impl Journal {
                 extra: Default::default(),
             };
             let prev_hash = linked.then(|| chain.head_hash.clone());
-            let event = StoredEvent::seal(seq, ulid, body, prev_hash);
-            let size = event.file_bytes().len();
-            if size > self.inner.options.max_event_bytes {
+            let (event, bound) = StoredEvent::seal_measured(seq, ulid, body, prev_hash);
+            let limit = self.inner.options.max_event_bytes;
+            let size = if bound <= limit {
+                0
+            } else {
+                event.file_bytes().len()
+            };
+            if size > limit {
                 return Err(JournalError::EventTooLarge {
                     run_id: run_id.to_owned(),
                     index: i,
