@@ -25,6 +25,8 @@ pub struct Run {
     pub root: PathBuf,
     pub id: String,
     pub journal: Journal,
+    /// The warm server's engine for this runs root (`None` for a local call).
+    warm_engine: Option<Engine>,
 }
 
 impl Run {
@@ -41,6 +43,16 @@ impl Run {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
+        // Inside the warm server: its journal (run indexes kept in memory) and warm engine.
+        if let Some((journal, engine)) = super::warm::shared(&root, &id, &dir) {
+            return Ok(Run {
+                dir,
+                root,
+                id,
+                journal,
+                warm_engine: Some(engine),
+            });
+        }
         // One command per process: file I/O in place (see FsStore::inline_io).
         let journal = Journal::new(
             Arc::new(FsStore::new(&root).inline_io()),
@@ -51,6 +63,7 @@ impl Run {
             root,
             id,
             journal,
+            warm_engine: None,
         })
     }
 
@@ -68,6 +81,9 @@ impl Run {
 
     /// An engine over this run's runs root (one JS thread: a CLI call drives one run once).
     pub fn engine(&self) -> anyhow::Result<Engine> {
+        if let Some(e) = &self.warm_engine {
+            return Ok(e.clone());
+        }
         let mut opts = EngineOptions::new(&self.root);
         opts.js_threads = 1;
         opts.cached_runs = 1;
