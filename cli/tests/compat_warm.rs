@@ -177,3 +177,28 @@ fn concurrent_clients_are_served_one_command_at_a_time() {
     assert_eq!(s.pending("conc").len(), 1);
     assert!(s.warm_served() >= 9);
 }
+
+/// The server writes a command's state cache after answering, and before its next request: by
+/// the time it answers again, `state/state.json` describes the journal's head.
+#[test]
+fn the_state_cache_is_current_before_the_next_request() {
+    let s = Sandbox::new().warm();
+    seq_run(&s, "cache");
+    s.iterate("cache");
+    let effect = s.pending("cache")[0]["effectId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.post_inline("cache", &effect, "{\"value\": 1}").ok();
+    s.warm_served();
+    let state = read_json(&s.run_dir("cache").join("state/state.json"));
+    assert_eq!(
+        state["journalHead"]["seq"].as_u64(),
+        Some(s.journal_len("cache") as u64),
+        "{state}"
+    );
+    assert_eq!(
+        state["stateVersion"].as_u64(),
+        Some(s.journal_len("cache") as u64)
+    );
+}

@@ -138,6 +138,33 @@ impl Run {
         Ok(doc)
     }
 
+    /// Brings `state/state.json` up to date after a command whose output does not depend on it
+    /// (`reason`: rebuild with the reference's reason; `None`: only if it no longer matches the
+    /// journal). A local call does it now; inside the warm server it runs right after the
+    /// client has its answer, before the server takes the next command (the file is a cache:
+    /// every reader checks its `journalHead`). A failure is a warning on stderr (`cmd` names
+    /// the command), never the command's failure.
+    pub async fn settle_state_cache(&self, cmd: &'static str, reason: Option<&'static str>) {
+        let run = self.clone();
+        let work = async move {
+            let done = match reason {
+                Some(reason) => run.write_state_cache(reason).await.map(drop),
+                None => run
+                    .journal
+                    .state(&run.id)
+                    .await
+                    .map(drop)
+                    .map_err(Into::into),
+            };
+            if let Err(e) = done {
+                errln!("[{cmd}] warning: state cache not updated: {e:#}");
+            }
+        };
+        if let Err(work) = super::warm::defer(Box::pin(work)) {
+            work.await;
+        }
+    }
+
     /// Head and a closure over the effect index.
     pub async fn inspect<R>(&self, f: impl FnOnce(&Head, &EffectIndex) -> R) -> anyhow::Result<R> {
         Ok(self.journal.inspect(&self.id, f).await?)

@@ -72,10 +72,20 @@ enum Request {
     Stop,
 }
 
+/// Work a command leaves for after its answer (see [`defer`]).
+pub type Deferred = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Per-runs-root state shared by the commands the server runs.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Context {
     roots: Mutex<HashMap<PathBuf, Root>>,
+    deferred: Mutex<Vec<Deferred>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -94,6 +104,25 @@ tokio::task_local! {
 /// warm server; `None` for a local call.
 pub fn shared(root: &Path, run_id: &str, run_dir: &Path) -> Option<(Journal, Engine)> {
     WARM.try_with(|ctx| ctx.root(root, run_id, run_dir)).ok()?
+}
+
+/// Inside the warm server: queues `work` to run after the client has its answer and before the
+/// next command; a local call gets it back to run now.
+pub fn defer(work: Deferred) -> Result<(), Deferred> {
+    let mut work = Some(work);
+    let queued = WARM.try_with(|ctx| {
+        if let Some(w) = work.take() {
+            ctx.deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(w);
+        }
+    });
+    match (queued, work) {
+        (Ok(()), None) => Ok(()),
+        (_, Some(w)) => Err(w),
+        (Err(_), None) => Ok(()),
+    }
 }
 
 impl Context {
@@ -250,14 +279,18 @@ fn read_response(r: &mut impl std::io::Read) -> std::io::Result<(u8, Vec<u8>, Ve
     Ok((code[0], out, err))
 }
 
-/// `babysitter warm serve [--socket PATH] [--idle-timeout SECS]` | `warm status` | `warm stop`.
+/// `babysitter warm serve [--socket PATH] [--idle-timeout SECS] [--verbose]` | `warm status` |
+/// `warm stop`.
 pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
     let mut socket = None;
     let mut idle = None;
+    let mut verbose = false;
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--socket" => socket = it.next().map(PathBuf::from),
+            // Each command's name and time on stderr (never its arguments or environment).
+            "--verbose" => verbose = true,
             "--idle-timeout" => match it.next().and_then(|v| v.parse::<u64>().ok()) {
                 Some(s) if s > 0 => idle = Some(Duration::from_secs(s)),
                 _ => {
@@ -275,7 +308,7 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
         .or_else(|| client_socket(env).map(|(p, _)| p))
         .unwrap_or_else(|| default_socket(env));
     match args.first().map(String::as_str) {
-        Some("serve") => serve(&socket, idle),
+        Some("serve") => serve(&socket, idle, verbose),
         Some("status") => match control(&socket, &Request::Ping) {
             Ok(report) => {
                 output::line(&format!(
@@ -299,7 +332,7 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: babysitter warm serve [--socket PATH] [--idle-timeout SECS] | warm status | warm stop\n\
+                "usage: babysitter warm serve [--socket PATH] [--idle-timeout SECS] [--verbose] | warm status | warm stop\n\
                  Clients: BABYSITTER_WARM_SOCKET=PATH, or BABYSITTER_WARM=1 for the default socket ({})",
                 default_socket(env).display()
             );
@@ -333,7 +366,7 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn serve(socket: &Path, idle: Option<Duration>) -> ExitCode {
+fn serve(socket: &Path, idle: Option<Duration>, verbose: bool) -> ExitCode {
     let dir = socket.parent().unwrap_or_else(|| Path::new("."));
     if let Err(e) = private_dir(dir) {
         eprintln!("babysitter warm: {e}");
@@ -389,7 +422,7 @@ fn serve(socket: &Path, idle: Option<Duration>) -> ExitCode {
         };
         let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
         eprintln!("babysitter warm: listening on {}", socket.display());
-        let code = accept_loop(&listener, idle).await;
+        let code = accept_loop(&listener, idle, verbose).await;
         let _ = std::fs::remove_file(socket);
         code
     });
@@ -398,7 +431,11 @@ fn serve(socket: &Path, idle: Option<Duration>) -> ExitCode {
     ExitCode::from(code)
 }
 
-async fn accept_loop(listener: &tokio::net::UnixListener, idle: Option<Duration>) -> u8 {
+async fn accept_loop(
+    listener: &tokio::net::UnixListener,
+    idle: Option<Duration>,
+    verbose: bool,
+) -> u8 {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -452,11 +489,20 @@ async fn accept_loop(listener: &tokio::net::UnixListener, idle: Option<Duration>
             Request::Stop => (0, Vec::new(), Vec::new(), true),
             Request::Run { argv, env, cwd } => {
                 served += 1;
+                let started = tokio::time::Instant::now();
+                let name = argv.first().cloned().unwrap_or_default();
                 let env: EnvMap = env.into_iter().collect();
                 let task = tokio::spawn(output::captured(WARM.scope(ctx.clone(), async move {
                     super::execute(&argv, &env, cwd).await
                 })));
-                match task.await {
+                let done = task.await;
+                if verbose {
+                    eprintln!(
+                        "babysitter warm: {name} {:.2} ms",
+                        started.elapsed().as_secs_f64() * 1000.0
+                    );
+                }
+                match done {
                     Ok((code, cap)) => (code, cap.stdout, cap.stderr, false),
                     Err(e) => {
                         // A panic mid-command: whatever it held in memory is suspect.
@@ -470,6 +516,12 @@ async fn accept_loop(listener: &tokio::net::UnixListener, idle: Option<Duration>
             }
         };
         let _ = write_response(&mut stream, code, &out, &err).await;
+        drop(stream);
+        // The commands' deferred work (state caches), before the next command.
+        let deferred = std::mem::take(&mut *ctx.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        for work in deferred {
+            work.await;
+        }
         if stop {
             return 0;
         }

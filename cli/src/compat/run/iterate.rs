@@ -258,18 +258,8 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
     };
     // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
     // reason after a terminal event, else only when it no longer matches the journal.
-    let cache = match outcome.cache_reason {
-        Some(reason) => run.write_state_cache(reason).await.map(drop),
-        None => run
-            .journal
-            .state(&run.id)
-            .await
-            .map(drop)
-            .map_err(Into::into),
-    };
-    if let Err(e) = cache {
-        errln!("[run:iterate] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("run:iterate", outcome.cache_reason)
+        .await;
     if outcome.reason.starts_with("process-error: ") {
         errln!("[run:iterate] {}", outcome.reason);
     }

@@ -60,9 +60,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         };
         return Err(CliError::new("RunFailedError", msg, Category::Runtime).into());
     }
-    if let Err(e) = run.write_state_cache("post_effect_cancellation").await {
-        errln!("[task:cancel] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("task:cancel", Some("post_effect_cancellation"))
+        .await;
     let result_ref = format!("tasks/{effect_id}/result.json");
     if a.json() {
         output::line(&output::compact(

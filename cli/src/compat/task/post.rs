@@ -287,9 +287,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         };
         return Err(run_failed(msg).into());
     }
-    if let Err(e) = run.write_state_cache("post_effect_resolution").await {
-        errln!("[task:post] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("task:post", Some("post_effect_resolution"))
+        .await;
 
     let result_ref = format!("tasks/{effect_id}/result.json");
     let stdout_ref = stdout
