@@ -57,6 +57,8 @@ pub const FORWARDED: &[&str] = &[
 const MAX_FRAME: usize = 64 << 20;
 /// Distinct runs one runs root may hold before its state is rebuilt (bounds the server's memory).
 const MAX_RUNS_PER_ROOT: usize = 256;
+/// Runs roots kept at once (each holds a journal and an engine); the least recently used goes.
+const MAX_ROOTS: usize = 8;
 /// Default idle time after which an auto-started server exits.
 const AUTO_IDLE: Duration = Duration::from_secs(600);
 
@@ -80,6 +82,7 @@ pub type Deferred = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Sen
 pub struct Context {
     roots: Mutex<HashMap<PathBuf, Root>>,
     deferred: Mutex<Vec<Deferred>>,
+    tick: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Context {
@@ -94,6 +97,8 @@ struct Root {
     engine: Engine,
     /// `journal/` directory inode per run seen (a new inode: the journal was replaced).
     journals: HashMap<String, Option<u64>>,
+    /// When a command last used this root (for [`MAX_ROOTS`]).
+    used: u64,
 }
 
 tokio::task_local! {
@@ -139,6 +144,14 @@ impl Context {
             roots.remove(root);
         }
         if !roots.contains_key(root) {
+            if roots.len() >= MAX_ROOTS
+                && let Some(oldest) = roots
+                    .iter()
+                    .min_by_key(|(_, r)| r.used)
+                    .map(|(k, _)| k.clone())
+            {
+                roots.remove(&oldest);
+            }
             let journal = Journal::new(
                 Arc::new(FsStore::new(root).inline_io()),
                 crate::cli_journal_options(),
@@ -154,10 +167,12 @@ impl Context {
                     journal,
                     engine,
                     journals: HashMap::new(),
+                    used: 0,
                 },
             );
         }
         let r = roots.get_mut(root)?;
+        r.used = self.tick.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         r.journals.insert(run_id.to_owned(), inode);
         Some((r.journal.clone(), r.engine.clone()))
     }
@@ -595,5 +610,43 @@ mod tests {
         let huge = (u32::try_from(MAX_FRAME).unwrap() + 1).to_be_bytes();
         let err = read_blob(&mut huge.as_slice()).unwrap_err();
         assert!(err.to_string().contains("exceeds"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn roots_are_bounded_and_a_replaced_journal_drops_its_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ctx = Context::default();
+        let run_in = |i: usize| {
+            let root = tmp.path().join(format!("root{i}"));
+            let dir = root.join("r1");
+            std::fs::create_dir_all(dir.join("journal")).unwrap();
+            (root, dir)
+        };
+        for i in 0..=MAX_ROOTS {
+            let (root, dir) = run_in(i);
+            assert!(ctx.root(&root, "r1", &dir).is_some());
+        }
+        let roots = ctx.roots.lock().unwrap();
+        assert_eq!(roots.len(), MAX_ROOTS);
+        assert!(
+            !roots.contains_key(&tmp.path().join("root0")),
+            "the least recently used root went"
+        );
+        drop(roots);
+        // Another process swaps the run's journal directory (run:repair-journal).
+        let (root, dir) = run_in(MAX_ROOTS);
+        let (root2, dir2) = (root.clone(), root.join("r2"));
+        std::fs::create_dir_all(dir2.join("journal")).unwrap();
+        ctx.root(&root2, "r2", &dir2).unwrap();
+        std::fs::rename(dir.join("journal"), dir.join("journal.old")).unwrap();
+        std::fs::create_dir(dir.join("journal")).unwrap();
+        ctx.root(&root, "r1", &dir).unwrap();
+        let roots = ctx.roots.lock().unwrap();
+        let seen: Vec<&String> = roots[&root].journals.keys().collect();
+        assert_eq!(
+            seen,
+            vec!["r1"],
+            "the root was rebuilt: r2's view went with it"
+        );
     }
 }
