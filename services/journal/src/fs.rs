@@ -16,7 +16,6 @@
 //! A crash mid-batch leaves a committed prefix of the batch (each file is whole); the directory
 //! is fsynced once per batch.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
@@ -27,7 +26,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::error::{JournalError, Location, Result};
-use crate::event::{StoredEvent, parse_file_name};
+use crate::event::{StoredEvent, parse_file_name_ref};
 use crate::index::ChainCheck;
 use crate::jsjson;
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
@@ -106,12 +105,21 @@ impl FsStore {
     }
 }
 
-/// One journal file name, parsed.
+/// One journal file name (`<seq>.<ULID>.json`), parsed.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     seq: u64,
-    ulid: String,
     name: String,
+}
+
+impl Entry {
+    /// The ULID part of the name (validated when the entry was parsed).
+    fn ulid(&self) -> &str {
+        self.name
+            .split_once('.')
+            .and_then(|(_, rest)| rest.strip_suffix(".json"))
+            .unwrap_or_default()
+    }
 }
 
 /// [`list_entries`] for readers that do not hold the run's lock. `readdir` gives no snapshot: a
@@ -143,51 +151,60 @@ fn listing(run_id: &str, run_dir: &Path) -> Result<std::sync::Arc<Vec<Entry>>> {
 }
 
 /// Lists `journal/`, ordered by sequence number (not by name: the reference's lexicographic sort
-/// breaks past 999 999), refusing duplicate sequence numbers and gaps.
+/// breaks past 999 999), refusing duplicate sequence numbers and gaps. Reads the directory with
+/// `getdents` straight into one `String` per journal file (a run of a few hundred tasks lists
+/// about a thousand names, on every command).
 fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
-    let read = match fs::read_dir(journal_dir) {
-        Ok(r) => r,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(JournalError::io(journal_dir.display(), e)),
+    let io = |e: std::io::Error| JournalError::io(journal_dir.display(), e);
+    let fd = match rustix::fs::open(
+        journal_dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(io(e.into())),
     };
-    let mut by_seq: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-    for item in read {
-        let item = item.map_err(|e| JournalError::io(journal_dir.display(), e))?;
-        let Ok(name) = item.file_name().into_string() else {
+    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| io(e.into()))?;
+    let mut out: Vec<Entry> = Vec::new();
+    while let Some(item) = dir.read() {
+        let item = item.map_err(|e| io(e.into()))?;
+        let Ok(name) = item.file_name().to_str() else {
             continue;
         };
         if !name.ends_with(".json") {
-            continue; // temp files `*.json.tmp-…` and foreign files
+            continue; // `.`, `..`, temp files `*.json.tmp-…` and foreign files
         }
-        let (seq, ulid) = parse_file_name(run_id, &name)?;
-        by_seq
-            .entry(seq)
-            .or_default()
-            .push(Entry { seq, ulid, name });
+        let (seq, _) = parse_file_name_ref(run_id, name)?;
+        out.push(Entry {
+            seq,
+            name: name.to_owned(),
+        });
     }
-    let mut out = Vec::with_capacity(by_seq.len());
-    for (i, (seq, mut entries)) in by_seq.into_iter().enumerate() {
-        if entries.len() > 1 {
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
+    out.sort_unstable_by_key(|e| e.seq);
+    for i in 0..out.len() {
+        let (seq, expected) = (out[i].seq, i as u64 + 1);
+        if seq == expected {
+            continue;
+        }
+        if i > 0 && out[i - 1].seq == seq {
+            let mut files: Vec<String> = out
+                .iter()
+                .filter(|e| e.seq == seq)
+                .map(|e| format!("journal/{}", e.name))
+                .collect();
+            files.sort();
             return Err(JournalError::DuplicateSequence {
                 run_id: run_id.to_owned(),
                 seq,
-                files: entries
-                    .into_iter()
-                    .map(|e| format!("journal/{}", e.name))
-                    .collect(),
+                files,
             });
         }
-        let expected = i as u64 + 1;
-        let entry = entries.remove(0);
-        if seq != expected {
-            return Err(JournalError::SequenceGap {
-                at: Location::file(run_id, seq, format!("journal/{}", entry.name)),
-                expected,
-                got: seq,
-            });
-        }
-        out.push(entry);
+        return Err(JournalError::SequenceGap {
+            at: Location::file(run_id, seq, format!("journal/{}", out[i].name)),
+            expected,
+            got: seq,
+        });
     }
     Ok(out)
 }
@@ -197,7 +214,7 @@ fn head_of(entries: &[Entry]) -> Head {
         .last()
         .map(|e| Head {
             seq: e.seq,
-            ulid: e.ulid.clone(),
+            ulid: e.ulid().to_owned(),
         })
         .unwrap_or_default()
 }
@@ -520,10 +537,9 @@ impl JournalStore for FsStore {
             write_all_atomic(&staged)?;
             fsync_dir(&journal_dir)?;
             for (name, _) in &files {
-                let (seq, ulid) = parse_file_name(&run_id, name)?;
+                let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {
                     seq,
-                    ulid,
                     name: name.clone(),
                 });
             }
@@ -548,7 +564,7 @@ impl JournalStore for FsStore {
             let start = chain.head.seq;
             if start > 0 {
                 match entries.get(start as usize - 1) {
-                    Some(e) if e.ulid == chain.head.ulid => {}
+                    Some(e) if e.ulid() == chain.head.ulid => {}
                     other => {
                         return Err(JournalError::Corrupt {
                             at: Location::file(
