@@ -38,10 +38,11 @@ fn mean(v: &[Duration]) -> f64 {
     v.iter().map(Duration::as_secs_f64).sum::<f64>() / v.len() as f64 * 1000.0
 }
 
-fn run(cmd: &[String], cwd: &Path) -> (Value, Duration) {
+fn run(cmd: &[String], cwd: &Path, env: &[(String, String)]) -> (Value, Duration) {
     let t = Instant::now();
     let out = Command::new(&cmd[0])
         .args(&cmd[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(cwd)
         .output()
         .expect("spawn cli");
@@ -59,8 +60,8 @@ fn run(cmd: &[String], cwd: &Path) -> (Value, Duration) {
     (v, took)
 }
 
-/// Drives one run to completion through a CLI binary (`cli` = argv prefix).
-fn drive(cli: &[String], source: &str, n: u64) -> Times {
+/// Drives one run to completion through a CLI binary (`cli` = argv prefix) with `env` added.
+fn drive(cli: &[String], source: &str, n: u64, env: &[(String, String)]) -> Times {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("process.mjs"), source).unwrap();
     std::fs::write(dir.path().join("inputs.json"), format!("{{\"n\": {n}}}")).unwrap();
@@ -89,7 +90,7 @@ fn drive(cli: &[String], source: &str, n: u64) -> Times {
         arg("--json"),
     ]);
     let start = Instant::now();
-    let (created, _) = run(&cmd, dir.path());
+    let (created, _) = run(&cmd, dir.path(), env);
     let run_dir = created["runDir"].as_str().expect("runDir").to_owned();
     let mut t = Times::default();
     let with = |extra: &[&str]| -> Vec<String> {
@@ -101,14 +102,18 @@ fn drive(cli: &[String], source: &str, n: u64) -> Times {
     std::fs::write(dir.path().join("value.json"), "{\"value\": 1}").unwrap();
     let value = dir.path().join("value.json").display().to_string();
     loop {
-        let (it, took) = run(&with(&["run:iterate", &run_dir]), dir.path());
+        let (it, took) = run(&with(&["run:iterate", &run_dir]), dir.path(), env);
         t.iterate.push(took);
         match it["status"].as_str() {
             Some("waiting") => {}
             Some("completed") => break,
             other => panic!("unexpected iterate status {other:?}: {it}"),
         }
-        let (list, took) = run(&with(&["task:list", &run_dir, "--pending"]), dir.path());
+        let (list, took) = run(
+            &with(&["task:list", &run_dir, "--pending"]),
+            dir.path(),
+            env,
+        );
         t.list.push(took);
         let tasks = list["tasks"].as_array().cloned().unwrap_or_default();
         assert!(!tasks.is_empty(), "waiting without pending tasks");
@@ -125,6 +130,7 @@ fn drive(cli: &[String], source: &str, n: u64) -> Times {
                     &value,
                 ]),
                 dir.path(),
+                env,
             );
             t.post.push(took);
         }
@@ -173,8 +179,27 @@ async fn main() {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10, 50, 200]);
+    // Our CLI twice: every call a fresh process working on the run directory (local), and the
+    // same calls sent to `babysitter warm serve` (BABYSITTER_WARM_SOCKET), which keeps the
+    // run's JS session and journal index between calls.
+    let warm_dir = tempfile::tempdir().unwrap();
+    let socket = warm_dir.path().join("warm.sock");
+    let mut server = Command::new(&ours[0])
+        .args(["warm", "serve", "--socket"])
+        .arg(&socket)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the warm server");
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let local: Vec<(String, String)> = vec![("BABYSITTER_WARM_SOCKET".into(), String::new())];
+    let warm: Vec<(String, String)> = vec![(
+        "BABYSITTER_WARM_SOCKET".into(),
+        socket.display().to_string(),
+    )];
     println!(
-        "{:<22} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
+        "{:<30} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
         "scenario",
         "iterate",
         "list",
@@ -191,32 +216,38 @@ async fn main() {
         .collect();
     cases.push(("parallel fan-out 200".into(), PAR, 200));
     for (name, src, n) in cases {
-        let a = drive(&ours, src, n);
-        let b = reference.as_ref().map(|r| drive(r, src, n));
+        let ours_local = drive(&ours, src, n, &local);
+        let ours_warm = drive(&ours, src, n, &warm);
+        let b = reference.as_ref().map(|r| drive(r, src, n, &[]));
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        match b {
-            Some(b) => println!(
-                "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:.0}x {:.0}x {:.0}x {:.0}x",
-                mean(&a.iterate),
-                mean(&a.list),
-                mean(&a.post),
-                ms(a.total),
-                mean(&b.iterate),
-                mean(&b.list),
-                mean(&b.post),
-                ms(b.total),
-                mean(&b.iterate) / mean(&a.iterate),
-                mean(&b.list) / mean(&a.list),
-                mean(&b.post) / mean(&a.post),
-                ms(b.total) / ms(a.total)
-            ),
-            None => println!(
-                "{name:<22} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | (reference not available)",
-                mean(&a.iterate),
-                mean(&a.list),
-                mean(&a.post),
-                ms(a.total)
-            ),
+        for (mode, a) in [("local", ours_local), ("warm server", ours_warm)] {
+            let label = format!("{name} ({mode})");
+            match &b {
+                Some(b) => println!(
+                    "{label:<30} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:.0}x {:.0}x {:.0}x {:.0}x",
+                    mean(&a.iterate),
+                    mean(&a.list),
+                    mean(&a.post),
+                    ms(a.total),
+                    mean(&b.iterate),
+                    mean(&b.list),
+                    mean(&b.post),
+                    ms(b.total),
+                    mean(&b.iterate) / mean(&a.iterate),
+                    mean(&b.list) / mean(&a.list),
+                    mean(&b.post) / mean(&a.post),
+                    ms(b.total) / ms(a.total)
+                ),
+                None => println!(
+                    "{label:<30} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | (reference not available)",
+                    mean(&a.iterate),
+                    mean(&a.list),
+                    mean(&a.post),
+                    ms(a.total)
+                ),
+            }
         }
     }
+    let _ = server.kill();
+    let _ = server.wait();
 }

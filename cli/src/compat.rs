@@ -18,18 +18,22 @@
 //! an explanation instead of silently ending the loop (B20), no `node_modules` symlink in the user's tree (B17), `run:create`
 //! refuses to overwrite an existing run.
 
+// First: its `errln!` macro serves every command module below.
+#[macro_use]
+mod output;
+
 mod args;
 mod health;
 mod hook;
 mod instructions;
 mod lock;
-mod output;
 mod paths;
 mod run;
 mod runs;
 mod session;
 mod task;
 mod usage;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,7 +85,7 @@ impl Cli<'_> {
             .iter()
             .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
             .collect();
-        eprintln!("[{command}] verbose {}", parts.join(" "));
+        errln!("[{command}] verbose {}", parts.join(" "));
     }
 
     /// How long a command waits for another writer of the same run
@@ -108,19 +112,37 @@ impl Cli<'_> {
 
 /// Runs one babysitter command; returns its exit code (every failure is 1, F19).
 pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            let json = argv.iter().any(|a| a == "--json");
+            CliError::plain("Error", format!("cannot read the working directory: {e}"))
+                .report(json);
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            let json = argv.iter().any(|a| a == "--json");
+            CliError::plain("Error", format!("cannot start the async runtime: {e}")).report(json);
+            return ExitCode::from(1);
+        }
+    };
+    ExitCode::from(runtime.block_on(execute(argv, env, cwd)))
+}
+
+/// Parses and runs one command in `cwd`; everything it prints goes through `output` (the
+/// process's streams, or the warm server's capture).
+pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
     let parsed = match args::parse(argv) {
         Ok(p) => p,
         Err(e) => {
             CliError::plain("Error", e.0).report(false);
-            return ExitCode::from(1);
-        }
-    };
-    let cwd = match std::env::current_dir() {
-        Ok(d) => d,
-        Err(e) => {
-            CliError::plain("Error", format!("cannot read the working directory: {e}"))
-                .report(parsed.json());
-            return ExitCode::from(1);
+            return 1;
         }
     };
     let cli = Cli {
@@ -130,28 +152,16 @@ pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
     };
     if cli.args.verbose() {
         for f in &cli.args.ignored_flags {
-            eprintln!("[babysitter] ignoring unknown flag {f}");
+            errln!("[babysitter] ignoring unknown flag {f}");
         }
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            CliError::plain("Error", format!("cannot start the async runtime: {e}"))
-                .report(cli.args.json());
-            return ExitCode::from(1);
-        }
-    };
-    let code = match runtime.block_on(dispatch(&cli)) {
+    match dispatch(&cli).await {
         Ok(code) => code,
         Err(e) => {
             output::to_cli_error(&e).report(cli.args.json());
             1
         }
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// Commands of the reference this build does not implement yet.
@@ -355,9 +365,9 @@ impl CliError {
     /// handler's single line).
     fn report_pretty(&self, json: bool) {
         if json {
-            eprintln!("{}", output::pretty(&self.structured()));
+            errln!("{}", output::pretty(&self.structured()));
         } else {
-            eprintln!("{}", self.text());
+            errln!("{}", self.text());
         }
     }
 }

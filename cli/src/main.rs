@@ -29,10 +29,11 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => run::main(&args[1..], &env),
         Some("up") => up::main(&args[1..]),
+        Some("warm") => compat::warm::main(&args[1..], &env),
         Some(cmd) if remote::COMMANDS.contains(&cmd) => match remote::server_of(&args[1..], &env) {
             Some((url, rest)) => remote::main(cmd, &url, &rest, &env),
-            None => compat::main(&args, &env),
+            None => compat::warm::forward(&args, &env).unwrap_or_else(|| compat::main(&args, &env)),
         },
-        _ => compat::main(&args, &env),
+        _ => compat::warm::forward(&args, &env).unwrap_or_else(|| compat::main(&args, &env)),
     }
 }

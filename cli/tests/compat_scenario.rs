@@ -32,9 +32,7 @@ fn stable(action: &Value) -> Value {
     v
 }
 
-#[test]
-fn compat_scenario_demo_runs_to_completion_like_the_reference() {
-    let s = Sandbox::with_demo();
+fn compat_scenario_demo_runs_to_completion_like_the_reference_in(s: &Sandbox) {
     let id = s.create("demo-1", "processes/demo.mjs#process");
     let run_dir = s.run_dir(&id);
 
@@ -357,9 +355,7 @@ fn compat_scenario_demo_runs_to_completion_like_the_reference() {
     );
 }
 
-#[test]
-fn compat_scenario_task_error_fails_the_run() {
-    let s = Sandbox::with_demo();
+fn compat_scenario_task_error_fails_the_run_in(s: &Sandbox) {
     let id = s.create("err-1", "processes/demo.mjs");
     let it = s.iterate(&id);
     let plan = it["nextActions"][0]["effectId"]
@@ -437,9 +433,7 @@ fn compat_scenario_task_error_fails_the_run() {
     assert_eq!(s.journal_len(&id), len);
 }
 
-#[test]
-fn compat_scenario_process_throw_and_halts() {
-    let s = Sandbox::with_demo();
+fn compat_scenario_process_throw_and_halts_in(s: &Sandbox) {
     s.write(
         "processes/throws.mjs",
         "export async function process(inputs, ctx) { throw new Error('kaboom'); }\n",
@@ -552,9 +546,7 @@ fn compat_scenario_process_throw_and_halts() {
     assert_eq!(status["completionProof"], v["completionProof"]);
 }
 
-#[test]
-fn compat_scenario_cancel_and_shell_failure() {
-    let s = Sandbox::with_demo();
+fn compat_scenario_cancel_and_shell_failure_in(s: &Sandbox) {
     let id = s.create("cancel-1", "processes/demo.mjs");
     let it = s.iterate(&id);
     let plan = it["nextActions"][0]["effectId"]
@@ -661,4 +653,29 @@ fn compat_scenario_cancel_and_shell_failure() {
             "valueProvided": false, "errorProvided": false, "stdoutRef": null, "stderrRef": null,
             "stdoutFile": null, "stderrFile": null}})
     );
+}
+
+/// Each scenario twice: with local calls, and with every run and task command served by the
+/// warm server (`babysitter warm serve`), which must not change a byte of what they print.
+macro_rules! local_and_warm {
+    ($($local:ident, $warm:ident => $body:ident;)*) => {$(
+        #[test]
+        fn $local() {
+            $body(&Sandbox::with_demo());
+        }
+
+        #[test]
+        fn $warm() {
+            let s = Sandbox::with_demo().warm();
+            $body(&s);
+            assert!(s.warm_served() > 0, "the commands went through the warm server");
+        }
+    )*};
+}
+
+local_and_warm! {
+    compat_scenario_demo_runs_to_completion_like_the_reference, compat_scenario_demo_runs_to_completion_like_the_reference_warm => compat_scenario_demo_runs_to_completion_like_the_reference_in;
+    compat_scenario_task_error_fails_the_run, compat_scenario_task_error_fails_the_run_warm => compat_scenario_task_error_fails_the_run_in;
+    compat_scenario_process_throw_and_halts, compat_scenario_process_throw_and_halts_warm => compat_scenario_process_throw_and_halts_in;
+    compat_scenario_cancel_and_shell_failure, compat_scenario_cancel_and_shell_failure_warm => compat_scenario_cancel_and_shell_failure_in;
 }

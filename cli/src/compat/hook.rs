@@ -97,9 +97,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     }
     let mut raw = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut raw) {
-        eprintln!(
-            "[hook:run] cannot read the stop-hook payload from stdin: {e}; allowing the stop"
-        );
+        errln!("[hook:run] cannot read the stop-hook payload from stdin: {e}; allowing the stop");
         allow();
         return Ok(0);
     }
@@ -114,12 +112,12 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
 
 fn hook_error(json: bool, code: &str, message: &str) -> u8 {
     if json {
-        eprintln!(
+        errln!(
             "{}",
             output::pretty(&json!({"error": code, "message": message}))
         );
     } else {
-        eprintln!("Error: {message}");
+        errln!("Error: {message}");
     }
     1
 }
@@ -127,7 +125,7 @@ fn hook_error(json: bool, code: &str, message: &str) -> u8 {
 /// The payload as an object; anything else becomes `{}` with a note on stderr.
 fn parse_payload(raw: &str) -> Map<String, Value> {
     if raw.trim().is_empty() {
-        eprintln!("[hook:run] empty stop-hook payload on stdin; treating it as {{}}");
+        errln!("[hook:run] empty stop-hook payload on stdin; treating it as {{}}");
         return Map::new();
     }
     match serde_json::from_str::<Value>(raw) {
@@ -140,13 +138,13 @@ fn parse_payload(raw: &str) -> Map<String, Value> {
                 Value::Bool(_) => "a boolean",
                 _ => "null",
             };
-            eprintln!(
+            errln!(
                 "[hook:run] invalid stop-hook payload: expected a JSON object, got {kind}; treating it as {{}}"
             );
             Map::new()
         }
         Err(e) => {
-            eprintln!(
+            errln!(
                 "[hook:run] invalid stop-hook payload: not valid JSON ({e}); treating it as {{}}"
             );
             Map::new()
@@ -416,7 +414,7 @@ struct StopHook<'a, 'b> {
 impl StopHook<'_, '_> {
     fn note(&self, what: &str) {
         if self.cli.args.verbose() {
-            eprintln!("[hook:run] stop: {what}");
+            errln!("[hook:run] stop: {what}");
         }
     }
 
@@ -518,7 +516,7 @@ impl StopHook<'_, '_> {
             return Ok(0);
         }
         let Some(run) = run else {
-            eprintln!(
+            errln!(
                 "[hook:run] stop: cannot resolve run {} of session {sid}; allowing the stop",
                 file.state.run_id
             );
@@ -528,7 +526,7 @@ impl StopHook<'_, '_> {
         let facts = match run_facts(&run).await {
             Ok(f) => f,
             Err(e) => {
-                eprintln!(
+                errln!(
                     "[hook:run] stop: run state unknown for {}: {e:#}",
                     run.dir.display()
                 );
@@ -609,7 +607,7 @@ impl StopHook<'_, '_> {
         file.state.last_iteration_at = now;
         file.state.iteration_times = times;
         if let Err(m) = file.write(&path) {
-            eprintln!("[hook:run] stop: cannot update the session file: {m}");
+            errln!("[hook:run] stop: cannot update the session file: {m}");
         }
         let backoff = if waiting && !facts.sealed {
             match &facts.current_effect {
@@ -669,7 +667,7 @@ impl StopHook<'_, '_> {
         file.state.set_metadata("hookExitReason", reason);
         file.state.set_metadata("hookExitedAt", session::now_ts());
         if let Err(m) = file.write(path) {
-            eprintln!("[hook:run] stop: cannot update the session file: {m}");
+            errln!("[hook:run] stop: cannot update the session file: {m}");
         }
     }
 
@@ -702,7 +700,7 @@ impl StopHook<'_, '_> {
         }
         .await;
         if let Err(e) = result {
-            eprintln!(
+            errln!(
                 "[hook:run] stop: cannot journal STOP_HOOK_INVOKED in {}: {e:#}",
                 run.dir.display()
             );
@@ -808,9 +806,9 @@ impl StopHook<'_, '_> {
                         .to_owned(),
                 };
                 if let Err(m) = file.write(path) {
-                    eprintln!("[hook:run] stop: cannot recreate the session file: {m}");
+                    errln!("[hook:run] stop: cannot recreate the session file: {m}");
                 }
-                eprintln!(
+                errln!(
                     "[hook:run] stop: recovered missing session file {} from run {}",
                     path.display(),
                     run.id
@@ -819,7 +817,7 @@ impl StopHook<'_, '_> {
             }
             n => {
                 let ids: Vec<String> = candidates.iter().map(|(r, _)| r.id.clone()).collect();
-                eprintln!(
+                errln!(
                     "[hook:run] stop: session {sid} has no state file and {n} active runs claim it ({}); blocking until it is re-associated",
                     ids.join(", ")
                 );

@@ -280,7 +280,7 @@ pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
                 &json!({"error": "unknown_harness", "message": message}),
             ));
         } else {
-            eprintln!("[instructions] {message}");
+            errln!("[instructions] {message}");
         }
         return Ok(1);
     };
@@ -317,7 +317,7 @@ pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
         output::line(&output::pretty(&out));
     } else {
         for w in &warnings {
-            eprintln!("[instructions] Warning: {w}");
+            errln!("[instructions] Warning: {w}");
         }
         output::line(&content);
     }

@@ -69,7 +69,7 @@ pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, Lock
     let mut announce = |what: &str| {
         if !announced {
             announced = true;
-            eprintln!(
+            errln!(
                 "[babysitter] run lock contention on {}: {what}; waiting up to {} ms",
                 run_dir.display(),
                 timeout.as_millis()
@@ -102,14 +102,9 @@ pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, Lock
         let holder = match foreign_holder(run_dir) {
             Some(h) => Some(h),
             None => {
-                let path = run_dir.to_path_buf();
-                let held = tokio::task::spawn_blocking(move || hold_run(&path, 4))
-                    .await
-                    .map_err(|e| LockError::Io {
-                        path: run_dir.to_path_buf(),
-                        source: std::io::Error::other(e.to_string()),
-                    })?;
-                match held {
+                // In place: the run directory's flock is ours, so this only creates `run.lock`
+                // (a few short retries at most); a trip to the blocking pool would cost a thread.
+                match hold_run(run_dir, 4) {
                     Ok(held) => {
                         return Ok(RunGuard {
                             _held: held,

@@ -52,8 +52,60 @@ fn write_compact(out: &mut String, value: &Value) {
 
 /// Writes one line to stdout (a closed pipe is not an error worth reporting).
 pub fn line(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
+    write_out(format_args!("{text}\n"));
+}
+
+/// A command's stdout and stderr, when the warm server runs it for a client
+/// (`crate::compat::warm`) instead of the process's own streams.
+#[derive(Debug, Default)]
+pub struct Captured {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+tokio::task_local! {
+    static CAPTURE: std::cell::RefCell<Captured>;
+}
+
+/// Runs `f` with everything it prints through [`line`] / [`errln!`] captured.
+pub async fn captured<F: std::future::Future>(f: F) -> (F::Output, Captured) {
+    CAPTURE
+        .scope(std::cell::RefCell::new(Captured::default()), async move {
+            let out = f.await;
+            let cap = CAPTURE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+            (out, cap)
+        })
+        .await
+}
+
+/// stdout for the commands (see [`line`]); a closed pipe is not an error worth reporting.
+pub fn write_out(args: fmt::Arguments<'_>) {
+    let captured = CAPTURE.try_with(|c| {
+        let _ = c.borrow_mut().stdout.write_fmt(args);
+    });
+    if captured.is_err() {
+        let _ = std::io::stdout().lock().write_fmt(args);
+    }
+}
+
+/// stderr for the commands (see [`errln!`]).
+pub fn write_err(args: fmt::Arguments<'_>) {
+    let captured = CAPTURE.try_with(|c| {
+        let _ = c.borrow_mut().stderr.write_fmt(args);
+    });
+    if captured.is_err() {
+        let _ = std::io::stderr().lock().write_fmt(args);
+    }
+}
+
+/// `eprintln!` for the commands: to stderr, or to the warm server's client.
+macro_rules! errln {
+    () => {
+        $crate::compat::output::write_err(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::compat::output::write_err(format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 /// Error categories of the reference's structured errors.
@@ -180,9 +232,9 @@ impl CliError {
     /// Prints the error the way the reference's top-level handler does.
     pub fn report(&self, json: bool) {
         if json {
-            eprintln!("{}", compact(&self.structured()));
+            errln!("{}", compact(&self.structured()));
         } else {
-            eprintln!("{}", self.text());
+            errln!("{}", self.text());
         }
     }
 }

@@ -26,7 +26,7 @@ pub(crate) fn open_run_arg(
     extra: &[(&str, Option<String>)],
 ) -> Result<(Run, Value), u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", super::usage::USAGE);
+        errln!("{}", super::usage::USAGE);
         return Err(1);
     };
     let a = &cli.args;
@@ -40,7 +40,7 @@ pub(crate) fn open_run_arg(
     Run::open(&run_dir)
         .and_then(|r| r.metadata().map(|m| (r, m)))
         .map_err(|m| {
-            eprintln!(
+            errln!(
                 "[{cmd}] unable to read run metadata at {}: {m}",
                 run_dir.display()
             );

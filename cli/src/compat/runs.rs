@@ -25,6 +25,8 @@ pub struct Run {
     pub root: PathBuf,
     pub id: String,
     pub journal: Journal,
+    /// The warm server's engine for this runs root (`None` for a local call).
+    warm_engine: Option<Engine>,
 }
 
 impl Run {
@@ -41,6 +43,16 @@ impl Run {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
+        // Inside the warm server: its journal (run indexes kept in memory) and warm engine.
+        if let Some((journal, engine)) = super::warm::shared(&root, &id, &dir) {
+            return Ok(Run {
+                dir,
+                root,
+                id,
+                journal,
+                warm_engine: Some(engine),
+            });
+        }
         // One command per process: file I/O in place (see FsStore::inline_io).
         let journal = Journal::new(
             Arc::new(FsStore::new(&root).inline_io()),
@@ -51,6 +63,7 @@ impl Run {
             root,
             id,
             journal,
+            warm_engine: None,
         })
     }
 
@@ -68,6 +81,9 @@ impl Run {
 
     /// An engine over this run's runs root (one JS thread: a CLI call drives one run once).
     pub fn engine(&self) -> anyhow::Result<Engine> {
+        if let Some(e) = &self.warm_engine {
+            return Ok(e.clone());
+        }
         let mut opts = EngineOptions::new(&self.root);
         opts.js_threads = 1;
         opts.cached_runs = 1;
@@ -120,6 +136,33 @@ impl Run {
             .write_state_cache(&self.id, Bytes::from(jsjson::to_file_string(&doc)))
             .await?;
         Ok(doc)
+    }
+
+    /// Brings `state/state.json` up to date after a command whose output does not depend on it
+    /// (`reason`: rebuild with the reference's reason; `None`: only if it no longer matches the
+    /// journal). A local call does it now; inside the warm server it runs right after the
+    /// client has its answer, before the server takes the next command (the file is a cache:
+    /// every reader checks its `journalHead`). A failure is a warning on stderr (`cmd` names
+    /// the command), never the command's failure.
+    pub async fn settle_state_cache(&self, cmd: &'static str, reason: Option<&'static str>) {
+        let run = self.clone();
+        let work = async move {
+            let done = match reason {
+                Some(reason) => run.write_state_cache(reason).await.map(drop),
+                None => run
+                    .journal
+                    .state(&run.id)
+                    .await
+                    .map(drop)
+                    .map_err(Into::into),
+            };
+            if let Err(e) = done {
+                errln!("[{cmd}] warning: state cache not updated: {e:#}");
+            }
+        };
+        if let Err(work) = super::warm::defer(Box::pin(work)) {
+            work.await;
+        }
     }
 
     /// Head and a closure over the effect index.

@@ -322,10 +322,10 @@ fn leading_int(value: &str) -> Option<u64> {
 /// A session command error: JSON on stderr under `--json`, else text lines; exit 1.
 fn session_error(cli: &Cli<'_>, error: Value, lines: &[String]) -> u8 {
     if cli.args.json() {
-        eprintln!("{}", output::pretty(&error));
+        errln!("{}", output::pretty(&error));
     } else {
         for l in lines {
-            eprintln!("{l}");
+            errln!("{l}");
         }
     }
     1
@@ -711,12 +711,12 @@ pub async fn last_message(cli: &Cli<'_>) -> anyhow::Result<u8> {
     else {
         let message = "--transcript-path is required for session:last-message";
         if cli.args.json() {
-            eprintln!(
+            errln!(
                 "{}",
                 output::compact(&json!({"error": "MISSING_TRANSCRIPT_PATH", "message": message}))
             );
         } else {
-            eprintln!("{message}");
+            errln!("{message}");
         }
         return Ok(1);
     };

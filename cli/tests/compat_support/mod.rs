@@ -96,6 +96,17 @@ pub struct Sandbox {
     pub tmp: tempfile::TempDir,
     pub project: PathBuf,
     pub env: Vec<(String, String)>,
+    /// `babysitter warm serve` for this sandbox (see [`Sandbox::warm`]); stopped on drop.
+    pub warm: Option<std::process::Child>,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.warm.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Sandbox {
@@ -113,7 +124,53 @@ impl Sandbox {
             ),
             ("BABYSITTER_RUNS_SCOPE".into(), "repo".into()),
         ];
-        Sandbox { tmp, project, env }
+        Sandbox {
+            tmp,
+            project,
+            env,
+            warm: None,
+        }
+    }
+
+    /// The warm server's socket in this sandbox.
+    pub fn warm_socket(&self) -> PathBuf {
+        self.tmp.path().join("warm").join("warm.sock")
+    }
+
+    /// Starts `babysitter warm serve` on [`Sandbox::warm_socket`] and sends every forwarded
+    /// command of this sandbox through it (`BABYSITTER_WARM_SOCKET`).
+    pub fn warm(mut self) -> Self {
+        let socket = self.warm_socket();
+        let child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .args(["warm", "serve", "--socket"])
+            .arg(&socket)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.warm = Some(child);
+        wait_until("the warm server to listen", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        self.env.push((
+            "BABYSITTER_WARM_SOCKET".into(),
+            socket.display().to_string(),
+        ));
+        self
+    }
+
+    /// Commands the warm server has run (from `babysitter warm status`).
+    pub fn warm_served(&self) -> u64 {
+        let out = self.cmd(&["warm", "status"]);
+        assert_eq!(out.code, 0, "warm status: {}{}", out.stdout, out.stderr);
+        out.stdout
+            .split_whitespace()
+            .skip_while(|w| *w != "served:")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {:?}", out.stdout))
     }
 
     /// A sandbox with the fixture's `processes/demo.mjs` and an inputs file.
@@ -239,6 +296,19 @@ impl Sandbox {
         std::fs::read_dir(self.run_dir(id).join("journal"))
             .unwrap()
             .count()
+    }
+}
+
+/// Polls `done` every 10 ms; panics naming `what` after 30 s.
+#[track_caller]
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

@@ -320,6 +320,14 @@ pub fn file_name(seq: u64, ulid: &str) -> String {
 
 /// Parses `{seq}.{ULID}.json` into its sequence number and ULID.
 pub fn parse_file_name(run_id: &str, name: &str) -> Result<(u64, String), JournalError> {
+    parse_file_name_ref(run_id, name).map(|(seq, ulid)| (seq, ulid.to_owned()))
+}
+
+/// [`parse_file_name`] without copying the ULID (listing a journal parses every name).
+pub fn parse_file_name_ref<'a>(
+    run_id: &str,
+    name: &'a str,
+) -> Result<(u64, &'a str), JournalError> {
     let bad = |why: &str| JournalError::BadFileName {
         run_id: run_id.to_owned(),
         file: name.to_owned(),
@@ -343,7 +351,7 @@ pub fn parse_file_name(run_id: &str, name: &str) -> Result<(u64, String), Journa
     if !is_ulid(ulid) {
         return Err(bad("not a valid ULID"));
     }
-    Ok((seq, ulid.to_owned()))
+    Ok((seq, ulid))
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

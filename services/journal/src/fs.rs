@@ -16,27 +16,28 @@
 //! A crash mid-batch leaves a committed prefix of the batch (each file is whole); the directory
 //! is fsynced once per batch.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde_json::{Value, json};
 
 use crate::error::{JournalError, Location, Result};
-use crate::event::{StoredEvent, parse_file_name};
+use crate::event::{StoredEvent, parse_file_name_ref};
 use crate::index::ChainCheck;
 use crate::jsjson;
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
 use crate::{Head, validate_id};
 
+mod lock;
+
+pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
+use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
+
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
-const LOCK_OWNER: &str = "babysitter-rs:journal";
 
 /// Babysitter run directories under one runs root.
 #[derive(Debug, Clone)]
@@ -90,6 +91,10 @@ impl FsStore {
     fn existing_run_dir(&self, run_id: &str) -> Result<PathBuf> {
         validate_id("run id", run_id)?;
         let dir = self.run_dir(run_id);
+        // Held for this command: it exists (its lock file is in it).
+        if held_by_this_process(&dir) {
+            return Ok(dir);
+        }
         match fs::metadata(dir.join("run.json")) {
             Ok(_) => Ok(dir),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(JournalError::RunNotFound {
@@ -100,12 +105,21 @@ impl FsStore {
     }
 }
 
-/// One journal file name, parsed.
+/// One journal file name (`<seq>.<ULID>.json`), parsed.
 #[derive(Debug, Clone)]
-struct Entry {
+pub(crate) struct Entry {
     seq: u64,
-    ulid: String,
     name: String,
+}
+
+impl Entry {
+    /// The ULID part of the name (validated when the entry was parsed).
+    fn ulid(&self) -> &str {
+        self.name
+            .split_once('.')
+            .and_then(|(_, rest)| rest.strip_suffix(".json"))
+            .unwrap_or_default()
+    }
 }
 
 /// [`list_entries`] for readers that do not hold the run's lock. `readdir` gives no snapshot: a
@@ -125,52 +139,72 @@ fn list_settled(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
     }
 }
 
+/// The journal for readers: the listing taken under this process's hold of the run when there
+/// is one (see [`lock`]), else a fresh settled listing (kept if the run is held).
+fn listing(run_id: &str, run_dir: &Path) -> Result<std::sync::Arc<Vec<Entry>>> {
+    if let Some(l) = held_listing(run_dir) {
+        return Ok(l);
+    }
+    let l = std::sync::Arc::new(list_settled(run_id, &run_dir.join("journal"))?);
+    remember_listing(run_dir, &l);
+    Ok(l)
+}
+
 /// Lists `journal/`, ordered by sequence number (not by name: the reference's lexicographic sort
-/// breaks past 999 999), refusing duplicate sequence numbers and gaps.
+/// breaks past 999 999), refusing duplicate sequence numbers and gaps. Reads the directory with
+/// `getdents` straight into one `String` per journal file (a run of a few hundred tasks lists
+/// about a thousand names, on every command).
 fn list_entries(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
-    let read = match fs::read_dir(journal_dir) {
-        Ok(r) => r,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(JournalError::io(journal_dir.display(), e)),
+    let io = |e: std::io::Error| JournalError::io(journal_dir.display(), e);
+    let fd = match rustix::fs::open(
+        journal_dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(io(e.into())),
     };
-    let mut by_seq: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-    for item in read {
-        let item = item.map_err(|e| JournalError::io(journal_dir.display(), e))?;
-        let Ok(name) = item.file_name().into_string() else {
+    let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| io(e.into()))?;
+    let mut out: Vec<Entry> = Vec::new();
+    while let Some(item) = dir.read() {
+        let item = item.map_err(|e| io(e.into()))?;
+        let Ok(name) = item.file_name().to_str() else {
             continue;
         };
         if !name.ends_with(".json") {
-            continue; // temp files `*.json.tmp-…` and foreign files
+            continue; // `.`, `..`, temp files `*.json.tmp-…` and foreign files
         }
-        let (seq, ulid) = parse_file_name(run_id, &name)?;
-        by_seq
-            .entry(seq)
-            .or_default()
-            .push(Entry { seq, ulid, name });
+        let (seq, _) = parse_file_name_ref(run_id, name)?;
+        out.push(Entry {
+            seq,
+            name: name.to_owned(),
+        });
     }
-    let mut out = Vec::with_capacity(by_seq.len());
-    for (i, (seq, mut entries)) in by_seq.into_iter().enumerate() {
-        if entries.len() > 1 {
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
+    out.sort_unstable_by_key(|e| e.seq);
+    for i in 0..out.len() {
+        let (seq, expected) = (out[i].seq, i as u64 + 1);
+        if seq == expected {
+            continue;
+        }
+        if i > 0 && out[i - 1].seq == seq {
+            let mut files: Vec<String> = out
+                .iter()
+                .filter(|e| e.seq == seq)
+                .map(|e| format!("journal/{}", e.name))
+                .collect();
+            files.sort();
             return Err(JournalError::DuplicateSequence {
                 run_id: run_id.to_owned(),
                 seq,
-                files: entries
-                    .into_iter()
-                    .map(|e| format!("journal/{}", e.name))
-                    .collect(),
+                files,
             });
         }
-        let expected = i as u64 + 1;
-        let entry = entries.remove(0);
-        if seq != expected {
-            return Err(JournalError::SequenceGap {
-                at: Location::file(run_id, seq, format!("journal/{}", entry.name)),
-                expected,
-                got: seq,
-            });
-        }
-        out.push(entry);
+        return Err(JournalError::SequenceGap {
+            at: Location::file(run_id, seq, format!("journal/{}", out[i].name)),
+            expected,
+            got: seq,
+        });
     }
     Ok(out)
 }
@@ -180,7 +214,7 @@ fn head_of(entries: &[Entry]) -> Head {
         .last()
         .map(|e| Head {
             seq: e.seq,
-            ulid: e.ulid.clone(),
+            ulid: e.ulid().to_owned(),
         })
         .unwrap_or_default()
 }
@@ -290,157 +324,6 @@ fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
     }
 }
 
-/// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
-#[derive(Debug)]
-pub struct RunLock {
-    /// `None`: the locks were already held by this process for a whole command ([`hold_run`]).
-    held: Option<(rustix::fd::OwnedFd, PathBuf)>,
-}
-
-impl Drop for RunLock {
-    fn drop(&mut self) {
-        if let Some((_, lock_file)) = &self.held {
-            let _ = fs::remove_file(lock_file);
-        }
-    }
-}
-
-/// Runs whose writer locks this process holds for a whole command ([`hold_run`]); their appends
-/// proceed under that hold instead of taking the (not re-entrant) locks again.
-static HELD: std::sync::Mutex<BTreeSet<PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
-
-fn held_key(run_dir: &Path) -> PathBuf {
-    fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf())
-}
-
-fn held_by_this_process(run_dir: &Path) -> bool {
-    let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    !held.is_empty() && held.contains(&held_key(run_dir))
-}
-
-/// A run's writer locks held for a whole command (see [`hold_run`]); released on drop.
-#[derive(Debug)]
-pub struct HeldRun {
-    /// `None` for a nested hold: the outer one releases.
-    key: Option<PathBuf>,
-    _lock: RunLock,
-}
-
-impl Drop for HeldRun {
-    fn drop(&mut self) {
-        if let Some(key) = &self.key {
-            HELD.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        }
-    }
-}
-
-/// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
-/// pid) for the whole of a command such as one iteration or one `task:post`, the way the
-/// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on `run.lock`
-/// instead of interleaving its appends with ours. This process's own appends to the run go
-/// ahead under the hold. Blocking; waits about `attempts` × 5 ms.
-pub fn hold_run(run_dir: &Path, attempts: u32) -> Result<HeldRun> {
-    let nested = held_by_this_process(run_dir);
-    let lock = lock_run_dir(run_dir, attempts)?;
-    let key = (!nested).then(|| held_key(run_dir));
-    if let Some(k) = &key {
-        HELD.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(k.clone());
-    }
-    Ok(HeldRun { key, _lock: lock })
-}
-
-/// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_micros(u64::from(attempt.min(20)) * 250)
-}
-
-fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
-    if held_by_this_process(run_dir) {
-        return Ok(RunLock { held: None });
-    }
-    let journal_dir = run_dir.join("journal");
-    fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
-    let dir = rustix::fs::open(
-        &journal_dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| JournalError::io(journal_dir.display(), e.into()))?;
-    let mut attempt = 0;
-    loop {
-        match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => break,
-            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
-                attempt += 1;
-                if attempt >= attempts {
-                    return Err(JournalError::Locked {
-                        run_id: run_id.to_owned(),
-                        pid: -1,
-                        owner: "another babysitter-rs writer (flock)".into(),
-                    });
-                }
-                std::thread::sleep(backoff(attempt));
-            }
-            Err(e) => return Err(JournalError::io(journal_dir.display(), e.into())),
-        }
-    }
-    let lock_file = run_dir.join("run.lock");
-    let body = jsjson::to_file_string(&json!({
-        "pid": std::process::id(),
-        "owner": LOCK_OWNER,
-        "acquiredAt": crate::journal::now_iso(),
-    }));
-    let mut attempt = 0;
-    loop {
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&lock_file)
-        {
-            Ok(mut f) => {
-                f.write_all(body.as_bytes())
-                    .map_err(|e| JournalError::io(lock_file.display(), e))?;
-                return Ok(RunLock {
-                    held: Some((dir, lock_file)),
-                });
-            }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                // Held by the reference CLI (our own writers are excluded by the flock above).
-                let (pid, owner) = run_lock_holder(run_dir).unwrap_or((0, "unknown".to_owned()));
-                if !pid_alive(pid) {
-                    tracing::warn!(run_id, pid, owner, "stale run.lock detected, taking over");
-                    let _ = fs::remove_file(&lock_file);
-                    continue;
-                }
-                attempt += 1;
-                if attempt >= attempts {
-                    return Err(JournalError::Locked {
-                        run_id: run_id.to_owned(),
-                        pid,
-                        owner,
-                    });
-                }
-                std::thread::sleep(backoff(attempt));
-            }
-            Err(e) => return Err(JournalError::io(lock_file.display(), e)),
-        }
-    }
-}
-
-/// Takes a run's writer locks (the `journal/` `flock` every babysitter-rs append takes, and
-/// babysitter's `run.lock`) for a maintenance command that replaces the journal wholesale, so no
-/// appender — ours or the reference CLI — can write into a directory that is being swapped.
-/// Blocking; waits about `attempts` × 5 ms. Not re-entrant: the holder must not append.
-pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
-    let run_id = run_dir
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    lock_run(&run_id, run_dir, attempts)
-}
-
 /// Replaces `<runDir>/journal/` with `events` (written with their own seq and ULID) and keeps
 /// the old directory as `<runDir>/<backup_name>/`. The new journal is built whole in
 /// `<runDir>/<staging_name>/` and made durable (every file and the directory fsynced) before
@@ -454,6 +337,7 @@ pub fn replace_journal(
     staging_name: &str,
     backup_name: &str,
 ) -> Result<PathBuf> {
+    forget_listing(run_dir);
     let journal = run_dir.join("journal");
     let staging = run_dir.join(staging_name);
     let backup = run_dir.join(backup_name);
@@ -527,34 +411,8 @@ pub fn replace_journal(
         }
     }
     fsync_dir(run_dir)?;
+    forget_listing(run_dir);
     Ok(backup)
-}
-
-/// The pid and owner recorded in a run's babysitter `run.lock`, if it exists and parses.
-pub fn run_lock_holder(run_dir: &Path) -> Option<(i64, String)> {
-    let bytes = fs::read(run_dir.join("run.lock")).ok()?;
-    let v: Value = serde_json::from_slice(&bytes).ok()?;
-    let pid = v.get("pid").and_then(Value::as_i64).unwrap_or(0);
-    let owner = v
-        .get("owner")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_owned();
-    Some((pid, owner))
-}
-
-/// Whether a process with this pid is alive (babysitter's stale-lock test, `kill(pid, 0)`).
-pub fn pid_alive(pid: i64) -> bool {
-    let Ok(raw) = i32::try_from(pid) else {
-        return false;
-    };
-    let Some(pid) = rustix::process::Pid::from_raw(raw) else {
-        return false;
-    };
-    match rustix::process::test_kill_process(pid) {
-        Ok(()) => true,
-        Err(e) => e == rustix::io::Errno::PERM,
-    }
 }
 
 fn snapshot_dir(run_dir: &Path) -> PathBuf {
@@ -660,8 +518,12 @@ impl JournalStore for FsStore {
         self.blocking(move |this| {
             let _lock = lock_run(&run_id, &dir, this.lock_attempts)?;
             let journal_dir = dir.join("journal");
-            let head = head_of(&list_entries(&run_id, &journal_dir)?);
+            // Always listed afresh (not the held listing): see `lock`.
+            let mut entries = list_entries(&run_id, &journal_dir)?;
+            let head = head_of(&entries);
             if head.seq + 1 != expected {
+                // Another writer got there first: readers under the hold must see it too.
+                remember_listing(&dir, &std::sync::Arc::new(entries));
                 return Err(JournalError::Conflict {
                     run_id,
                     expected,
@@ -673,7 +535,16 @@ impl JournalStore for FsStore {
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
             write_all_atomic(&staged)?;
-            fsync_dir(&journal_dir)
+            fsync_dir(&journal_dir)?;
+            for (name, _) in &files {
+                let (seq, _) = parse_file_name_ref(&run_id, name)?;
+                entries.push(Entry {
+                    seq,
+                    name: name.clone(),
+                });
+            }
+            remember_listing(&dir, &std::sync::Arc::new(entries));
+            Ok(())
         })
         .await
     }
@@ -689,11 +560,11 @@ impl JournalStore for FsStore {
         let mut chain = from.clone();
         self.blocking(move |_| {
             let journal_dir = dir.join("journal");
-            let entries = list_settled(&run_id, &journal_dir)?;
+            let entries = listing(&run_id, &dir)?;
             let start = chain.head.seq;
             if start > 0 {
                 match entries.get(start as usize - 1) {
-                    Some(e) if e.ulid == chain.head.ulid => {}
+                    Some(e) if e.ulid() == chain.head.ulid => {}
                     other => {
                         return Err(JournalError::Corrupt {
                             at: Location::file(
@@ -733,7 +604,7 @@ impl JournalStore for FsStore {
     async fn head(&self, run_id: &str, _hint: Option<&Head>) -> Result<Head> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
-        self.blocking(move |_| Ok(head_of(&list_settled(&run_id, &dir.join("journal"))?)))
+        self.blocking(move |_| Ok(head_of(&listing(&run_id, &dir)?)))
             .await
     }
 

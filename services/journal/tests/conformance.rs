@@ -315,6 +315,26 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
     );
 }
 
+/// A filesystem journal in a temp dir with one created run `id`.
+async fn fs_run(id: &str) -> (tempfile::TempDir, babysitter_journal::Journal) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = babysitter_journal::Journal::new(
+        Arc::new(FsStore::new(dir.path().to_path_buf())),
+        babysitter_journal::JournalOptions::default(),
+    );
+    journal
+        .create_run(
+            id,
+            babysitter_journal::store::RunFiles {
+                run_json: serde_json::json!({"runId": id, "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
+                inputs_json: None,
+            },
+        )
+        .await
+        .unwrap();
+    (dir, journal)
+}
+
 /// A command's hold on a run (`fs::hold_run`, what the CLI takes around an iteration or a post):
 /// `run.lock` names this process for the whole hold, so the reference CLI waits instead of
 /// interleaving; this process's own appends go ahead under it; a nested hold does not end the
@@ -322,22 +342,8 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
 #[tokio::test]
 async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
     use babysitter_journal::fs::hold_run;
-    use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::new(
-        Arc::new(FsStore::new(dir.path().to_path_buf())),
-        JournalOptions::default(),
-    );
-    journal
-        .create_run(
-            "held",
-            babysitter_journal::store::RunFiles {
-                run_json: serde_json::json!({"runId": "held", "processId": "p", "layoutVersion": "2026.01-storage-preview"}),
-                inputs_json: None,
-            },
-        )
-        .await
-        .unwrap();
+    use babysitter_journal::{EventType, NewEvent};
+    let (dir, journal) = fs_run("held").await;
     let run_dir = dir.path().join("held");
     let lock_file = run_dir.join("run.lock");
     let pid_in_lock = || -> Option<u64> {
@@ -386,4 +392,64 @@ async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
         .await
         .unwrap();
     assert!(!lock_file.try_exists().unwrap());
+}
+
+/// Under a hold, reads reuse the journal listing taken under it, but a commit always lists the
+/// directory: an event the reference CLI appended without its lock (spec §2.5: `run:halt`, stop
+/// hook events) is found there, the commit is refused as a conflict instead of writing a second
+/// file with the same sequence number, and the holder's readers see the event from then on.
+#[tokio::test]
+async fn a_held_run_commit_sees_an_unlocked_foreign_append() {
+    use babysitter_journal::fs::hold_run;
+    use babysitter_journal::{EventType, Journal, JournalError, JournalOptions, NewEvent};
+    let (dir, journal) = fs_run("held2").await;
+    let ev = || {
+        vec![NewEvent::new(
+            EventType::RunCreated,
+            serde_json::json!({"runId": "held2"}),
+        )]
+    };
+    for seq in 1..=2 {
+        journal.append("held2", seq, ev()).await.unwrap();
+    }
+    let run_dir = dir.path().join("held2");
+    let hold = hold_run(&run_dir, 4).unwrap();
+    assert_eq!(journal.head("held2").await.unwrap().seq, 2);
+    // The reference appends seq 3 without taking run.lock: a copy of event 2 under a later ULID.
+    let journal_dir = run_dir.join("journal");
+    let second = std::fs::read_dir(&journal_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("000002.")
+        })
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let foreign = format!("000003.{}.json", ulid::Ulid::generate());
+    std::fs::copy(&second, journal_dir.join(&foreign)).unwrap();
+    let err = journal.append("held2", 3, ev()).await.unwrap_err();
+    assert!(
+        matches!(err, JournalError::Conflict { expected: 3, .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        journal.head("held2").await.unwrap().seq,
+        3,
+        "the holder sees the foreign event after the conflict"
+    );
+    journal.append("held2", 4, ev()).await.unwrap();
+    drop(hold);
+    let fresh = Journal::new(
+        Arc::new(FsStore::new(dir.path().to_path_buf())),
+        JournalOptions::default(),
+    );
+    let events = fresh.read("held2", 1, 0).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4],
+        "one file per sequence number"
+    );
 }

@@ -39,7 +39,7 @@ fn already_assigned(cli: &Cli<'_>, run_json: &Value) -> u8 {
             "error": "PROCESS_ALREADY_ASSIGNED", "message": message, "currentEntrypoint": current,
         })));
     } else {
-        eprintln!("{message}");
+        errln!("{message}");
     }
     1
 }
@@ -47,19 +47,19 @@ fn already_assigned(cli: &Cli<'_>, run_json: &Value) -> u8 {
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{CMD} requires a <runDir> positional argument");
-        eprintln!("{}", usage::USAGE);
+        errln!("{CMD} requires a <runDir> positional argument");
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let Some(spec) = a.value("--entry") else {
-        eprintln!("--entry is required for {CMD}");
-        eprintln!("{}", usage::USAGE);
+        errln!("--entry is required for {CMD}");
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let entry = match parse_entry(spec) {
         Ok(e) => e,
         Err(m) => {
-            eprintln!("{m}");
+            errln!("{m}");
             return Ok(1);
         }
     };
@@ -95,7 +95,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
                     &json!({"error": "RUN_NOT_FOUND", "message": message}),
                 ));
             } else {
-                eprintln!("{message}");
+                errln!("{message}");
             }
             return Ok(1);
         }
@@ -121,7 +121,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     )
     .await
     {
-        eprintln!("{m}");
+        errln!("{m}");
         return Ok(1);
     }
     let previous = run_json.get("entrypoint").cloned().unwrap_or(Value::Null);
@@ -149,7 +149,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let mut current = match run.metadata() {
         Ok(m) => m,
         Err(m) => {
-            eprintln!("[{CMD}] {m}");
+            errln!("[{CMD}] {m}");
             return Ok(1);
         }
     };

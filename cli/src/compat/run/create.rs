@@ -53,16 +53,16 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let bare = entry_spec.is_none();
     let process_id = a.value("--process-id");
     if !bare && process_id.is_none() {
-        eprintln!(
+        errln!(
             "--process-id is required for run:create (unless creating a bare run without --entry)"
         );
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     }
     let entry = match entry_spec.map(parse_entry).transpose() {
         Ok(e) => e,
         Err(msg) => {
-            eprintln!("{msg}");
+            errln!("{msg}");
             return Ok(1);
         }
     };
@@ -107,7 +107,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Some(p) => match read_inputs(p) {
             Ok(v) => Some(v),
             Err(msg) => {
-                eprintln!("{msg}");
+                errln!("{msg}");
                 return Ok(1);
             }
         },
@@ -126,7 +126,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     if let (Some(abs), Some(pid)) = (&abs_import, process_id)
         && let Err(msg) = check_entry(cli, abs, export_name.as_deref(), pid, inputs.as_ref()).await
     {
-        eprintln!("{msg}");
+        errln!("{msg}");
         return Ok(1);
     }
 
@@ -147,7 +147,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Some(abs) => {
             let rel = paths::relative_posix(&run_dir, abs);
             if rel.is_empty() || rel == "." {
-                eprintln!("Entrypoint import path must reference a file");
+                errln!("Entrypoint import path must reference a file");
                 return Ok(1);
             }
             let mut e = Map::new();
@@ -296,7 +296,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             run_dir.display()
         ));
         if let Some(s) = &session {
-            eprintln!(
+            errln!(
                 "[run:create] Session binding error: {}",
                 s["error"].as_str().unwrap_or("")
             );

@@ -10,7 +10,7 @@ use crate::compat::{Cli, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let a = &cli.args;
@@ -29,7 +29,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let run = match Run::open(&run_dir).and_then(|r| r.metadata().map(|_| r)) {
         Ok(r) => r,
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:events] unable to read run metadata at {}: {m}",
                 run_dir.display()
             );
@@ -39,7 +39,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let events = match run.events().await {
         Ok(e) => e,
         Err(e) => {
-            eprintln!(
+            errln!(
                 "[run:events] unable to read journal at {}: {e:#}",
                 run.dir.display()
             );
@@ -65,14 +65,14 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let snapshot = match run.read_state_cache() {
         Ok(Some(s)) => Some(s),
         Ok(None) => {
-            eprintln!(
+            errln!(
                 "[run:events] state cache snapshot missing at {} (continuing without metadata)",
                 run.dir.display()
             );
             None
         }
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:events] unable to read state cache at {}: {m} (continuing without metadata)",
                 run.dir.display()
             );

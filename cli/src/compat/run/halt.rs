@@ -15,7 +15,7 @@ use crate::compat::{Cli, lock, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let a = &cli.args;
@@ -40,7 +40,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let (run, run_json) = match opened {
         Ok(x) => x,
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:halt] unable to read run metadata at {}: {m}",
                 run_dir.display()
             );
@@ -66,7 +66,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Ok(code) => Ok(code),
         Err(e) => {
             let message = format!("{e:#}");
-            eprintln!("[run:halt] {message}");
+            errln!("[run:halt] {message}");
             if a.json() {
                 output::line(&output::pretty(
                     &json!({"error": "HALT_FAILED", "message": message}),

@@ -114,7 +114,7 @@ fn terminal_outcome(ev: Option<&StoredEvent>, run_json: &Value) -> Outcome {
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     cli.verbose(
@@ -132,7 +132,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     match iterate(cli, &run_dir).await {
         Ok(code) => Ok(code),
         Err(msg) => {
-            eprintln!("[run:iterate] Error: {msg}");
+            errln!("[run:iterate] Error: {msg}");
             Ok(1)
         }
     }
@@ -184,7 +184,7 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         .map_err(|e| format!("{e:#}"))?;
     let iteration = cli.args.number("--iteration").unwrap_or(count + 1);
     if cli.args.verbose() {
-        eprintln!(
+        errln!(
             "[run:iterate] Starting iteration {iteration} for run {}",
             run.id
         );
@@ -258,24 +258,14 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
     };
     // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
     // reason after a terminal event, else only when it no longer matches the journal.
-    let cache = match outcome.cache_reason {
-        Some(reason) => run.write_state_cache(reason).await.map(drop),
-        None => run
-            .journal
-            .state(&run.id)
-            .await
-            .map(drop)
-            .map_err(Into::into),
-    };
-    if let Err(e) = cache {
-        eprintln!("[run:iterate] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("run:iterate", outcome.cache_reason)
+        .await;
     if outcome.reason.starts_with("process-error: ") {
-        eprintln!("[run:iterate] {}", outcome.reason);
+        errln!("[run:iterate] {}", outcome.reason);
     }
     if cli.args.verbose() {
         for w in &it.warnings {
-            eprintln!("[run:iterate] Warning: {w}");
+            errln!("[run:iterate] Warning: {w}");
         }
     }
 

@@ -166,7 +166,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     let fail = |m: String| {
-        eprintln!("[{CMD}] {m}");
+        errln!("[{CMD}] {m}");
         Ok(1)
     };
     let patch = match a.value("--patch-effect").map(parse_patch).transpose() {

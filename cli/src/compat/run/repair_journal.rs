@@ -80,7 +80,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     };
     let dir = run.dir.display().to_string();
     let fail = |m: String| {
-        eprintln!("[{CMD}] {m}");
+        errln!("[{CMD}] {m}");
         Ok(1)
     };
     if a.dry_run() {
@@ -102,10 +102,10 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Err(m) => return fail(m),
     };
     for name in &raw.corrupt {
-        eprintln!("[{CMD}] dropping unreadable journal file journal/{name}");
+        errln!("[{CMD}] dropping unreadable journal file journal/{name}");
     }
     for (name, why) in &raw.unverified {
-        eprintln!(
+        errln!(
             "[{CMD}] journal/{name} did not load as written ({why}); it is kept with a fresh checksum"
         );
     }
@@ -123,7 +123,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Err(m) => Err(anyhow::anyhow!(m)),
     };
     if let Err(e) = check {
-        eprintln!(
+        errln!(
             "[{CMD}] warning: the repaired journal still does not load ({e:#}); the original is kept in {}",
             backup.display()
         );

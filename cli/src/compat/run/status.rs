@@ -12,7 +12,7 @@ use crate::compat::{Cli, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     cli.verbose(
@@ -25,7 +25,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let run = match Run::open(&run_dir) {
         Ok(r) => r,
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:status] unable to read run metadata at {}: {m}",
                 run_dir.display()
             );
@@ -35,7 +35,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let run_json = match run.metadata() {
         Ok(v) => v,
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:status] unable to read run metadata at {}: {m}",
                 run.dir.display()
             );
@@ -57,7 +57,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let (head, pending, by_kind, lifecycle, effects) = match facts {
         Ok(f) => f,
         Err(e) => {
-            eprintln!(
+            errln!(
                 "[run:status] unable to read journal at {}: {e:#}",
                 run.dir.display()
             );
@@ -97,14 +97,14 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let snapshot = match run.read_state_cache() {
         Ok(Some(s)) => Some(s),
         Ok(None) => {
-            eprintln!(
+            errln!(
                 "[run:status] state cache snapshot missing at {} (continuing without metadata)",
                 run.dir.display()
             );
             None
         }
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[run:status] unable to read state cache at {}: {m} (continuing without metadata)",
                 run.dir.display()
             );

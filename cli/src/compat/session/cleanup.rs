@@ -127,7 +127,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
                 st.set_metadata("sessionCleanupRunId", run_id);
             }
             if let Err(m) = file.write(&path) {
-                eprintln!(
+                errln!(
                     "[session:cleanup] cannot deactivate {}: {m}",
                     path.display()
                 );

@@ -13,13 +13,13 @@ use crate::compat::{Cli, lock, usage};
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
     let (Some(run_dir), Some(effect_id)) = (cli.run_dir(), a.effect_id.clone()) else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let run = match Run::open(&run_dir).and_then(|r| r.metadata().map(|_| r)) {
         Ok(r) => r,
         Err(_) => {
-            eprintln!(
+            errln!(
                 "[task:cancel] effect {effect_id} not found at {}",
                 run_dir.display()
             );
@@ -35,14 +35,14 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .ok()
         .flatten();
     let Some(record) = record else {
-        eprintln!(
+        errln!(
             "[task:cancel] effect {effect_id} not found at {}",
             run.dir.display()
         );
         return Ok(1);
     };
     if record.status.as_str() != "requested" {
-        eprintln!(
+        errln!(
             "[task:cancel] effect {effect_id} is already {}",
             record.status.as_str()
         );
@@ -60,9 +60,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         };
         return Err(CliError::new("RunFailedError", msg, Category::Runtime).into());
     }
-    if let Err(e) = run.write_state_cache("post_effect_cancellation").await {
-        eprintln!("[task:cancel] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("task:cancel", Some("post_effect_cancellation"))
+        .await;
     let result_ref = format!("tasks/{effect_id}/result.json");
     if a.json() {
         output::line(&output::compact(

@@ -12,7 +12,7 @@ use crate::compat::{Cli, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let a = &cli.args;
@@ -30,7 +30,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let records = match load(&run_dir, pending_only).await {
         Ok(r) => r,
         Err(m) => {
-            eprintln!(
+            errln!(
                 "[task:list] unable to read run at {}: {m}",
                 run_dir.display()
             );

@@ -92,11 +92,11 @@ fn run_failed(message: String) -> CliError {
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
     let (Some(run_dir), Some(effect_id)) = (cli.run_dir(), a.effect_id.clone()) else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let Some(status) = a.value("--status") else {
-        eprintln!("[task:post] missing required --status <ok|error>");
+        errln!("[task:post] missing required --status <ok|error>");
         return Ok(1);
     };
     let check = [
@@ -122,7 +122,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         ),
     ];
     if let Some((_, msg)) = check.iter().find(|(bad, _)| *bad) {
-        eprintln!("{msg}");
+        errln!("{msg}");
         return Ok(1);
     }
     let secrets = cli.secret_logs_allowed();
@@ -140,7 +140,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let run = match Run::open(&run_dir).and_then(|r| r.metadata().map(|_| r)) {
         Ok(r) => r,
         Err(_) => {
-            eprintln!(
+            errln!(
                 "[task:post] effect {effect_id} not found at {}",
                 run_dir.display()
             );
@@ -163,14 +163,14 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .ok()
         .flatten();
     let Some(record) = record else {
-        eprintln!(
+        errln!(
             "[task:post] effect {effect_id} not found at {}",
             run.dir.display()
         );
         return Ok(1);
     };
     if record.status.as_str() != "requested" {
-        eprintln!(
+        errln!(
             "[task:post] effect {effect_id} is not requested (status={})",
             record.status.as_str()
         );
@@ -241,7 +241,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ));
         } else {
             output::line("[task:post] status=skipped");
-            eprintln!("[task:post] dry-run plan {}", output::compact(&plan));
+            errln!("[task:post] dry-run plan {}", output::compact(&plan));
         }
         return Ok(0);
     }
@@ -287,9 +287,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         };
         return Err(run_failed(msg).into());
     }
-    if let Err(e) = run.write_state_cache("post_effect_resolution").await {
-        eprintln!("[task:post] warning: state cache not updated: {e:#}");
-    }
+    run.settle_state_cache("task:post", Some("post_effect_resolution"))
+        .await;
 
     let result_ref = format!("tasks/{effect_id}/result.json");
     let stdout_ref = stdout

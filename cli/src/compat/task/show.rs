@@ -14,7 +14,7 @@ const LARGE_RESULT_LIMIT: u64 = 1024 * 1024;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let (Some(run_dir), Some(effect_id)) = (cli.run_dir(), cli.args.effect_id.clone()) else {
-        eprintln!("{}", usage::USAGE);
+        errln!("{}", usage::USAGE);
         return Ok(1);
     };
     let secrets = cli.secret_logs_allowed();
@@ -29,7 +29,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     );
     let record = find(&run_dir, &effect_id).await;
     let Some(record) = record else {
-        eprintln!(
+        errln!(
             "[task:show] effect {effect_id} not found in {}",
             run_dir.display()
         );
@@ -41,7 +41,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let Some(task_def) = task_def else {
-        eprintln!("[task:show] task definition missing for effect {effect_id}");
+        errln!("[task:show] task definition missing for effect {effect_id}");
         return Ok(1);
     };
     let entry = runs::task_entry(&record, &dir);

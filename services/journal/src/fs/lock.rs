@@ -1,0 +1,250 @@
+//! The run's writer locks — the `journal/` directory's `flock` (babysitter-rs writers) and
+//! babysitter's `run.lock` (the reference CLI) — and the process-wide record of runs held for a
+//! whole command ([`hold_run`]).
+//!
+//! While this process holds a run, no babysitter-rs writer and no lock-respecting reference
+//! writer can append to it, so the journal listing taken under the hold stays true: reads use
+//! it instead of listing `journal/` again (a cold `run:iterate` used to list an 800-entry
+//! directory five times; ext4 hashes and sorts every name on each `readdir`). Commits still
+//! list afresh, because the reference appends a few events without its lock (spec §2.5) and a
+//! stale head there would write a duplicate sequence number; each commit then refreshes the
+//! held listing with what it wrote.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use serde_json::{Value, json};
+
+use super::Entry;
+use crate::error::{JournalError, Result};
+use crate::jsjson;
+
+const LOCK_OWNER: &str = "babysitter-rs:journal";
+
+/// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
+#[derive(Debug)]
+pub struct RunLock {
+    /// `None`: the locks were already held by this process for a whole command ([`hold_run`]).
+    held: Option<(rustix::fd::OwnedFd, PathBuf)>,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        if let Some((_, lock_file)) = &self.held {
+            let _ = fs::remove_file(lock_file);
+        }
+    }
+}
+
+/// A run held for a whole command: the paths it was reached by, and the journal listing seen
+/// under the hold.
+#[derive(Debug, Default)]
+struct Held {
+    paths: Vec<PathBuf>,
+    listing: Option<Arc<Vec<Entry>>>,
+}
+
+/// Runs whose writer locks this process holds for a whole command ([`hold_run`]), by canonical
+/// run directory; their appends proceed under that hold instead of taking the (not
+/// re-entrant) locks again.
+static HELD: std::sync::Mutex<BTreeMap<PathBuf, Held>> = std::sync::Mutex::new(BTreeMap::new());
+
+fn held_key(run_dir: &Path) -> PathBuf {
+    fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf())
+}
+
+/// `f` on the hold of `run_dir`, if this process holds it. The path the command uses is
+/// matched as given first; only a miss resolves it (a syscall per path component).
+fn with_held<R>(run_dir: &Path, f: impl FnOnce(&mut Held) -> R) -> Option<R> {
+    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+    if held.is_empty() {
+        return None;
+    }
+    if let Some(h) = held
+        .values_mut()
+        .find(|h| h.paths.iter().any(|p| p == run_dir))
+    {
+        return Some(f(h));
+    }
+    let h = held.get_mut(&held_key(run_dir))?;
+    h.paths.push(run_dir.to_path_buf());
+    Some(f(h))
+}
+
+pub(super) fn held_by_this_process(run_dir: &Path) -> bool {
+    with_held(run_dir, |_| ()).is_some()
+}
+
+/// The journal listing taken under this process's hold of the run, if any.
+pub(super) fn held_listing(run_dir: &Path) -> Option<Arc<Vec<Entry>>> {
+    with_held(run_dir, |h| h.listing.clone()).flatten()
+}
+
+/// Records `listing` as the run's journal while this process holds it (no-op otherwise).
+pub(super) fn remember_listing(run_dir: &Path, listing: &Arc<Vec<Entry>>) {
+    with_held(run_dir, |h| h.listing = Some(listing.clone()));
+}
+
+/// Drops the held listing (the journal directory is being replaced).
+pub(super) fn forget_listing(run_dir: &Path) {
+    with_held(run_dir, |h| h.listing = None);
+}
+
+/// A run's writer locks held for a whole command (see [`hold_run`]); released on drop.
+#[derive(Debug)]
+pub struct HeldRun {
+    /// `None` for a nested hold: the outer one releases.
+    key: Option<PathBuf>,
+    _lock: RunLock,
+}
+
+impl Drop for HeldRun {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        }
+    }
+}
+
+/// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
+/// pid) for the whole of a command such as one iteration or one `task:post`, the way the
+/// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on `run.lock`
+/// instead of interleaving its appends with ours. This process's own appends to the run go
+/// ahead under the hold. Blocking; waits about `attempts` × 5 ms.
+pub fn hold_run(run_dir: &Path, attempts: u32) -> Result<HeldRun> {
+    let nested = held_by_this_process(run_dir);
+    let lock = lock_run_dir(run_dir, attempts)?;
+    let key = (!nested).then(|| held_key(run_dir));
+    if let Some(k) = &key {
+        HELD.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            k.clone(),
+            Held {
+                paths: vec![run_dir.to_path_buf(), k.clone()],
+                listing: None,
+            },
+        );
+    }
+    Ok(HeldRun { key, _lock: lock })
+}
+
+/// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_micros(u64::from(attempt.min(20)) * 250)
+}
+
+pub(super) fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
+    if held_by_this_process(run_dir) {
+        return Ok(RunLock { held: None });
+    }
+    let journal_dir = run_dir.join("journal");
+    fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
+    let dir = rustix::fs::open(
+        &journal_dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| JournalError::io(journal_dir.display(), e.into()))?;
+    let mut attempt = 0;
+    loop {
+        match rustix::fs::flock(&dir, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK || e == rustix::io::Errno::INTR => {
+                attempt += 1;
+                if attempt >= attempts {
+                    return Err(JournalError::Locked {
+                        run_id: run_id.to_owned(),
+                        pid: -1,
+                        owner: "another babysitter-rs writer (flock)".into(),
+                    });
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            Err(e) => return Err(JournalError::io(journal_dir.display(), e.into())),
+        }
+    }
+    let lock_file = run_dir.join("run.lock");
+    let body = jsjson::to_file_string(&json!({
+        "pid": std::process::id(),
+        "owner": LOCK_OWNER,
+        "acquiredAt": crate::journal::now_iso(),
+    }));
+    let mut attempt = 0;
+    loop {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock_file)
+        {
+            Ok(mut f) => {
+                f.write_all(body.as_bytes())
+                    .map_err(|e| JournalError::io(lock_file.display(), e))?;
+                return Ok(RunLock {
+                    held: Some((dir, lock_file)),
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                // Held by the reference CLI (our own writers are excluded by the flock above).
+                let (pid, owner) = run_lock_holder(run_dir).unwrap_or((0, "unknown".to_owned()));
+                if !pid_alive(pid) {
+                    tracing::warn!(run_id, pid, owner, "stale run.lock detected, taking over");
+                    let _ = fs::remove_file(&lock_file);
+                    continue;
+                }
+                attempt += 1;
+                if attempt >= attempts {
+                    return Err(JournalError::Locked {
+                        run_id: run_id.to_owned(),
+                        pid,
+                        owner,
+                    });
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            Err(e) => return Err(JournalError::io(lock_file.display(), e)),
+        }
+    }
+}
+
+/// Takes a run's writer locks (the `journal/` `flock` every babysitter-rs append takes, and
+/// babysitter's `run.lock`) for a maintenance command that replaces the journal wholesale, so no
+/// appender — ours or the reference CLI — can write into a directory that is being swapped.
+/// Blocking; waits about `attempts` × 5 ms. Not re-entrant: the holder must not append.
+pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
+    let run_id = run_dir
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    lock_run(&run_id, run_dir, attempts)
+}
+
+/// The pid and owner recorded in a run's babysitter `run.lock`, if it exists and parses.
+pub fn run_lock_holder(run_dir: &Path) -> Option<(i64, String)> {
+    let bytes = fs::read(run_dir.join("run.lock")).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    let pid = v.get("pid").and_then(Value::as_i64).unwrap_or(0);
+    let owner = v
+        .get("owner")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    Some((pid, owner))
+}
+
+/// Whether a process with this pid is alive (babysitter's stale-lock test, `kill(pid, 0)`).
+pub fn pid_alive(pid: i64) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let Some(pid) = rustix::process::Pid::from_raw(raw) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
