@@ -102,7 +102,16 @@ async fn deep_recursion_in_an_inline_continuation_is_a_range_error() {
          try {{ await down(1e7); }} catch (e) {{ return String(e.name) + ':' + (e instanceof RangeError); }} return 'no overflow'; }}"
     );
     let files = [("main.mjs", deep.as_str())];
-    let inline = Harness::new(&files, None, true).await;
+    // A slice no machine outruns here: the continuation must run inline.
+    let inline = Harness::with_options(
+        &files,
+        None,
+        true,
+        placement(JsPlacement::InlineWarm {
+            slice: Duration::from_secs(60),
+        }),
+    )
+    .await;
     let its = inline.drive(5, echo).await;
     assert!(its[1].warm, "the continuation ran inline");
     let cold = Harness::new(&files, None, false).await;

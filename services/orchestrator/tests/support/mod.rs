@@ -10,7 +10,9 @@ use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
 use babysitter_orchestrator::engine::commit::Commit;
-use babysitter_orchestrator::engine::{Engine, EngineOptions, Iteration, IterationStatus};
+use babysitter_orchestrator::engine::{
+    Engine, EngineOptions, Iteration, IterationStatus, JsPlacement,
+};
 use serde_json::{Value, json};
 
 pub const RUN: &str = "run-1";
@@ -59,6 +61,11 @@ impl Harness {
         );
         let mut opts = EngineOptions::new(dir.path().join("runs"));
         opts.warm = warm;
+        // Continuations inline with a slice no loaded test machine outruns: tests that check a
+        // session really continued must not see one cut off (tests/inline.rs covers the slice).
+        opts.js_placement = JsPlacement::InlineWarm {
+            slice: std::time::Duration::from_secs(10),
+        };
         let clock = Arc::new(AtomicI64::new(T0));
         let c = clock.clone();
         opts.clock = Arc::new(move || c.load(Ordering::SeqCst));
