@@ -18,6 +18,17 @@ use sha2::Digest as _;
 use super::output::io_message;
 use super::paths;
 
+/// Engine options for a process that drives one run once (a CLI call): the JS runs on the
+/// calling thread (no JS thread to start and hand the work to) and nothing is kept warm.
+pub fn one_shot_engine(root: &Path) -> EngineOptions {
+    let mut opts = EngineOptions::new(root);
+    opts.js_placement = babysitter_orchestrator::engine::JsPlacement::CallingThread;
+    opts.js_threads = 1;
+    opts.cached_runs = 1;
+    opts.warm = false;
+    opts
+}
+
 /// An opened run: `<root>/<id>` with its journal.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -79,16 +90,15 @@ impl Run {
         Ok(v)
     }
 
-    /// An engine over this run's runs root (one JS thread: a CLI call drives one run once).
+    /// An engine over this run's runs root: the warm server's, or one for this call only.
     pub fn engine(&self) -> anyhow::Result<Engine> {
         if let Some(e) = &self.warm_engine {
             return Ok(e.clone());
         }
-        let mut opts = EngineOptions::new(&self.root);
-        opts.js_threads = 1;
-        opts.cached_runs = 1;
-        opts.warm = false;
-        Ok(Engine::new(self.journal.clone(), opts)?)
+        Ok(Engine::new(
+            self.journal.clone(),
+            one_shot_engine(&self.root),
+        )?)
     }
 
     /// Every event, in order.

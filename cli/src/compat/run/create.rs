@@ -14,7 +14,7 @@ use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalError, JournalOptions};
 use babysitter_orchestrator::engine::host::HostError;
-use babysitter_orchestrator::engine::{Engine, EngineError, EngineOptions};
+use babysitter_orchestrator::engine::{Engine, EngineError};
 use serde_json::{Map, Value, json};
 
 use crate::compat::output::{self, Category, CliError, io_message};
@@ -440,10 +440,7 @@ async fn check_in(
             },
         )
         .await?;
-    let mut opts = EngineOptions::new(&root);
-    opts.js_threads = 1;
-    opts.cached_runs = 1;
-    opts.warm = false;
+    let mut opts = crate::compat::runs::one_shot_engine(&root);
     opts.cpu_limit = std::time::Duration::from_secs(10);
     let engine = Engine::new(journal, opts)?;
     let export = export.unwrap_or("process");
