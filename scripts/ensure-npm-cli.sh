@@ -5,13 +5,18 @@
 # (on stdout or stderr). Needs node + npm (Node 20). Called by the scripts/ensure-<cli>.sh
 # wrappers, which hold the pins.
 #
-#   scripts/ensure-npm-cli.sh <dir> <npm package> <version> <bin>
+#   scripts/ensure-npm-cli.sh <dir> <npm package> <version> <bin> [<folder under .ci-work>]
+#
+# The folder defaults to harness-<dir>.
 set -euo pipefail
 
-[ "$#" -eq 4 ] || { echo "usage: $0 <dir> <npm package> <version> <bin>" >&2; exit 2; }
-dir="$1" pkg="$2" pin="$3" name="$4"
+[ "$#" -eq 4 ] || [ "$#" -eq 5 ] || {
+  echo "usage: $0 <dir> <npm package> <version> <bin> [<folder under .ci-work>]" >&2
+  exit 2
+}
+dir="$1" pkg="$2" pin="$3" name="$4" folder="${5:-harness-$1}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-prefix="$repo/.ci-work/harness-$dir"
+prefix="$repo/.ci-work/$folder"
 bin="$prefix/node_modules/.bin/$name"
 tag="ensure-$dir"
 

@@ -112,10 +112,11 @@ impl Cli<'_> {
 
 /// Runs one babysitter command; returns its exit code (every failure is 1, F19).
 pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
+    // For the two failures before the arguments are parsed.
+    let json = argv.iter().any(|a| a == "--json");
     let cwd = match std::env::current_dir() {
         Ok(d) => d,
         Err(e) => {
-            let json = argv.iter().any(|a| a == "--json");
             CliError::plain("Error", format!("cannot read the working directory: {e}"))
                 .report(json);
             return ExitCode::from(1);
@@ -127,7 +128,6 @@ pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            let json = argv.iter().any(|a| a == "--json");
             CliError::plain("Error", format!("cannot start the async runtime: {e}")).report(json);
             return ExitCode::from(1);
         }

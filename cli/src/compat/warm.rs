@@ -114,19 +114,15 @@ pub fn shared(root: &Path, run_id: &str, run_dir: &Path) -> Option<(Journal, Eng
 /// Inside the warm server: queues `work` to run after the client has its answer and before the
 /// next command; a local call gets it back to run now.
 pub fn defer(work: Deferred) -> Result<(), Deferred> {
-    let mut work = Some(work);
-    let queued = WARM.try_with(|ctx| {
-        if let Some(w) = work.take() {
+    match WARM.try_with(Arc::clone) {
+        Ok(ctx) => {
             ctx.deferred
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(w);
+                .push(work);
+            Ok(())
         }
-    });
-    match (queued, work) {
-        (Ok(()), None) => Ok(()),
-        (_, Some(w)) => Err(w),
-        (Err(_), None) => Ok(()),
+        Err(_) => Err(work),
     }
 }
 

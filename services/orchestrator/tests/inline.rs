@@ -26,19 +26,22 @@ fn placement(p: JsPlacement) -> impl FnOnce(&mut EngineOptions) {
     move |o| o.js_placement = p
 }
 
+/// A warm harness whose continuations run inline under `slice`.
+async fn inline_harness(files: &[(&str, &str)], slice: Duration) -> Harness {
+    Harness::with_options(
+        files,
+        None,
+        true,
+        placement(JsPlacement::InlineWarm { slice }),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_continuation_that_outruns_its_slice_replays_on_a_js_thread_to_the_same_journal() {
     let src = busy();
     let files = [("main.mjs", src.as_str())];
-    let sliced = Harness::with_options(
-        &files,
-        None,
-        true,
-        placement(JsPlacement::InlineWarm {
-            slice: Duration::from_millis(1),
-        }),
-    )
-    .await;
+    let sliced = inline_harness(&files, Duration::from_millis(1)).await;
     let its = sliced.drive(10, echo).await;
     let cold = Harness::new(&files, None, false).await;
     let reference = cold.drive(10, echo).await;
@@ -103,15 +106,7 @@ async fn deep_recursion_in_an_inline_continuation_is_a_range_error() {
     );
     let files = [("main.mjs", deep.as_str())];
     // A slice no machine outruns here: the continuation must run inline.
-    let inline = Harness::with_options(
-        &files,
-        None,
-        true,
-        placement(JsPlacement::InlineWarm {
-            slice: Duration::from_secs(60),
-        }),
-    )
-    .await;
+    let inline = inline_harness(&files, Duration::from_secs(60)).await;
     let its = inline.drive(5, echo).await;
     assert!(its[1].warm, "the continuation ran inline");
     let cold = Harness::new(&files, None, false).await;
