@@ -12,14 +12,13 @@
 //!    exclusion against the reference CLI working on the same run.
 //!
 //! Under both, the directory is listed to find the real head, the first new sequence number is
-//! checked against it, and each event is written to a temp file, fsynced and renamed into place.
-//! A crash mid-batch leaves a committed prefix of the batch (each file is whole); the directory
-//! is fsynced once per batch.
+//! checked against it, and each event is written to a temp file, made durable and renamed into
+//! place (see [`write`]). A crash mid-batch leaves a committed prefix of the batch (each file is
+//! whole); the directory is fsynced once per batch.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -33,9 +32,12 @@ use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FO
 use crate::{Head, validate_id};
 
 mod lock;
+mod write;
 
 pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
 use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
+pub use write::write_atomic;
+use write::{fsync_dir, write_all_atomic, write_derived, write_events, write_for_commit};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 
@@ -217,94 +219,6 @@ fn head_of(entries: &[Entry]) -> Head {
             ulid: e.ulid().to_owned(),
         })
         .unwrap_or_default()
-}
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// babysitter's atomic write: temp file next to the target, fsync, rename over it.
-/// `<name>.tmp-<pid>-<n>` next to `path`: never ends in `.json`, so loaders skip it.
-fn tmp_path(path: &Path) -> PathBuf {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(
-        "{}.tmp-{}-{n}",
-        path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
-        std::process::id()
-    ))
-}
-
-/// Atomic replace without fsync, for derived files (state cache, snapshots): after a crash
-/// they may be missing or stale, never torn, and they are rebuilt from the journal.
-fn write_derived(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let io = |e| JournalError::io(path.display(), e);
-    fs::write(&tmp, bytes).map_err(io)?;
-    fs::rename(&tmp, path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io(e)
-    })
-}
-
-/// babysitter's `writeFileAtomic`: temp file, fsync, rename over `path` (public for commands
-/// that rewrite a run's own files, such as `run.json` or a task's `result.json`).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let io = |e| JournalError::io(path.display(), e);
-    let mut f = File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io(e)
-    })
-}
-
-/// Writes several files atomically with two filesystem syncs instead of one fsync each: every
-/// file goes to a temp file, one `syncfs` makes all of them durable, each is renamed into place
-/// (a crash leaves whole files or none, never an empty one), and a second `syncfs` makes the
-/// renames durable. A single file uses the per-file fsync path.
-fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
-    if files.len() < 2 {
-        for (path, bytes) in files {
-            write_atomic(path, bytes)?;
-        }
-        return Ok(());
-    }
-    let mut staged = Vec::with_capacity(files.len());
-    let result = (|| {
-        for (path, bytes) in files {
-            let tmp = tmp_path(path);
-            let io = |e| JournalError::io(path.display(), e);
-            let mut f = File::create(&tmp).map_err(io)?;
-            staged.push((tmp, path.clone()));
-            f.write_all(bytes).map_err(io)?;
-        }
-        if let Some((tmp, _)) = staged.first() {
-            let f = File::open(tmp).map_err(|e| JournalError::io(tmp.display(), e))?;
-            rustix::fs::syncfs(&f).map_err(|e| JournalError::io(tmp.display(), e.into()))?;
-        }
-        for (tmp, path) in &staged {
-            fs::rename(tmp, path).map_err(|e| JournalError::io(path.display(), e))?;
-        }
-        // And the renames (directory entries, new directories) in one more sync.
-        if let Some((_, path)) = staged.first() {
-            let f = File::open(path).map_err(|e| JournalError::io(path.display(), e))?;
-            rustix::fs::syncfs(&f).map_err(|e| JournalError::io(path.display(), e.into()))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        for (tmp, _) in &staged {
-            let _ = fs::remove_file(tmp);
-        }
-    }
-    result
-}
-
-fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| JournalError::io(dir.display(), e))
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<()> {
@@ -534,8 +448,7 @@ impl JournalStore for FsStore {
                 .iter()
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
-            write_all_atomic(&staged)?;
-            fsync_dir(&journal_dir)?;
+            write_events(&journal_dir, &staged)?;
             for (name, _) in &files {
                 let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {
@@ -752,19 +665,18 @@ impl JournalStore for FsStore {
 
     async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        self.blocking(move |_| {
-            let mut staged = Vec::with_capacity(files.len());
-            for (file, bytes) in &files {
-                let path = dir.join(file.path());
-                if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent)
-                        .map_err(|e| JournalError::io(parent.display(), e))?;
-                }
-                staged.push((path, bytes.as_ref()));
-            }
-            write_all_atomic(&staged)
-        })
-        .await
+        self.blocking(move |_| write_all_atomic(&run_paths(&dir, &files)))
+            .await
+    }
+
+    async fn put_run_files_for_commit(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, Bytes)>,
+    ) -> Result<()> {
+        let dir = self.existing_run_dir(run_id)?;
+        self.blocking(move |_| write_for_commit(&dir, &run_paths(&dir, &files)))
+            .await
     }
 
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
@@ -805,6 +717,14 @@ impl JournalStore for FsStore {
         })
         .await
     }
+}
+
+/// Where each run file goes under `run_dir` (directories are created as they are written).
+fn run_paths<'a>(run_dir: &Path, files: &'a [(RunFile, Bytes)]) -> Vec<(PathBuf, &'a [u8])> {
+    files
+        .iter()
+        .map(|(file, bytes)| (run_dir.join(file.path()), bytes.as_ref()))
+        .collect()
 }
 
 /// Parses and sanity-checks a snapshot document (shared by both backends).

@@ -647,7 +647,7 @@ impl Journal {
     async fn store_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let store = self.inner.store.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move { store.put_run_files(&run_id, files).await }).await
+        spawn_whole(async move { store.put_run_files_for_commit(&run_id, files).await }).await
     }
 
     pub async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {

@@ -226,6 +226,19 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// Writes run files that the events the caller commits next will refer to (a new effect's
+    /// `task.json` before its `EFFECT_REQUESTED`, a `result.json` before its `EFFECT_RESOLVED`).
+    /// A backend may leave new files not yet durable here and make them durable in its next
+    /// [`JournalStore::commit`] on the same run, before any of its events becomes visible (one
+    /// sync for the files and the events); a file that replaces one is durable before it does.
+    async fn put_run_files_for_commit(
+        &self,
+        run_id: &str,
+        files: Vec<(RunFile, Bytes)>,
+    ) -> Result<()> {
+        self.put_run_files(run_id, files).await
+    }
+
     /// Reads a run file; [`JournalError::RunFileNotFound`] when absent.
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes>;
 

@@ -1,6 +1,6 @@
 //! Run files (`task.json`, `result.json`, logs, `state/*`): stored the way babysitter writes
 //! them — `.json` files as 2-space JSON with key order kept and a trailing newline, secrets
-//! redacted — several at once with one durability sync on the filesystem.
+//! redacted — several at once, made durable together with the events appended next.
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -51,8 +51,11 @@ impl Journal {
         }
     }
 
-    /// Stores several run files at once (one durability sync on the filesystem), with the same
-    /// JSON rule as [`Journal::put_run_file`].
+    /// Stores several run files at once, with the same JSON rule as [`Journal::put_run_file`],
+    /// for the events the caller appends next to refer to: new files may become durable only
+    /// with that append (on the filesystem, one sync covers the files and the events; no event
+    /// is visible before them). A caller that appends nothing after them and needs them durable
+    /// stores them with [`Journal::put_run_file`].
     pub async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let files = files
             .into_iter()
@@ -76,8 +79,8 @@ impl Journal {
         self.put_run_contents(run_id, files).await
     }
 
-    /// Stores run files given as bytes or as JSON documents (one durability sync on the
-    /// filesystem); returns what was stored, in order. Bytes follow [`Journal::put_run_file`]'s
+    /// Stores run files given as bytes or as JSON documents, durable by the next append (as
+    /// [`Journal::put_run_files`]); returns what was stored, in order. Bytes follow [`Journal::put_run_file`]'s
     /// rule; a document (only for `.json` files) is redacted and serialised once.
     pub async fn put_run_contents(
         &self,

@@ -1,0 +1,484 @@
+//! How the filesystem backend writes files and makes them durable.
+//!
+//! - A file that replaces one (a rewritten `run.json`, a re-posted `result.json`) goes through a
+//!   temp file made durable before it is renamed over the old one: a crash leaves the old file
+//!   or the new one, never a torn one.
+//! - A file in a directory this write created (a new effect's `tasks/<effectId>/task.json`) is
+//!   written in place: nothing can refer to it yet, so a crash leaves at most a torn file in an
+//!   orphan directory, and it saves a rename per file.
+//! - A batch that events committed next will refer to ([`write_for_commit`]) may stay not yet
+//!   durable: the commit syncs the filesystem before its events become visible
+//!   ([`sync_deferred`]), so one sync covers the task files and the events.
+//!
+//! Large batches are written from two threads: creating an inode is the expensive part on ext4
+//! (more so without a journal, where each allocation scans past the recently deleted inodes of
+//! its block group), and the threads are arranged so that neither waits for a directory lock the
+//! other holds — new directories on one thread and the files in them on the other; a commit's
+//! events as anonymous files (`O_TMPFILE`, no directory lock), named once they are durable.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write as _};
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::error::{JournalError, Result};
+
+/// Batches at least this large are written from two threads.
+const PARALLEL_MIN: usize = 32;
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// `<name>.tmp-<pid>-<n>` next to `path`: never ends in `.json`, so loaders skip it.
+pub(super) fn tmp_path(path: &Path) -> PathBuf {
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(
+        "{}.tmp-{}-{n}",
+        path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
+        std::process::id()
+    ))
+}
+
+/// Atomic replace without fsync, for derived files (state cache, snapshots): after a crash
+/// they may be missing or stale, never torn, and they are rebuilt from the journal.
+pub(super) fn write_derived(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let io = |e| JournalError::io(path.display(), e);
+    fs::write(&tmp, bytes).map_err(io)?;
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+/// babysitter's `writeFileAtomic`: temp file, fsync, rename over `path` (public for commands
+/// that rewrite a run's own files, such as `run.json` or a task's `result.json`).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let io = |e| JournalError::io(path.display(), e);
+    let mut f = File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+pub(super) fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| JournalError::io(dir.display(), e))
+}
+
+/// One `syncfs` of the filesystem holding `path`.
+pub(super) fn syncfs(path: &Path) -> Result<()> {
+    let f = File::open(path).map_err(|e| JournalError::io(path.display(), e))?;
+    rustix::fs::syncfs(&f).map_err(|e| JournalError::io(path.display(), e.into()))
+}
+
+/// How one file of a batch was staged.
+enum Staged {
+    /// Written in place, in a directory this batch created.
+    InPlace(PathBuf),
+    /// Written to a temp file, to be renamed to the path.
+    Tmp(PathBuf, PathBuf),
+}
+
+/// Whether `dir` exists, creating it if not: `true` when this call created it (it is empty and
+/// nothing refers to it). `known` is the previous file's directory, which needs no syscall.
+fn ensure_dir(dir: &Path, known: &mut Option<(PathBuf, bool)>) -> Result<bool> {
+    if let Some((d, new)) = known.as_ref()
+        && d == dir
+    {
+        return Ok(*new);
+    }
+    let new = match fs::create_dir(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            fs::create_dir_all(dir).map_err(|e| JournalError::io(dir.display(), e))?;
+            // Made here or by a concurrent writer: not known to be empty.
+            false
+        }
+        Err(e) => return Err(JournalError::io(dir.display(), e)),
+    };
+    *known = Some((dir.to_path_buf(), new));
+    Ok(new)
+}
+
+/// Writes one file of a batch: in place when its directory is new, else to a temp file.
+fn stage(path: &Path, bytes: &[u8], known: &mut Option<(PathBuf, bool)>) -> Result<Staged> {
+    let io = |e| JournalError::io(path.display(), e);
+    let parent = path
+        .parent()
+        .ok_or_else(|| io(std::io::Error::other("no parent directory")))?;
+    let create = |target: &Path| -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(target)?;
+        f.write_all(bytes).inspect_err(|_| {
+            let _ = fs::remove_file(target);
+        })
+    };
+    if ensure_dir(parent, known)? {
+        match create(path) {
+            Ok(()) => return Ok(Staged::InPlace(path.to_path_buf())),
+            // The same path twice in one batch: the later one replaces it, as a rename would.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    let tmp = tmp_path(path);
+    create(&tmp).map_err(io)?;
+    Ok(Staged::Tmp(tmp, path.to_path_buf()))
+}
+
+/// [`stage`] for every file. In a large batch over many directories (a fan-out's new task
+/// directories) a second thread creates the directories, in order, while this one writes the
+/// files into them: creating a directory holds its parent's lock (the two threads would only
+/// take turns), a file in its own directory does not wait for it. On error, what was staged is
+/// removed (files written in place are not referenced by anything yet).
+fn stage_all(files: &[(PathBuf, &[u8])]) -> Result<Vec<Staged>> {
+    let mut staged = Vec::with_capacity(files.len());
+    let result = if files.len() >= PARALLEL_MIN {
+        stage_pipelined(files, &mut staged)
+    } else {
+        let mut known = None;
+        files.iter().try_for_each(|(path, bytes)| {
+            staged.push(stage(path, bytes, &mut known)?);
+            Ok(())
+        })
+    };
+    match result {
+        Ok(()) => Ok(staged),
+        Err(e) => {
+            for s in &staged {
+                let (Staged::InPlace(p) | Staged::Tmp(p, _)) = s;
+                let _ = fs::remove_file(p);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn stage_pipelined(files: &[(PathBuf, &[u8])], staged: &mut Vec<Staged>) -> Result<()> {
+    // Each file's directory, numbered by first appearance.
+    let mut dirs: Vec<&Path> = Vec::new();
+    let mut index: std::collections::HashMap<&Path, usize> = Default::default();
+    let mut dir_of = Vec::with_capacity(files.len());
+    for (path, _) in files {
+        let parent = path.parent().ok_or_else(|| {
+            JournalError::io(path.display(), std::io::Error::other("no parent directory"))
+        })?;
+        let i = *index.entry(parent).or_insert_with(|| {
+            dirs.push(parent);
+            dirs.len() - 1
+        });
+        dir_of.push(i);
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<Result<bool>>();
+    std::thread::scope(|s| {
+        let dirs = &dirs;
+        let stop = &stop;
+        let maker = std::thread::Builder::new()
+            .name("journal-mkdir".into())
+            .spawn_scoped(s, move || {
+                for dir in dirs {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let made = ensure_dir(dir, &mut None);
+                    let failed = made.is_err();
+                    if tx.send(made).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+        let mut made: Vec<bool> = Vec::with_capacity(dirs.len());
+        let result = (|| {
+            for ((path, bytes), &d) in files.iter().zip(&dir_of) {
+                while made.len() <= d {
+                    let next = match &maker {
+                        Ok(_) => rx.recv().unwrap_or_else(|_| {
+                            let e = std::io::Error::other("directory thread ended early");
+                            Err(JournalError::io(dirs[made.len()].display(), e))
+                        }),
+                        // No thread to be had: make it here.
+                        Err(_) => ensure_dir(dirs[made.len()], &mut None),
+                    };
+                    made.push(next?);
+                }
+                // The directory exists now; whether this batch made it decides the path.
+                let mut known = Some((dirs[d].to_path_buf(), made[d]));
+                staged.push(stage(path, bytes, &mut known)?);
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// Writes `files` (all in `dir`, which exists) as anonymous files (`O_TMPFILE`), from two
+/// threads for a large batch: an anonymous file takes no directory lock to create. `None` when
+/// the filesystem or the system cannot (no `O_TMPFILE`, no `/proc` to link them through).
+fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Vec<OwnedFd>>> {
+    if files.len() < PARALLEL_MIN || !Path::new("/proc/self/fd").is_dir() {
+        return Ok(None);
+    }
+    let io = |e: rustix::io::Errno| JournalError::io(dir.display(), e.into());
+    let dir_fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io)?;
+    let anonymous = |bytes: &[u8]| -> rustix::io::Result<OwnedFd> {
+        let fd = rustix::fs::openat(
+            &dir_fd,
+            ".",
+            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = rustix::io::write(&fd, rest)?;
+            rest = &rest[n..];
+        }
+        Ok(fd)
+    };
+    let first = match anonymous(files[0].1) {
+        Ok(fd) => fd,
+        Err(
+            rustix::io::Errno::OPNOTSUPP
+            | rustix::io::Errno::ISDIR
+            | rustix::io::Errno::INVAL
+            | rustix::io::Errno::NOENT,
+        ) => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let half = |part: &[(PathBuf, &[u8])]| -> Result<Vec<OwnedFd>> {
+        part.iter()
+            .map(|(path, bytes)| {
+                anonymous(bytes).map_err(|e| JournalError::io(path.display(), e.into()))
+            })
+            .collect()
+    };
+    let (a, b) = files[1..].split_at((files.len() - 1) / 2);
+    let (a, b) = std::thread::scope(|s| {
+        let other = std::thread::Builder::new()
+            .name("journal-write".into())
+            .spawn_scoped(s, || half(b));
+        let a = half(a);
+        let b = match other {
+            Ok(h) => h.join().unwrap_or_else(|_| {
+                let e = std::io::Error::other("writer thread panicked");
+                Err(JournalError::io(dir.display(), e))
+            }),
+            Err(_) => half(b),
+        };
+        (a, b)
+    });
+    let mut fds = vec![first];
+    fds.extend(a?);
+    fds.extend(b?);
+    Ok(Some(fds))
+}
+
+/// Gives an anonymous file its name; fails if the name is taken.
+fn link_anonymous(fd: &OwnedFd, path: &Path) -> Result<()> {
+    rustix::fs::linkat(
+        rustix::fs::CWD,
+        format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        rustix::fs::CWD,
+        path,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    )
+    .map_err(|e| JournalError::io(path.display(), e.into()))
+}
+
+fn discard_tmps(staged: &[Staged]) {
+    for s in staged {
+        if let Staged::Tmp(tmp, _) = s {
+            let _ = fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Renames every staged temp file over its path; returns how many there were.
+fn rename_all(staged: &[Staged]) -> Result<usize> {
+    let mut n = 0;
+    for s in staged {
+        if let Staged::Tmp(tmp, path) = s {
+            fs::rename(tmp, path).map_err(|e| JournalError::io(path.display(), e))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Renames the staged temp files whose path does not exist yet (`RENAME_NOREPLACE`); returns
+/// the others, untouched.
+fn rename_new(staged: &[Staged]) -> Result<Vec<(&Path, &Path)>> {
+    let mut left = Vec::new();
+    for s in staged {
+        let Staged::Tmp(tmp, path) = s else { continue };
+        let cwd = rustix::fs::CWD;
+        match rustix::fs::renameat_with(cwd, tmp, cwd, path, rustix::fs::RenameFlags::NOREPLACE) {
+            Ok(()) => {}
+            // It exists (or this filesystem cannot tell): replace it durably.
+            Err(rustix::io::Errno::EXIST | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                left.push((tmp.as_path(), path.as_path()))
+            }
+            Err(e) => return Err(JournalError::io(path.display(), e.into())),
+        }
+    }
+    Ok(left)
+}
+
+/// Writes several files durably: in place in new directories, through temp files elsewhere; one
+/// `syncfs` makes all of them durable, then the temp files are renamed into place (a crash
+/// leaves whole files or none) and a second `syncfs` makes the renames durable. A single file
+/// in an existing directory uses the per-file fsync path.
+pub(super) fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
+    if let [(path, bytes)] = files
+        && path.parent().is_some_and(Path::is_dir)
+    {
+        return write_atomic(path, bytes);
+    }
+    let Some((first, _)) = files.first() else {
+        return Ok(());
+    };
+    let staged = stage_all(files)?;
+    let done = (|| {
+        syncfs(first)?;
+        if rename_all(&staged)? > 0 {
+            syncfs(first)?;
+        }
+        Ok(())
+    })();
+    if done.is_err() {
+        discard_tmps(&staged);
+    }
+    done
+}
+
+/// Writes run files that events committed next will refer to, leaving their durability to that
+/// commit ([`write_events`]). New files are not synced here at all: nothing refers to them until
+/// the commit, which syncs the filesystem before its events become visible. A file that replaces
+/// an existing one is made durable before the rename (a file an event may already refer to is
+/// never torn), as in [`write_all_atomic`].
+pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let dev = fs::metadata(run_dir)
+        .map_err(|e| JournalError::io(run_dir.display(), e))?
+        .dev();
+    let staged = stage_all(files);
+    // Whatever was written, even on error, is not known to be durable.
+    note_unsynced(dev);
+    let staged = staged?;
+    let done = (|| {
+        let replacing = rename_new(&staged)?;
+        if let Some((tmp, _)) = replacing.first() {
+            syncfs(tmp)?;
+            for (tmp, path) in &replacing {
+                fs::rename(tmp, path).map_err(|e| JournalError::io(path.display(), e))?;
+            }
+        }
+        Ok(())
+    })();
+    if done.is_err() {
+        discard_tmps(&staged);
+    }
+    done
+}
+
+/// Filesystems (by device) holding files written by [`write_for_commit`] that no sync has
+/// covered yet, with the generation of the latest such write.
+static UNSYNCED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn note_unsynced(dev: u64) {
+    let g = GENERATION.fetch_add(1, Ordering::SeqCst) + 1;
+    UNSYNCED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(dev, g);
+}
+
+/// The device and generation of not yet durable [`write_for_commit`] files on `dir`'s
+/// filesystem.
+fn unsynced_on(dir: &Path) -> Result<Option<(u64, u64)>> {
+    if UNSYNCED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_empty()
+    {
+        return Ok(None);
+    }
+    let dev = fs::metadata(dir)
+        .map_err(|e| JournalError::io(dir.display(), e))?
+        .dev();
+    let unsynced = UNSYNCED.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(unsynced.get(&dev).map(|g| (dev, *g)))
+}
+
+/// A sync that started after generation `g` on `dev` was noted has covered it (later writes,
+/// noted while the sync ran, stay pending).
+fn settled(dev: u64, g: u64) {
+    let mut unsynced = UNSYNCED.lock().unwrap_or_else(|p| p.into_inner());
+    if unsynced.get(&dev) == Some(&g) {
+        unsynced.remove(&dev);
+    }
+}
+
+/// Commits journal event files (`files`, all in `journal_dir`, names not yet taken): each is
+/// written to a temp file, all of them and any [`write_for_commit`] files on the same filesystem
+/// are made durable, then they are renamed into place and the directory is synced. No event is
+/// visible before the files it refers to are durable; a crash leaves a committed prefix of
+/// whole events. A single event with nothing deferred takes the per-file fsync path.
+pub(super) fn write_events(journal_dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<()> {
+    let pending = unsynced_on(journal_dir)?;
+    if pending.is_none()
+        && let [(path, bytes)] = files
+    {
+        write_atomic(path, bytes)?;
+        return fsync_dir(journal_dir);
+    }
+    if let Some(fds) = stage_anonymous(journal_dir, files)? {
+        // Durable data and inodes, then the names, then the link counts and the directory
+        // (a name must never reach the disk before its inode's link count does).
+        syncfs(journal_dir)?;
+        if let Some((dev, g)) = pending {
+            settled(dev, g);
+        }
+        for (fd, (path, _)) in fds.iter().zip(files) {
+            link_anonymous(fd, path)?;
+        }
+        return syncfs(journal_dir);
+    }
+    let staged = stage_all(files)?;
+    let done = (|| {
+        syncfs(journal_dir)?;
+        if let Some((dev, g)) = pending {
+            settled(dev, g);
+        }
+        rename_all(&staged)?;
+        fsync_dir(journal_dir)
+    })();
+    if done.is_err() {
+        discard_tmps(&staged);
+    }
+    done
+}
