@@ -482,3 +482,6 @@ pub(super) fn write_events(journal_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
     }
     done
 }
+
+#[cfg(test)]
+mod tests;
