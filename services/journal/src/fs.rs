@@ -37,7 +37,10 @@ mod write;
 pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
 use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
 pub use write::write_atomic;
-use write::{fsync_dir, write_all_atomic, write_derived, write_events, write_for_commit};
+use write::{
+    fsync_dir, join_background, write_all_atomic, write_derived, write_events,
+    write_for_commit_background,
+};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 
@@ -430,12 +433,20 @@ impl JournalStore for FsStore {
             .map(|e| (e.file_name(), e.file_bytes()))
             .collect();
         self.blocking(move |this| {
-            let _lock = lock_run(&run_id, &dir, this.lock_attempts)?;
+            let lock = lock_run(&run_id, &dir, this.lock_attempts);
+            let _lock = match lock {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = join_background(&dir); // their files are orphans now
+                    return Err(e);
+                }
+            };
             let journal_dir = dir.join("journal");
             // Always listed afresh (not the held listing): see `lock`.
             let mut entries = list_entries(&run_id, &journal_dir)?;
             let head = head_of(&entries);
             if head.seq + 1 != expected {
+                let _ = join_background(&dir);
                 // Another writer got there first: readers under the hold must see it too.
                 remember_listing(&dir, &std::sync::Arc::new(entries));
                 return Err(JournalError::Conflict {
@@ -448,7 +459,7 @@ impl JournalStore for FsStore {
                 .iter()
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
-            write_events(&journal_dir, &staged)?;
+            write_events(&dir, &journal_dir, &staged)?;
             for (name, _) in &files {
                 let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {
@@ -654,6 +665,7 @@ impl JournalStore for FsStore {
         let dir = self.existing_run_dir(run_id)?;
         let rel = file.path();
         self.blocking(move |_| {
+            join_background(&dir)?;
             let path = dir.join(&rel);
             if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent).map_err(|e| JournalError::io(parent.display(), e))?;
@@ -665,8 +677,11 @@ impl JournalStore for FsStore {
 
     async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        self.blocking(move |_| write_all_atomic(&run_paths(&dir, &files)))
-            .await
+        self.blocking(move |_| {
+            join_background(&dir)?;
+            write_all_atomic(&run_paths(&dir, &files))
+        })
+        .await
     }
 
     async fn put_run_files_for_commit(
@@ -675,14 +690,21 @@ impl JournalStore for FsStore {
         files: Vec<(RunFile, Bytes)>,
     ) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        self.blocking(move |_| write_for_commit(&dir, &run_paths(&dir, &files)))
-            .await
+        self.blocking(move |_| {
+            let files = files
+                .into_iter()
+                .map(|(file, bytes)| (dir.join(file.path()), bytes))
+                .collect();
+            write_for_commit_background(dir, files)
+        })
+        .await
     }
 
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
         let dir = self.existing_run_dir(run_id)?;
         let (run_id, rel) = (run_id.to_owned(), file.path());
         self.blocking(move |_| {
+            join_background(&dir)?;
             let path = dir.join(&rel);
             match fs::read(&path) {
                 Ok(b) => Ok(Bytes::from(b)),

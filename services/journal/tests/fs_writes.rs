@@ -125,6 +125,10 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
         })
         .collect();
     j.put_run_json_files(RUN, orphans.clone()).await.unwrap();
+    // (A read of the run's files waits for the batch, which may be written in the background.)
+    j.get_run_file(RUN, &RunFile::task("B007", "task.json").unwrap())
+        .await
+        .unwrap();
     drop(j);
     let torn = dir.path().join(RUN).join("tasks/B007/task.json");
     std::fs::write(&torn, b"{\"effectId\": \"B0").unwrap();
@@ -137,7 +141,10 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
     );
     // The same files again (existing directories: replaced through temp files, durably).
     j.put_run_json_files(RUN, orphans).await.unwrap();
-    let repaired = std::fs::read(&torn).unwrap();
+    let repaired = j
+        .get_run_file(RUN, &RunFile::task("B007", "task.json").unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         serde_json::from_slice::<Value>(&repaired).unwrap(),
         task_doc("B007")
@@ -201,4 +208,31 @@ async fn concurrent_large_commits_never_share_a_sequence_number() {
             "a batch is never interleaved with another"
         );
     }
+}
+
+/// A task file that cannot be written (here a plain file is in the way of its directory) fails
+/// the commit that refers to it, even when the batch was written in the background: no event of
+/// the batch is visible, and the run goes on from its old head.
+#[tokio::test]
+async fn a_failed_task_file_write_fails_its_commit_and_names_no_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = created(dir.path()).await;
+    std::fs::write(dir.path().join(RUN).join("tasks/E017"), b"in the way").unwrap();
+    let effects: Vec<String> = (0..40).map(|i| format!("E{i:03}")).collect();
+    let files = effects
+        .iter()
+        .map(|e| (RunFile::task(e, "task.json").unwrap(), task_doc(e)))
+        .collect();
+    let put = j.put_run_json_files(RUN, files).await;
+    let events = effects.iter().map(|e| requested(e)).collect();
+    let append = j.append(RUN, 1, events).await;
+    assert!(
+        put.is_err() || append.is_err(),
+        "the failed write is reported"
+    );
+    let fresh = journal(dir.path());
+    assert_eq!(fresh.head(RUN).await.unwrap().seq, 0, "no event named");
+    assert_eq!(leftovers(&dir.path().join(RUN)), Vec::<String>::new());
+    fan_out(&fresh, "F", 3, 1).await;
+    assert_eq!(fresh.read(RUN, 1, 0).await.unwrap().len(), 3);
 }

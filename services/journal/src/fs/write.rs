@@ -404,6 +404,72 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
     done
 }
 
+/// Large [`write_for_commit`] batches being written in the background, by run directory: the
+/// commit that refers to them stages its own events meanwhile and joins them before its sync
+/// (a fan-out's new task directories, created one at a time under `tasks/`'s lock, are the long
+/// pole of an iteration; its events need no part of them until then). Every other access to the
+/// run's files joins them first ([`join_background`]).
+static BACKGROUND: Mutex<Vec<(PathBuf, std::thread::JoinHandle<Result<()>>)>> =
+    Mutex::new(Vec::new());
+
+/// [`write_for_commit`], on a thread of its own for a large batch; its outcome is reported by
+/// the next [`join_background`] of `run_dir` (the commit's, at the latest).
+pub(super) fn write_for_commit_background(
+    run_dir: PathBuf,
+    files: Vec<(PathBuf, bytes::Bytes)>,
+) -> Result<()> {
+    join_background(&run_dir)?;
+    if files.len() < PARALLEL_MIN {
+        return write_for_commit(&run_dir, &borrowed(&files));
+    }
+    let files = std::sync::Arc::new(files);
+    let (dir, batch) = (run_dir.clone(), files.clone());
+    match std::thread::Builder::new()
+        .name("journal-files".into())
+        .spawn(move || write_for_commit(&dir, &borrowed(&batch)))
+    {
+        Ok(handle) => {
+            BACKGROUND
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((run_dir, handle));
+            Ok(())
+        }
+        // No thread to be had: write them here.
+        Err(_) => write_for_commit(&run_dir, &borrowed(&files)),
+    }
+}
+
+fn borrowed(files: &[(PathBuf, bytes::Bytes)]) -> Vec<(PathBuf, &[u8])> {
+    files.iter().map(|(p, b)| (p.clone(), b.as_ref())).collect()
+}
+
+/// Waits for the background writes of `run_dir`'s files; the first error among them.
+pub(super) fn join_background(run_dir: &Path) -> Result<()> {
+    let mine: Vec<std::thread::JoinHandle<Result<()>>> = {
+        let mut all = BACKGROUND.lock().unwrap_or_else(|p| p.into_inner());
+        if all.is_empty() {
+            return Ok(());
+        }
+        let (mine, others) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|(dir, _)| dir == run_dir);
+        *all = others;
+        mine.into_iter().map(|(_, h)| h).collect()
+    };
+    let mut result = Ok(());
+    for handle in mine {
+        let outcome = handle.join().unwrap_or_else(|_| {
+            let e = std::io::Error::other("file writer thread panicked");
+            Err(JournalError::io(run_dir.display(), e))
+        });
+        if result.is_ok() {
+            result = outcome;
+        }
+    }
+    result
+}
+
 /// Filesystems (by device) holding files written by [`write_for_commit`] that no sync has
 /// covered yet, with the generation of the latest such write.
 static UNSYNCED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
@@ -448,21 +514,31 @@ fn settled(dev: u64, g: u64) {
 /// are made durable, then they are renamed into place and the directory is synced. No event is
 /// visible before the files it refers to are durable; a crash leaves a committed prefix of
 /// whole events. A single event with nothing deferred takes the per-file fsync path.
-pub(super) fn write_events(journal_dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<()> {
-    let pending = unsynced_on(journal_dir)?;
-    if pending.is_none()
+///
+/// `run_dir`'s background writes ([`write_for_commit_background`]) are joined after the events
+/// are staged and before the sync; if one failed, no event is named.
+pub(super) fn write_events(
+    run_dir: &Path,
+    journal_dir: &Path,
+    files: &[(PathBuf, &[u8])],
+) -> Result<()> {
+    let background = BACKGROUND
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(dir, _)| dir == run_dir);
+    if !background
+        && unsynced_on(journal_dir)?.is_none()
         && let [(path, bytes)] = files
     {
         write_atomic(path, bytes)?;
         return fsync_dir(journal_dir);
     }
     if let Some(fds) = stage_anonymous(journal_dir, files)? {
+        join_background(run_dir)?;
         // Durable data and inodes, then the names, then the link counts and the directory
         // (a name must never reach the disk before its inode's link count does).
-        syncfs(journal_dir)?;
-        if let Some((dev, g)) = pending {
-            settled(dev, g);
-        }
+        sync_with_deferred(journal_dir)?;
         for (fd, (path, _)) in fds.iter().zip(files) {
             link_anonymous(fd, path)?;
         }
@@ -470,10 +546,8 @@ pub(super) fn write_events(journal_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
     }
     let staged = stage_all(files)?;
     let done = (|| {
-        syncfs(journal_dir)?;
-        if let Some((dev, g)) = pending {
-            settled(dev, g);
-        }
+        join_background(run_dir)?;
+        sync_with_deferred(journal_dir)?;
         rename_all(&staged)?;
         fsync_dir(journal_dir)
     })();
@@ -481,6 +555,16 @@ pub(super) fn write_events(journal_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
         discard_tmps(&staged);
     }
     done
+}
+
+/// One `syncfs` of `dir`'s filesystem, settling the deferred writes noted before it.
+fn sync_with_deferred(dir: &Path) -> Result<()> {
+    let pending = unsynced_on(dir)?;
+    syncfs(dir)?;
+    if let Some((dev, g)) = pending {
+        settled(dev, g);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

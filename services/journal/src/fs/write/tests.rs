@@ -78,7 +78,7 @@ fn deferred_files_are_synced_by_the_next_commit() {
     }
     // One event: the sync path is taken because of the deferred files.
     let events = batch(&journal, 1);
-    write_events(&journal, &borrowed(&events)).unwrap();
+    write_events(run, &journal, &borrowed(&events)).unwrap();
     assert!(
         unsynced_on(&journal).unwrap().is_none(),
         "settled by the commit"
