@@ -16,6 +16,7 @@ mod drive;
 pub mod host;
 pub mod identity;
 pub mod iteration;
+mod js_shape;
 pub mod pool;
 mod process_file;
 pub mod session;

@@ -4,6 +4,7 @@
 //! and gathers what the process is handed.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use babysitter_journal::index::EffectRecord;
 use babysitter_journal::{EventType, Head};
@@ -31,7 +32,7 @@ impl Engine {
         let journal = self.journal();
         let files = self.run_files(run_id).await?;
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
         let all_views = views::views_of(journal, run_id, &records).await?;
@@ -146,7 +147,7 @@ impl Engine {
         }
         // Cold: every journaled effect, since the replay may reach any of them.
         let journal = self.journal();
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
         let all_views = views::views_of(journal, run_id, &records).await?;
@@ -227,7 +228,7 @@ impl Engine {
         if changed.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect_now(run_id, |_, idx| {
                 changed
                     .iter()

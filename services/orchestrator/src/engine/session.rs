@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::engine::EngineError;
 use crate::engine::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
 use crate::engine::identity;
+use crate::engine::js_shape;
 use crate::engine::views::EffectView;
 
 pub use crate::engine::host::precompiled::SDK_MODULE;
@@ -30,7 +31,8 @@ pub struct Request {
     pub kind: String,
     pub label: String,
     pub labels: Vec<String>,
-    pub task_def: Value,
+    /// The TaskDef as the runtime sent it (JSON; babysitter's `nextActions` show it).
+    pub task_def_json: String,
     /// The `task.json` document.
     pub task_doc: Value,
 }
@@ -135,14 +137,7 @@ fn lock(shared: &Arc<Mutex<Shared>>) -> std::sync::MutexGuard<'_, Shared> {
 
 fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::Result<()> {
     let host = Object::new(ctx.clone())?;
-    host.set(
-        "sortKeys",
-        Function::new(ctx.clone(), |keys: Vec<String>| -> Vec<String> {
-            let mut k = keys;
-            k.sort_by(|a, b| identity::locale_compare(a, b));
-            k
-        })?,
-    )?;
+    // `String.prototype.localeCompare` (installed at session start) sorts as the reference's ICU.
     host.set(
         "localeCompare",
         Function::new(ctx.clone(), |a: String, b: String| -> i32 {
@@ -165,6 +160,22 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
                     &label_or_key,
                     shape_json.as_deref(),
                 ))
+            },
+        )?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "stepArgs",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'js>, task_id: String, label: String, args: rquickjs::Value<'js>| {
+                let shape = js_shape::shape_json(&ctx, &args)?;
+                rquickjs::Result::Ok(rquickjs::convert::List(step(
+                    &mut lock(&sh),
+                    &task_id,
+                    &label,
+                    Some(&shape),
+                )))
             },
         )?,
     )?;
@@ -340,7 +351,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         .transpose()
         .map_err(bad)?;
     let invocation_key = identity::invocation_key(process_id, step_id, task_id);
-    let inputs = match &args {
+    let inputs = match args {
         None => identity::TaskInputs::Undefined,
         Some(args) => identity::TaskInputs::Inline(args),
     };
@@ -350,7 +361,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         invocation_key: &invocation_key,
         step_id,
     };
-    let doc = identity::task_json(&task_def, &ids, inputs, Some("6.0.0"))
+    let doc = identity::task_json(task_def, &ids, inputs, Some("6.0.0"))
         .map_err(|e| format!("task {task_id}: {e}"))?;
     Ok(Request {
         effect_id: effect_id.clone(),
@@ -361,7 +372,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         label,
         labels: call.labels,
         task_doc: doc,
-        task_def,
+        task_def_json: call.task_def.to_owned(),
     })
 }
 

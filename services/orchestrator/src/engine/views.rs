@@ -8,6 +8,7 @@
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
@@ -117,7 +118,7 @@ const CONCURRENT_READS: usize = 32;
 pub async fn views_of(
     journal: &Journal,
     run_id: &str,
-    records: &[EffectRecord],
+    records: &[Arc<EffectRecord>],
 ) -> Result<HashMap<String, EffectView>, EngineError> {
     // Futures made up front: a stream holding a closure over borrowed data would make the
     // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the

@@ -58,14 +58,18 @@
     }
   }
 
-  function register(id, build, fp) {
+  // The builder the engine calls: synchronous when the definition is (see `then`). The task's
+  // public `build` stays an async function, as process code may call and chain it.
+  const BUILD_NOW = Symbol("buildNow");
+
+  function register(id, buildNow, fp) {
     const existing = definitions.get(id);
     if (existing) {
       // Same id, same definition (e.g. a module imported by two compositions): not an error.
       if (fingerprints.get(id) === fp) return existing;
       throw new DuplicateTaskIdError(id);
     }
-    const task = Object.freeze({ id, build });
+    const task = Object.freeze({ id, build: async (args, taskCtx) => buildNow(args, taskCtx), [BUILD_NOW]: buildNow });
     definitions.set(id, task);
     fingerprints.set(id, fp);
     return task;
@@ -77,7 +81,7 @@
       if (!id) throw new InvalidTaskDefinitionError("defineTask requires a non-empty id");
       if (typeof impl !== "function") throw new InvalidTaskDefinitionError(`defineTask('${id}') requires a build function`);
       const opts = options ?? {};
-      const build = async (args, taskCtx) => withOptions(await impl(args, taskCtx), opts);
+      const build = (args, taskCtx) => then(impl(args, taskCtx), (def) => withOptions(def, opts));
       return register(id, build, fingerprint(impl, opts));
     }
     if (idOrSpec && typeof idOrSpec === "object") {
@@ -86,17 +90,26 @@
       if (!id) throw new InvalidTaskDefinitionError("defineTask requires an id or name");
       if (typeof spec.run === "function") {
         const opts = { description: spec.description, labels: spec.labels, kind: spec.kind };
-        const build = async (args, taskCtx) => withOptions(await spec.run(args, taskCtx), opts);
+        const build = (args, taskCtx) => then(spec.run(args, taskCtx), (def) => withOptions(def, opts));
         return register(id, build, fingerprint(spec.run, opts));
       }
       const staticDef = {};
       for (const k of Object.keys(spec)) {
         if (!["id", "name", "run", "inputs", "outputs", "source"].includes(k)) staticDef[k] = spec[k];
       }
-      const build = async () => JSON.parse(JSON.stringify(staticDef));
+      const build = () => JSON.parse(JSON.stringify(staticDef));
       return register(id, build, fingerprint(null, null, staticDef));
     }
     throw new InvalidTaskDefinitionError("defineTask requires an id string or a definition object");
+  }
+
+  // A builder's result may be a promise (an async build function) or the TaskDef itself: `then`
+  // continues at once on a plain value, so a synchronous build costs no job-queue round trips.
+  function isThenable(v) {
+    return v !== null && (typeof v === "object" || typeof v === "function") && typeof v.then === "function";
+  }
+  function then(v, f) {
+    return isThenable(v) ? Promise.resolve(v).then(f) : f(v);
   }
 
   function withOptions(def, opts) {
@@ -110,18 +123,9 @@
   }
 
   // ---------------------------------------------------------------- identity
-  // The argument shape is computed here (only JS sees undefined, functions, bigints); the step
-  // id, occurrence counter, invocation key and journal lookup are one host call (`host.step`).
-  function shapeOf(value) {
-    if (Array.isArray(value)) return value.map(shapeOf);
-    if (value && typeof value === "object") {
-      const keys = Object.keys(value);
-      const out = {};
-      for (const key of keys.length > 1 ? host.sortKeys(keys) : keys) out[key] = shapeOf(value[key]);
-      return out;
-    }
-    return value === null ? "null" : typeof value;
-  }
+  // The step id, occurrence counter, invocation key and journal lookup are one host call
+  // (`host.step` for explicit keys, `host.stepArgs` deriving the argument shape from the args
+  // value itself: engine/js_shape.rs).
 
   // ---------------------------------------------------------------- scheduling
   let frameSeq = 0;
@@ -194,7 +198,18 @@
     return true;
   }
 
-  async function invoke(task, args, opts, meta) {
+  // ctx.task and the intrinsics: always a promise. The work up to the request runs synchronously
+  // when the task's builder is synchronous (the common case): fewer job-queue round trips per
+  // effect; identities are drawn at call time either way, in call order.
+  function invoke(task, args, opts, meta) {
+    try {
+      return invokeSync(task, args, opts, meta);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  function invokeSync(task, args, opts, meta) {
     if (!task || typeof task.build !== "function" || typeof task.id !== "string" || !task.id) {
       throw new InvalidTaskDefinitionError("ctx.task requires a DefinedTask created via defineTask()");
     }
@@ -204,16 +219,15 @@
     // derived ones are `<task>.<label>.<shapeHash>.<n>` (and advance the legacy S00000k counter).
     const step = explicitKey !== undefined
       ? host.step(task.id, String(explicitKey), null)
-      : host.step(task.id, String(options.label ?? "default"), JSON.stringify(shapeOf(args)));
+      : host.stepArgs(task.id, String(options.label ?? "default"), args);
     const stepId = step[0];
     if (typeof step[2] === "string") {
       const view = JSON.parse(step[2]);
       if (view.outcome === "pending") return waitFor(view.effectId, view.kind);
       const s = settle(view);
-      if (s.ok) return s.value;
-      throw s.error;
+      return s.ok ? Promise.resolve(s.value) : Promise.reject(s.error);
     }
-    if (meta && typeof meta.skipIfPastMs === "number" && meta.skipIfPastMs <= host.wallNowMs()) return undefined;
+    if (meta && typeof meta.skipIfPastMs === "number" && meta.skipIfPastMs <= host.wallNowMs()) return Promise.resolve(undefined);
     const effectId = host.newEffectId();
     const label = options.label;
     const taskCtx = Object.freeze({
@@ -235,7 +249,14 @@
         return host.createBlobRef(effectId, String(name), JSON.stringify(value ?? null));
       },
     });
-    const taskDef = await task.build(args, taskCtx);
+    const built = (task[BUILD_NOW] ?? task.build)(args, taskCtx);
+    return isThenable(built)
+      ? Promise.resolve(built).then((taskDef) => request(task, args, label, effectId, stepId, taskCtx, taskDef))
+      : request(task, args, label, effectId, stepId, taskCtx, built);
+  }
+
+  // Journals a new effect's request and waits for its resolution.
+  function request(task, args, label, effectId, stepId, taskCtx, taskDef) {
     if (!taskDef || typeof taskDef !== "object" || typeof taskDef.kind !== "string" || !taskDef.kind) {
       throw new InvalidTaskDefinitionError(`Task ${task.id} did not provide a kind`);
     }
