@@ -382,16 +382,16 @@ impl Journal {
     }
 
     /// Events between automatic snapshots of the run. In the background (a long-lived process,
-    /// which keeps the view open and reopens it only after a restart) also at least half as many
-    /// as the run has effects: a snapshot copies and serialises the whole index, so at a fixed
-    /// spacing a long run spent more on its snapshots than on its iterations (quadratic in its
-    /// length); spaced with the index, snapshot work stays linear and a reopen replays at most
-    /// that many events. A short-lived process (the CLI) opens the run on every command and
-    /// keeps the fixed spacing.
+    /// which keeps the view open and reopens it only after a restart) also at least half the
+    /// journal's length: a snapshot serialises the whole index, so at a fixed spacing a long run
+    /// spent more on its snapshots than on its iterations (quadratic in its length); spaced with
+    /// the journal, snapshots come each time it has doubled, those of a whole run serialise about
+    /// twice its final index, and a reopen replays at most half the journal. A short-lived
+    /// process (the CLI) opens the run on every command and keeps the fixed spacing.
     fn snapshot_spacing(&self, view: &RunView) -> u64 {
         let every = self.inner.options.snapshot_every;
         if self.inner.options.background_snapshots {
-            every.max(view.index.effects.len() as u64 / 2)
+            every.max(view.chain.head.seq / 2)
         } else {
             every
         }

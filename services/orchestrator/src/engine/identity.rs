@@ -294,6 +294,14 @@ pub fn legacy_step_id(k: u32) -> String {
     format!("S{k:06}")
 }
 
+/// Whether an invocation key may hold a legacy step id (one of its `:`-separated parts is `S`
+/// and six or more digits): only then can the legacy fallback lookup find anything.
+pub fn may_be_legacy_key(invocation_key: &str) -> bool {
+    invocation_key.split(':').any(|part| {
+        part.len() >= 7 && part.starts_with('S') && part[1..].bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// The legacy fallback key `processId:S00000k:taskId`, under which 0.0.187 runs recorded effects.
 pub fn legacy_invocation_key(process_id: &str, k: u32, task_id: &str) -> String {
     invocation_key(process_id, &legacy_step_id(k), task_id)

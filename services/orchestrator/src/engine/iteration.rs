@@ -556,9 +556,7 @@ impl Engine {
                     "labels".into(),
                     Value::Array(r.labels.iter().map(|l| text(l)).collect()),
                 );
-                // The runtime's JSON, parsed once already when the request was taken.
-                let task_def = serde_json::from_str(&r.task_def_json).unwrap_or(Value::Null);
-                a.insert("taskDef".into(), task_def);
+                a.insert("taskDef".into(), r.task_def.clone().unwrap_or(Value::Null));
                 a.insert("taskId".into(), text(&r.task_id));
                 a.insert("stepId".into(), text(&r.step_id));
                 a.insert(
@@ -688,7 +686,7 @@ fn is_out_of_memory(state: &ProcessState) -> bool {
 }
 
 fn request_data(r: &Request) -> Value {
-    let mut d = Map::new();
+    let mut d = Map::with_capacity(9);
     d.insert("effectId".into(), json!(r.effect_id));
     d.insert("invocationKey".into(), json!(r.invocation_key));
     d.insert(

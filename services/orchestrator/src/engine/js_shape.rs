@@ -127,9 +127,10 @@ fn write_object<'js>(
 
 #[cfg(test)]
 mod tests {
-    use rquickjs::{Context, Function, Runtime};
+    use rquickjs::Function;
 
     use super::*;
+    use crate::engine::js_test::{thrown_message, with_context};
 
     /// The reference's `shapeOf` as the runtime ran it in JS before the host took it over: the
     /// walker must produce the same JSON for every kind of value.
@@ -148,9 +149,7 @@ mod tests {
 
     #[test]
     fn js_shape_matches_the_javascript_shape_of() {
-        let rt = Runtime::new().unwrap();
-        let context = Context::full(&rt).unwrap();
-        context.with(|ctx| {
+        with_context(|ctx| {
             let sort = Function::new(ctx.clone(), |keys: Vec<String>| -> Vec<String> {
                 let mut k = keys;
                 k.sort_by(|a, b| identity::locale_compare(a, b));
@@ -188,16 +187,10 @@ mod tests {
 
     #[test]
     fn js_shape_refuses_cyclic_arguments_with_a_range_error() {
-        let rt = Runtime::new().unwrap();
-        let context = Context::full(&rt).unwrap();
-        context.with(|ctx| {
+        with_context(|ctx| {
             let value: Value = ctx.eval("const a = { x: 1 }; a.self = a; a").unwrap();
             assert!(shape_json(&ctx, &value).is_err());
-            let caught = ctx.catch();
-            let message: String = caught
-                .as_object()
-                .and_then(|o| o.get("message").ok())
-                .unwrap_or_default();
+            let message = thrown_message(&ctx);
             assert!(message.contains("nested too deeply or cyclic"), "{message}");
         });
     }

@@ -7,7 +7,7 @@
 //! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
-use std::collections::HashMap;
+use crate::engine::FastMap;
 use std::sync::Arc;
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
@@ -119,7 +119,7 @@ pub async fn views_of(
     journal: &Journal,
     run_id: &str,
     records: &[Arc<EffectRecord>],
-) -> Result<HashMap<String, EffectView>, EngineError> {
+) -> Result<FastMap<String, EffectView>, EngineError> {
     // Futures made up front: a stream holding a closure over borrowed data would make the
     // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the
     // compiler), and callers spawn it.
@@ -128,7 +128,7 @@ pub async fn views_of(
         .map(|r| keyed_view(journal, run_id, r))
         .collect();
     let mut reads = futures::stream::iter(reads).buffer_unordered(CONCURRENT_READS);
-    let mut out = HashMap::with_capacity(records.len());
+    let mut out = FastMap::with_capacity_and_hasher(records.len(), Default::default());
     while let Some(item) = reads.next().await {
         let (key, view) = item?;
         out.insert(key, view);

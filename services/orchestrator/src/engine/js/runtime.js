@@ -265,10 +265,10 @@
     }
     const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
-    // task.json is built on the Rust side (identity::task_json, the reference's serializer).
-    // Strings go as they are; only the TaskDef and the args cross as JSON.
+    // task.json is built on the Rust side (identity::task_json, the reference's serializer), which
+    // reads the TaskDef and the args as JSON.stringify would (engine/js_json.rs).
     host.request([effectId, task.id, stepId, taskDef.kind], typeof effectLabel === "string" ? effectLabel : null,
-      labels, JSON.stringify(taskDef), args === undefined ? null : (JSON.stringify(args) ?? "null"));
+      labels, taskDef, args);
     return waitFor(effectId, taskDef.kind);
   }
 
