@@ -532,8 +532,16 @@ impl Session {
             self.host.with(|ctx| -> Result<(), EngineError> {
                 let js = |e| EngineError::from(HostError::from_js(&ctx, e));
                 let deliver = engine_fn(&ctx, "deliver").map_err(js)?;
+                let (outcome, payload) = v.delivery();
+                let at_ms = v.at_ms.map(|ms| ms as f64);
                 deliver
-                    .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
+                    .call::<_, bool>((
+                        v.effect_id.as_str(),
+                        v.kind.as_deref(),
+                        outcome,
+                        payload,
+                        at_ms,
+                    ))
                     .map_err(js)?;
                 Ok(())
             })?;

@@ -75,6 +75,17 @@ impl EffectView {
         serde_json::to_string(&js).unwrap_or_default()
     }
 
+    /// The arguments of the runtime's `deliver`: `[outcome, payload]`, the payload being the
+    /// value's or error's JSON, or a cancellation's reason (no envelope to build and parse).
+    pub fn delivery(&self) -> (&'static str, Option<String>) {
+        match &self.outcome {
+            Outcome::Pending => ("pending", None),
+            Outcome::Value(v) => ("value", Some(v.to_string())),
+            Outcome::Throw(e) => ("throw", Some(e.to_string())),
+            Outcome::Cancelled(reason) => ("cancelled", reason.clone()),
+        }
+    }
+
     pub fn is_pending(&self) -> bool {
         self.outcome == Outcome::Pending
     }

@@ -184,15 +184,20 @@
     return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
   }
 
-  // Called by the host with a resolution for a pending effect (warm runs).
-  function deliver(effectId, viewJson) {
+  // Called by the host with a resolution for a pending effect (warm runs): the view's parts,
+  // only the value or error as JSON (`payload`; a cancellation's reason as it is).
+  function deliver(effectId, kind, outcome, payload, atMs) {
     const p = pending.get(effectId);
     if (!p) return false;
     pending.delete(effectId);
     const at = order.indexOf(effectId);
     if (at >= 0) order.splice(at, 1);
     insertAt = at >= 0 ? at : order.length;
-    const s = settle(JSON.parse(viewJson));
+    const view = { effectId, kind, outcome, atMs };
+    if (outcome === "value") view.value = JSON.parse(payload);
+    else if (outcome === "throw") view.error = JSON.parse(payload);
+    else if (outcome === "cancelled") view.reason = payload;
+    const s = settle(view);
     if (!s) return false;
     if (s.ok) p.resolve(s.value); else p.reject(s.error);
     return true;
@@ -263,7 +268,7 @@
     if (taskDef.kind === "breakpoint" && taskDef.autoApproval === undefined) {
       taskDef.autoApproval = { consecutiveApprovals: 0, reason: "No matching auto-approval rule", recommended: false };
     }
-    const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
+    const labels = effectLabels(label || undefined, taskDef.labels);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
     // task.json is built on the Rust side (identity::task_json, the reference's serializer), which
     // reads the TaskDef and the args as JSON.stringify would (engine/js_json.rs).
@@ -272,15 +277,21 @@
     return waitFor(effectId, taskDef.kind);
   }
 
-  function dedupeLabels(values) {
-    const seen = new Set();
+  // The call's label, then the TaskDef's labels: strings only, trimmed, non-empty, first
+  // occurrence kept (a handful of entries: a linear scan beats a Set).
+  function effectLabels(label, defLabels) {
     const out = [];
-    for (const v of values) {
-      if (typeof v !== "string") continue;
-      const t = v.trim();
-      if (!t || seen.has(t)) continue;
-      seen.add(t);
-      out.push(t);
+    if (typeof label === "string") {
+      const t = label.trim();
+      if (t) out.push(t);
+    }
+    if (Array.isArray(defLabels)) {
+      for (let i = 0; i < defLabels.length; i++) {
+        const v = defLabels[i];
+        if (typeof v !== "string") continue;
+        const t = v.trim();
+        if (t && !out.includes(t)) out.push(t);
+      }
     }
     return out;
   }
