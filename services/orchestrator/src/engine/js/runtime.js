@@ -171,6 +171,17 @@
     }
   }
 
+  // In-place insert / remove (`splice` builds a result array through the species protocol, which
+  // cost more than the rest of a delivery).
+  function insertInto(list, at, value) {
+    for (let i = list.length; i > at; i--) list[i] = list[i - 1];
+    list[at] = value;
+  }
+  function removeFrom(list, at) {
+    for (let i = at + 1; i < list.length; i++) list[i - 1] = list[i];
+    list.length--;
+  }
+
   // Program order of the pending waits. A wait made while a delivery's continuation runs goes
   // where the delivered wait was (after earlier ones made in the same continuation), so the
   // list is always in the order a cold replay would reach the waits (depth-first program
@@ -180,7 +191,7 @@
 
   function waitFor(effectId, kind) {
     if (insertAt < 0) order.push(effectId);
-    else order.splice(insertAt++, 0, effectId);
+    else insertInto(order, insertAt++, effectId);
     return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
   }
 
@@ -191,7 +202,7 @@
     if (!p) return false;
     pending.delete(effectId);
     const at = order.indexOf(effectId);
-    if (at >= 0) order.splice(at, 1);
+    if (at >= 0) removeFrom(order, at);
     insertAt = at >= 0 ? at : order.length;
     const view = { effectId, kind, outcome, atMs };
     if (outcome === "value") view.value = JSON.parse(payload);
