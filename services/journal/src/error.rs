@@ -37,6 +37,24 @@ impl Location {
     }
 }
 
+/// Something that names a [`Location`]: a location, or a closure that builds one only when an
+/// error needs it (a hot path checks every event it writes, and a location costs allocations).
+pub trait Locate {
+    fn locate(&self) -> Location;
+}
+
+impl Locate for Location {
+    fn locate(&self) -> Location {
+        self.clone()
+    }
+}
+
+impl<F: Fn() -> Location> Locate for F {
+    fn locate(&self) -> Location {
+        self()
+    }
+}
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.seq {

@@ -9,13 +9,14 @@
 //! can never make a stored run unloadable.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::Head;
-use crate::error::{JournalError, Location};
+use crate::error::{JournalError, Locate, Location};
 use crate::event::{EventType, StoredEvent, genesis_hash};
 
 /// Integrity state carried from one event to the next.
@@ -39,18 +40,18 @@ impl ChainCheck {
     }
 
     /// Checks that `event` directly follows the current head, then advances to it.
-    pub fn push(&mut self, event: &StoredEvent, at: &Location) -> Result<(), JournalError> {
+    pub fn push(&mut self, event: &StoredEvent, at: &impl Locate) -> Result<(), JournalError> {
         let expected = self.head.seq + 1;
         if event.seq != expected {
             return Err(JournalError::SequenceGap {
-                at: at.clone(),
+                at: at.locate(),
                 expected,
                 got: event.seq,
             });
         }
         if self.head.seq > 0 && event.ulid.as_str() <= self.head.ulid.as_str() {
             return Err(JournalError::UlidOrder {
-                at: at.clone(),
+                at: at.locate(),
                 prev: self.head.ulid.clone(),
                 got: event.ulid.clone(),
             });
@@ -59,7 +60,7 @@ impl ChainCheck {
             let found = event.prev_hash.as_deref().unwrap_or("");
             if found != self.head_hash {
                 return Err(JournalError::HashChain {
-                    at: at.clone(),
+                    at: at.locate(),
                     expected: self.head_hash.clone(),
                     found: found.to_owned(),
                 });
@@ -161,8 +162,10 @@ pub struct LifecycleMark {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectIndex {
-    /// Effects keyed by effect id, in order of first request.
-    pub effects: IndexMap<String, EffectRecord>,
+    /// Effects keyed by effect id, in order of first request. Shared records: a snapshot
+    /// copies the index under the run's write lock, and copying a pointer per effect keeps that
+    /// cheap for long runs (a record is copied on write only while a snapshot still holds it).
+    pub effects: IndexMap<String, Arc<EffectRecord>>,
     /// invocationKey → effectId.
     pub by_invocation: IndexMap<String, String>,
     pub last_lifecycle: Option<LifecycleMark>,
@@ -182,7 +185,7 @@ pub struct EffectIndex {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredIndex {
-    effects: IndexMap<String, EffectRecord>,
+    effects: IndexMap<String, Arc<EffectRecord>>,
     by_invocation: IndexMap<String, String>,
     last_lifecycle: Option<LifecycleMark>,
     iterations: u64,
@@ -216,13 +219,14 @@ impl EffectIndex {
     pub fn pending(&self) -> impl Iterator<Item = &EffectRecord> {
         self.pending_at
             .iter()
-            .filter_map(|&i| self.effects.get_index(i).map(|(_, r)| r))
+            .filter_map(|&i| self.effects.get_index(i).map(|(_, r)| &**r))
     }
 
     pub fn by_invocation_key(&self, key: &str) -> Option<&EffectRecord> {
         self.by_invocation
             .get(key)
             .and_then(|id| self.effects.get(id))
+            .map(|r| &**r)
     }
 
     /// Checks that `events` would fold cleanly onto this index, without changing it: the batch
@@ -241,7 +245,8 @@ impl EffectIndex {
             let by_key = d
                 .get("invocationKey")
                 .and_then(Value::as_str)
-                .and_then(|k| self.by_invocation_key(k));
+                .and_then(|k| self.by_invocation.get(k))
+                .and_then(|id| self.effects.get(id));
             for r in by_id.into_iter().chain(by_key) {
                 if !scratch.effects.contains_key(&r.effect_id) {
                     scratch
@@ -258,9 +263,9 @@ impl EffectIndex {
     }
 
     /// Applies one event; on error the index is unchanged.
-    pub fn apply(&mut self, event: &StoredEvent, at: &Location) -> Result<(), JournalError> {
+    pub fn apply(&mut self, event: &StoredEvent, at: &impl Locate) -> Result<(), JournalError> {
         let fail = |reason: String| JournalError::Replay {
-            at: at.clone(),
+            at: at.locate(),
             reason,
         };
         let kind = &event.body.kind;
@@ -332,7 +337,9 @@ impl EffectIndex {
                 };
                 self.by_invocation
                     .insert(record.invocation_key.clone(), record.effect_id.clone());
-                let (at, _) = self.effects.insert_full(record.effect_id.clone(), record);
+                let (at, _) = self
+                    .effects
+                    .insert_full(record.effect_id.clone(), Arc::new(record));
                 self.pending_at.insert(at);
                 Ok(())
             }
@@ -359,6 +366,7 @@ impl EffectIndex {
                         "EFFECT_RESOLVED references unknown effectId {effect_id}"
                     ))
                 })?;
+                let record = Arc::make_mut(record);
                 if record.status != EffectStatus::Requested {
                     return Err(fail(format!("effect {effect_id} already resolved")));
                 }
@@ -380,6 +388,7 @@ impl EffectIndex {
                         "EFFECT_CANCELLED references unknown effectId {effect_id}"
                     ))
                 })?;
+                let record = Arc::make_mut(record);
                 if record.status != EffectStatus::Requested {
                     return Err(fail(format!(
                         "effect {effect_id} is not requested (status={})",
@@ -398,6 +407,7 @@ impl EffectIndex {
                     .get("effectId")
                     .and_then(Value::as_str)
                     .and_then(|id| self.effects.get_mut(id))
+                    .map(Arc::make_mut)
                 else {
                     return Ok(());
                 };
@@ -415,6 +425,7 @@ impl EffectIndex {
                     .get("effectId")
                     .and_then(Value::as_str)
                     .and_then(|id| self.effects.get_mut(id))
+                    .map(Arc::make_mut)
                 else {
                     return Ok(());
                 };

@@ -138,14 +138,20 @@ const RECENT_EVENTS: usize = 256;
 
 impl RunView {
     fn remember(&mut self, events: &[StoredEvent]) {
-        for e in events
-            .iter()
-            .skip(events.len().saturating_sub(RECENT_EVENTS))
-        {
+        self.remember_owned(
+            events
+                .iter()
+                .skip(events.len().saturating_sub(RECENT_EVENTS))
+                .cloned(),
+        );
+    }
+
+    fn remember_owned(&mut self, events: impl IntoIterator<Item = StoredEvent>) {
+        for e in events {
             if self.recent.len() == RECENT_EVENTS {
                 self.recent.pop_front();
             }
-            self.recent.push_back(e.clone());
+            self.recent.push_back(e);
         }
     }
 }
@@ -241,6 +247,31 @@ impl Journal {
         expected_next_seq: u64,
         events: Vec<NewEvent>,
     ) -> Result<Vec<StoredEvent>> {
+        self.append_returning(run_id, expected_next_seq, events, true)
+            .await
+            .map(|(_, committed)| committed)
+    }
+
+    /// [`Journal::append`] for a caller that needs only the new head: the committed events are
+    /// kept for tail reads without a copy.
+    pub async fn append_for_head(
+        &self,
+        run_id: &str,
+        expected_next_seq: u64,
+        events: Vec<NewEvent>,
+    ) -> Result<Head> {
+        self.append_returning(run_id, expected_next_seq, events, false)
+            .await
+            .map(|(head, _)| head)
+    }
+
+    async fn append_returning(
+        &self,
+        run_id: &str,
+        expected_next_seq: u64,
+        events: Vec<NewEvent>,
+        events_back: bool,
+    ) -> Result<(Head, Vec<StoredEvent>)> {
         validate_id("run id", run_id)?;
         if events.is_empty() {
             return Err(JournalError::invalid("append", "no events"));
@@ -257,8 +288,11 @@ impl Journal {
         }
         let this = self.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move { this.append_inner(&run_id, expected_next_seq, events).await })
-            .await
+        spawn_whole(async move {
+            this.append_inner(&run_id, expected_next_seq, events, events_back)
+                .await
+        })
+        .await
     }
 
     async fn append_inner(
@@ -266,7 +300,8 @@ impl Journal {
         run_id: &str,
         expected: u64,
         events: Vec<NewEvent>,
-    ) -> Result<Vec<StoredEvent>> {
+        events_back: bool,
+    ) -> Result<(Head, Vec<StoredEvent>)> {
         let slot = self.slot(run_id);
         let mut guard = slot.lock().await;
         let mut view = self.current(run_id, &mut guard, false).await?;
@@ -280,7 +315,7 @@ impl Journal {
                 head: view.chain.head.clone(),
             });
         }
-        let sealed = self.seal(run_id, view, events)?;
+        let (sealed, chain) = self.seal(run_id, view, events)?;
         if let Err(e) = Self::fold_batch(run_id, view, &sealed) {
             *guard = None;
             return Err(e);
@@ -299,15 +334,18 @@ impl Journal {
             }
         }
         let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
-        for e in &sealed {
-            let at = Location::file(run_id, e.seq, e.file_name());
-            if let Err(err) = view.chain.push(e, &at) {
-                *guard = None;
-                return Err(err);
-            }
-        }
+        // `seal` checked and linked the batch onto this very chain.
+        view.chain = chain;
+        let head = view.chain.head.clone();
         view.since_snapshot += sealed.len() as u64;
-        view.remember(&sealed);
+        let watched = self.watched(run_id);
+        let back = if events_back || watched {
+            view.remember(&sealed);
+            sealed
+        } else {
+            view.remember_owned(sealed);
+            Vec::new()
+        };
         if self.inner.options.snapshot_every > 0
             && view.since_snapshot >= self.snapshot_spacing(view)
         {
@@ -337,33 +375,36 @@ impl Journal {
             }
         }
         drop(guard);
-        self.notify(run_id, &sealed);
-        Ok(sealed)
+        if watched {
+            self.notify(run_id, &back);
+        }
+        Ok((head, if events_back { back } else { Vec::new() }))
     }
 
     /// Events between automatic snapshots of the run. In the background (a long-lived process,
-    /// which keeps the view open and reopens it only after a restart) also at least half as many
-    /// as the run has effects: a snapshot copies and serialises the whole index, so at a fixed
-    /// spacing a long run spent more on its snapshots than on its iterations (quadratic in its
-    /// length); spaced with the index, snapshot work stays linear and a reopen replays at most
-    /// that many events. A short-lived process (the CLI) opens the run on every command and
-    /// keeps the fixed spacing.
+    /// which keeps the view open and reopens it only after a restart) also at least half the
+    /// journal's length: a snapshot serialises the whole index, so at a fixed spacing a long run
+    /// spent more on its snapshots than on its iterations (quadratic in its length); spaced with
+    /// the journal, snapshots come each time it has doubled, those of a whole run serialise about
+    /// twice its final index, and a reopen replays at most half the journal. A short-lived
+    /// process (the CLI) opens the run on every command and keeps the fixed spacing.
     fn snapshot_spacing(&self, view: &RunView) -> u64 {
         let every = self.inner.options.snapshot_every;
         if self.inner.options.background_snapshots {
-            every.max(view.index.effects.len() as u64 / 2)
+            every.max(view.chain.head.seq / 2)
         } else {
             every
         }
     }
 
-    /// Stamps a batch and checks it against the view (which it does not change).
+    /// Stamps a batch and checks it against the view (which it does not change); returns the
+    /// view's chain advanced over the batch.
     fn seal(
         &self,
         run_id: &str,
         view: &RunView,
         events: Vec<NewEvent>,
-    ) -> Result<Vec<StoredEvent>> {
+    ) -> Result<(Vec<StoredEvent>, ChainCheck)> {
         let linked = self.inner.store.layout() == Layout::Object;
         let mut chain = view.chain.clone();
         let mut out = Vec::with_capacity(events.len());
@@ -419,10 +460,10 @@ impl Journal {
                     limit: self.inner.options.max_event_bytes,
                 });
             }
-            chain.push(&event, &Location::file(run_id, seq, event.file_name()))?;
+            chain.push(&event, &|| Location::file(run_id, seq, event.file_name()))?;
             out.push(event);
         }
-        Ok(out)
+        Ok((out, chain))
     }
 
     /// Folds a sealed batch into the view's index before it is written: what the index refuses
@@ -433,7 +474,7 @@ impl Journal {
     /// operation re-reads the store, as after a failed write).
     fn fold_batch(run_id: &str, view: &mut RunView, sealed: &[StoredEvent]) -> Result<()> {
         for (i, e) in sealed.iter().enumerate() {
-            let at = Location::file(run_id, e.seq, e.file_name());
+            let at = || Location::file(run_id, e.seq, e.file_name());
             if let Err(err) = view.index.apply(e, &at) {
                 return Err(JournalError::InvalidEvent {
                     run_id: run_id.to_owned(),
@@ -736,6 +777,16 @@ impl Journal {
             .subscribe()
     }
 
+    /// Whether anyone watches `run_id` (a lock and a lookup: no copy of the events for nobody).
+    fn watched(&self, run_id: &str) -> bool {
+        let map = self
+            .inner
+            .watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.contains_key(run_id)
+    }
+
     fn notify(&self, run_id: &str, events: &[StoredEvent]) {
         let mut map = self
             .inner
@@ -828,7 +879,7 @@ impl Journal {
     async fn refresh(&self, run_id: &str, view: &mut RunView) -> Result<()> {
         let events = self.inner.store.load(run_id, &view.chain, None).await?;
         for e in &events {
-            let at = Location::file(run_id, e.seq, e.file_name());
+            let at = || Location::file(run_id, e.seq, e.file_name());
             view.index.apply(e, &at)?;
             view.chain.push(e, &at)?;
         }

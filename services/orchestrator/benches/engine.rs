@@ -216,7 +216,8 @@ async fn run() {
         cold_replay(&b, "replay").await;
         return;
     }
-    // `ENGINE_BENCH_PROFILE=1`: only the warm N=1,000 run (for callgrind / perf);
+    // `ENGINE_BENCH_PROFILE=1`: only the warm N=1,000 run (`ENGINE_BENCH_N` to change N; for
+    // callgrind / perf);
     // `=service`: the same with the service's engine options.
     if let Ok(mode) = std::env::var("ENGINE_BENCH_PROFILE") {
         let b = if mode == "service" {
@@ -224,7 +225,11 @@ async fn run() {
         } else {
             bench(SEQ, true).await
         };
-        create(&b, "profile", 1000).await;
+        let n = std::env::var("ENGINE_BENCH_N")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1000);
+        create(&b, "profile", n).await;
         let f = drive(&b, "profile").await;
         println!(
             "profile: {} iterations, iterate {:.1} µs/it (js {:.1} µs/it)",

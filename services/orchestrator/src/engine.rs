@@ -16,6 +16,15 @@ mod drive;
 pub mod host;
 pub mod identity;
 pub mod iteration;
+mod js_json;
+/// Maps and sets private to the engine, keyed by invocation keys, effect ids and paths a run's
+/// own process produces: hashed with FxHash (an iteration does a few dozen lookups, and SipHash
+/// was a visible share of a warm one; a process could only slow down its own run).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, rustc_hash::FxBuildHasher>;
+pub type FastSet<T> = std::collections::HashSet<T, rustc_hash::FxBuildHasher>;
+mod js_shape;
+#[cfg(test)]
+mod js_test;
 pub mod pool;
 mod process_file;
 pub mod session;

@@ -94,7 +94,7 @@ async fn load(run_dir: &std::path::Path, pending_only: bool) -> Result<Vec<Effec
         if pending_only {
             idx.pending().cloned().collect()
         } else {
-            idx.effects.values().cloned().collect()
+            idx.effects.values().map(|r| (**r).clone()).collect()
         }
     })
     .await

@@ -120,7 +120,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
 async fn find(run_dir: &std::path::Path, effect_id: &str) -> Option<EffectRecord> {
     let run = Run::open(run_dir).ok()?;
     run.metadata().ok()?;
-    run.inspect(|_, idx| idx.effects.get(effect_id).cloned())
+    run.inspect(|_, idx| idx.effects.get(effect_id).map(|r| (**r).clone()))
         .await
         .ok()
         .flatten()

@@ -54,7 +54,7 @@ impl Engine {
     ) -> Result<(Head, EffectRecord), EngineError> {
         let (head, record) = self
             .view(run_id, |h, idx| {
-                (h.clone(), idx.effects.get(effect_id).cloned())
+                (h.clone(), idx.effects.get(effect_id).map(|r| (**r).clone()))
             })
             .await?;
         let record = record.ok_or_else(|| EngineError::InvalidRun {

@@ -4,6 +4,7 @@
 //! and gathers what the process is handed.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use babysitter_journal::index::EffectRecord;
 use babysitter_journal::{EventType, Head};
@@ -14,7 +15,7 @@ use crate::engine::iteration::{RunInfo, cannot_open, run_info};
 use crate::engine::pool::Warm;
 use crate::engine::session::{DriveReport, Session, Shared, StartSpec};
 use crate::engine::views::{self, EffectView};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, identity};
 
 /// What a drive produced: the report, the session to keep warm once the iteration's events are
 /// journaled (`None`: not kept), and whether it continued a warm session.
@@ -31,16 +32,18 @@ impl Engine {
         let journal = self.journal();
         let files = self.run_files(run_id).await?;
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
         let all_views = views::views_of(journal, run_id, &records).await?;
         let spec = self.start_spec(run_id, &info)?;
         let shared = Shared {
             process_id: info.process_id.clone(),
+            legacy_views: all_views.keys().any(|k| identity::may_be_legacy_key(k)),
             views: all_views,
             wall_now_ms: self.now_ms(),
             non_interactive: info.non_interactive,
+            keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
             ..Shared::default()
         };
@@ -146,16 +149,18 @@ impl Engine {
         }
         // Cold: every journaled effect, since the replay may reach any of them.
         let journal = self.journal();
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect_now(run_id, |_, idx| idx.effects.values().cloned().collect())
             .await?;
         let all_views = views::views_of(journal, run_id, &records).await?;
         let spec = self.start_spec(run_id, info)?;
         let shared = Shared {
             process_id: info.process_id.clone(),
+            legacy_views: all_views.keys().any(|k| identity::may_be_legacy_key(k)),
             views: all_views,
             wall_now_ms: wall,
             non_interactive: info.non_interactive,
+            keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
             next_ids: reuse_ids,
             ..Shared::default()
@@ -227,7 +232,7 @@ impl Engine {
         if changed.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let records: Vec<EffectRecord> = journal
+        let records: Vec<Arc<EffectRecord>> = journal
             .inspect_now(run_id, |_, idx| {
                 changed
                     .iter()
@@ -253,15 +258,18 @@ fn prepare(session: &Session, wall: i64, updates: Vec<(String, EffectView)>) -> 
         let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
         s.wall_now_ms = wall;
         s.issued.clear();
-        for (k, v) in &updates {
-            s.views.insert(k.clone(), v.clone());
-        }
+        s.legacy_views |= updates.iter().any(|(k, _)| identity::may_be_legacy_key(k));
     }
-    let mut deliver: Vec<EffectView> = updates
+    // A resolution the session waits on goes to its promise (the process never asks for that
+    // key again in this session); the others are kept for the calls that will reach them.
+    let (mut deliver, keep): (Vec<_>, Vec<_>) = updates
         .into_iter()
-        .map(|(_, v)| v)
-        .filter(|v| !v.is_pending() && session.waiting_on.contains(&v.effect_id))
-        .collect();
+        .partition(|(_, v)| !v.is_pending() && session.waiting_on.contains(&v.effect_id));
+    {
+        let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
+        s.views.extend(keep);
+    }
+    let mut deliver: Vec<EffectView> = deliver.drain(..).map(|(_, v)| v).collect();
     deliver.sort_by_key(|v| v.at_ms.unwrap_or(0));
     deliver
 }

@@ -119,13 +119,20 @@ pub fn is_array_index(key: &str) -> bool {
 /// `(a, b) => a.localeCompare(b)` and re-inserted into a fresh object: array-index keys first in
 /// ascending numeric order, then the rest in `localeCompare` order (ties keep input order).
 pub fn js_sorted_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    let (mut indices, mut names): (Vec<&str>, Vec<&str>) =
-        keys.into_iter().partition(|key| is_array_index(key));
-    // Canonical indices: numeric order is length first, then bytes.
-    indices.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
-    names.sort_by(|a, b| locale_compare(a, b));
-    indices.extend(names);
-    indices
+    let mut keys: Vec<&str> = keys.into_iter().collect();
+    keys.sort_by(|a, b| js_key_order(a, b));
+    keys
+}
+
+/// The order of [`js_sorted_keys`] (a stable sort by it): array indices first, in numeric order
+/// (canonical indices: length first, then bytes), then the other keys by [`locale_compare`].
+fn js_key_order(a: &str, b: &str) -> Ordering {
+    match (is_array_index(a), is_array_index(b)) {
+        (true, true) => a.len().cmp(&b.len()).then_with(|| a.cmp(b)),
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => locale_compare(a, b),
+    }
 }
 
 /// Deep clone with every object's keys in [`js_sorted_keys`] order; arrays keep their order. This
@@ -144,6 +151,25 @@ pub fn key_sorted_clone(v: &Value) -> Value {
                 .collect(),
         ),
         scalar => scalar.clone(),
+    }
+}
+
+/// [`key_sorted_clone`] of a value the caller gives up: its keys and leaves are moved, not
+/// copied.
+pub fn key_sorted(v: Value) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(items.into_iter().map(key_sorted).collect()),
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|(a, _), (b, _)| js_key_order(a, b));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, key_sorted(v)))
+                    .collect(),
+            )
+        }
+        scalar => scalar,
     }
 }
 
@@ -266,6 +292,14 @@ pub fn invocation_hash(invocation_key: &str) -> String {
 /// digits.
 pub fn legacy_step_id(k: u32) -> String {
     format!("S{k:06}")
+}
+
+/// Whether an invocation key may hold a legacy step id (one of its `:`-separated parts is `S`
+/// and six or more digits): only then can the legacy fallback lookup find anything.
+pub fn may_be_legacy_key(invocation_key: &str) -> bool {
+    invocation_key.split(':').any(|part| {
+        part.len() >= 7 && part.starts_with('S') && part[1..].bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// The legacy fallback key `processId:S00000k:taskId`, under which 0.0.187 runs recorded effects.

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
@@ -259,13 +260,7 @@ impl Engine {
             if let Some(m) = marker.take() {
                 pre.insert(0, m);
             }
-            let committed = journal.append(run_id, head.seq + 1, pre).await?;
-            if let Some(last) = committed.last() {
-                head = Head {
-                    seq: last.seq,
-                    ulid: last.ulid.clone(),
-                };
-            }
+            head = journal.append_for_head(run_id, head.seq + 1, pre).await?;
         }
         if code_changed {
             // New code must not continue an old session: replay it cold against the journal.
@@ -358,7 +353,7 @@ impl Engine {
             ProcessState::Threw(err) => {
                 // B5: a task error the process lets escape ends the run with RUN_FAILED; other
                 // throws are process bugs (PROCESS_RUNTIME_ERROR, recoverable).
-                let last_resolved: Option<EffectRecord> = self
+                let last_resolved: Option<Arc<EffectRecord>> = self
                     .journal()
                     .inspect_now(run_id, |_, idx| {
                         idx.last_resolved
@@ -397,15 +392,8 @@ impl Engine {
         };
         let mut new_head = head.clone();
         if !events.is_empty() {
-            match journal.append(run_id, head.seq + 1, events).await {
-                Ok(committed) => {
-                    if let Some(last) = committed.last() {
-                        new_head = Head {
-                            seq: last.seq,
-                            ulid: last.ulid.clone(),
-                        };
-                    }
-                }
+            match journal.append_for_head(run_id, head.seq + 1, events).await {
+                Ok(h) => new_head = h,
                 Err(e) => {
                     // The session ran ahead of a journal it could not extend: it must not be
                     // reused (it is dropped here).
@@ -533,7 +521,7 @@ impl Engine {
             .iter()
             .filter(|id| !report.requests.iter().any(|r| &r.effect_id == *id))
             .collect();
-        let records: HashMap<String, EffectRecord> = if known.is_empty() {
+        let records: HashMap<String, Arc<EffectRecord>> = if known.is_empty() {
             HashMap::new()
         } else {
             self.journal()
@@ -568,7 +556,7 @@ impl Engine {
                     "labels".into(),
                     Value::Array(r.labels.iter().map(|l| text(l)).collect()),
                 );
-                a.insert("taskDef".into(), r.task_def.clone());
+                a.insert("taskDef".into(), r.task_def.clone().unwrap_or(Value::Null));
                 a.insert("taskId".into(), text(&r.task_id));
                 a.insert("stepId".into(), text(&r.step_id));
                 a.insert(
@@ -698,7 +686,7 @@ fn is_out_of_memory(state: &ProcessState) -> bool {
 }
 
 fn request_data(r: &Request) -> Value {
-    let mut d = Map::new();
+    let mut d = Map::with_capacity(9);
     d.insert("effectId".into(), json!(r.effect_id));
     d.insert("invocationKey".into(), json!(r.invocation_key));
     d.insert(

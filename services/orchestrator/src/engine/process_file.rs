@@ -5,7 +5,7 @@
 //! files. The status-change time cannot be set back by tools (unlike the modification time), so
 //! a rewrite with the same length and a restored modification time is still seen.
 
-use std::collections::HashMap;
+use crate::engine::FastMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -39,7 +39,7 @@ impl Stamp {
 /// Code hashes of process files by path.
 #[derive(Debug, Default)]
 pub(crate) struct CodeHashes {
-    known: Mutex<HashMap<PathBuf, (Stamp, String)>>,
+    known: Mutex<FastMap<PathBuf, (Stamp, String)>>,
 }
 
 impl CodeHashes {
@@ -63,7 +63,7 @@ impl CodeHashes {
         Ok(hash)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (Stamp, String)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FastMap<PathBuf, (Stamp, String)>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -7,16 +7,18 @@
 //! replaying from the start. Both drive the job queue to quiescence, releasing parallel loops
 //! innermost-first, so effects are requested in the reference's order either way.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rquickjs::{Ctx, Function, Object};
 use serde_json::{Value, json};
 
-use crate::engine::EngineError;
 use crate::engine::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
 use crate::engine::identity;
+use crate::engine::js_json;
+use crate::engine::js_shape;
 use crate::engine::views::EffectView;
+use crate::engine::{EngineError, FastMap, FastSet};
 
 pub use crate::engine::host::precompiled::SDK_MODULE;
 
@@ -30,7 +32,8 @@ pub struct Request {
     pub kind: String,
     pub label: String,
     pub labels: Vec<String>,
-    pub task_def: Value,
+    /// The TaskDef, kept when babysitter's `nextActions` show it ([`Shared::keep_task_defs`]).
+    pub task_def: Option<Value>,
     /// The `task.json` document.
     pub task_doc: Value,
 }
@@ -66,7 +69,7 @@ pub struct DriveReport {
     pub blocked: Vec<String>,
     pub logs: Vec<LogLine>,
     /// Invocation keys of journaled effects the process has reached in this session.
-    pub reached: HashSet<String>,
+    pub reached: FastSet<String>,
 }
 
 /// Rust-side state the host functions read and write during a drive.
@@ -74,11 +77,16 @@ pub struct DriveReport {
 pub struct Shared {
     pub process_id: String,
     /// Journaled effects by invocation key.
-    pub views: HashMap<String, EffectView>,
-    pub occurrences: HashMap<String, u32>,
+    pub views: FastMap<String, EffectView>,
+    /// Whether some key of `views` may be a legacy (0.0.187) one ([`identity::may_be_legacy_key`]);
+    /// without one the legacy fallback lookup is skipped.
+    pub legacy_views: bool,
+    pub occurrences: FastMap<String, u32>,
     pub legacy_counter: u32,
     pub wall_now_ms: i64,
     pub non_interactive: bool,
+    /// Keep each request's TaskDef (babysitter's `nextActions` show it).
+    pub keep_task_defs: bool,
     pub next_ids: Vec<String>,
     /// Effect ids drawn since the last [`Session::take_issued_ids`] (or the drive's start).
     pub issued: Vec<String>,
@@ -86,7 +94,7 @@ pub struct Shared {
     pub requests: Vec<Request>,
     pub logs: Vec<LogLine>,
     pub errors: Vec<String>,
-    pub reached: HashSet<String>,
+    pub reached: FastSet<String>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -116,7 +124,7 @@ pub struct Session {
     host: JsHost,
     shared: Arc<Mutex<Shared>>,
     /// Effects the JS side holds pending promises for.
-    pub waiting_on: HashSet<String>,
+    pub waiting_on: FastSet<String>,
     /// The same, in program order.
     pub waiting_order: Vec<String>,
 }
@@ -135,14 +143,7 @@ fn lock(shared: &Arc<Mutex<Shared>>) -> std::sync::MutexGuard<'_, Shared> {
 
 fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::Result<()> {
     let host = Object::new(ctx.clone())?;
-    host.set(
-        "sortKeys",
-        Function::new(ctx.clone(), |keys: Vec<String>| -> Vec<String> {
-            let mut k = keys;
-            k.sort_by(|a, b| identity::locale_compare(a, b));
-            k
-        })?,
-    )?;
+    // `String.prototype.localeCompare` (installed at session start) sorts as the reference's ICU.
     host.set(
         "localeCompare",
         Function::new(ctx.clone(), |a: String, b: String| -> i32 {
@@ -170,6 +171,22 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
     )?;
     let sh = shared.clone();
     host.set(
+        "stepArgs",
+        Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'js>, task_id: String, label: String, args: rquickjs::Value<'js>| {
+                let shape = js_shape::shape_json(&ctx, &args)?;
+                rquickjs::Result::Ok(rquickjs::convert::List(step(
+                    &mut lock(&sh),
+                    &task_id,
+                    &label,
+                    Some(&shape),
+                )))
+            },
+        )?,
+    )?;
+    let sh = shared.clone();
+    host.set(
         "newEffectId",
         Function::new(ctx.clone(), move || -> String {
             let mut s = lock(&sh);
@@ -190,23 +207,33 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
         "request",
         Function::new(
             ctx.clone(),
-            move |ids: Vec<String>,
+            move |ctx: Ctx<'js>,
+                  ids: Vec<String>,
                   label: Option<String>,
                   labels: Vec<String>,
-                  task_def: String,
-                  args: Option<String>| {
+                  task_def: rquickjs::Value<'js>,
+                  args: rquickjs::Value<'js>|
+                  -> rquickjs::Result<()> {
+                // What JSON.stringify throws (a cyclic or bigint argument) reaches the process.
+                let task_def = js_json::to_json(&ctx, &task_def)?;
+                let args = if args.is_undefined() {
+                    None
+                } else {
+                    Some(js_json::to_json(&ctx, &args)?.unwrap_or(Value::Null))
+                };
                 let call = RequestCall {
                     ids: &ids,
                     label,
                     labels,
-                    task_def: &task_def,
-                    args: args.as_deref(),
+                    task_def,
+                    args,
                 };
                 let mut s = lock(&sh);
-                match parse_request(&s.process_id, call) {
+                match parse_request(&s.process_id, s.keep_task_defs, call) {
                     Ok(r) => s.requests.push(r),
                     Err(e) => s.errors.push(e),
                 }
+                Ok(())
             },
         )?,
     )?;
@@ -282,7 +309,9 @@ fn step(
     let (step_id, legacy) = match shape_json {
         Some(shape) => {
             s.legacy_counter += 1;
-            let legacy = identity::legacy_step_id(s.legacy_counter);
+            let legacy = s
+                .legacy_views
+                .then(|| identity::legacy_step_id(s.legacy_counter));
             let base =
                 identity::step_base(task_id, Some(label_or_key), &identity::shape_hash(shape));
             let occurrence = match s.occurrences.get_mut(&base) {
@@ -295,7 +324,7 @@ fn step(
                     0
                 }
             };
-            (identity::step_id(&base, occurrence), Some(legacy))
+            (identity::step_id(&base, occurrence), legacy)
         }
         None => (label_or_key.to_owned(), None),
     };
@@ -319,28 +348,28 @@ struct RequestCall<'a> {
     ids: &'a [String],
     label: Option<String>,
     labels: Vec<String>,
-    /// The TaskDef as JSON.
-    task_def: &'a str,
-    /// The args as JSON; `None` when they were `undefined`.
-    args: Option<&'a str>,
+    /// The TaskDef; `None` when `JSON.stringify` gives `undefined` for it.
+    task_def: Option<Value>,
+    /// The args; `None` when they were `undefined`.
+    args: Option<Value>,
 }
 
-fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, String> {
+fn parse_request(
+    process_id: &str,
+    keep_task_def: bool,
+    call: RequestCall<'_>,
+) -> Result<Request, String> {
     let [effect_id, task_id, step_id, kind] = call.ids else {
         return Err("engine runtime sent a bad request: expected four ids".into());
     };
     let label = call
         .label
         .ok_or_else(|| "request without label".to_owned())?;
-    let bad = |e: serde_json::Error| format!("engine runtime sent a bad request: {e}");
-    let task_def: Value = serde_json::from_str(call.task_def).map_err(bad)?;
-    let args: Option<Value> = call
-        .args
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(bad)?;
+    let task_def = call.task_def.unwrap_or(Value::Null);
+    let args = call.args;
+    let kept = keep_task_def.then(|| task_def.clone());
     let invocation_key = identity::invocation_key(process_id, step_id, task_id);
-    let inputs = match &args {
+    let inputs = match args {
         None => identity::TaskInputs::Undefined,
         Some(args) => identity::TaskInputs::Inline(args),
     };
@@ -350,7 +379,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         invocation_key: &invocation_key,
         step_id,
     };
-    let doc = identity::task_json(&task_def, &ids, inputs, Some("6.0.0"))
+    let doc = identity::task_json(task_def, &ids, inputs, Some("6.0.0"))
         .map_err(|e| format!("task {task_id}: {e}"))?;
     Ok(Request {
         effect_id: effect_id.clone(),
@@ -361,7 +390,7 @@ fn parse_request(process_id: &str, call: RequestCall<'_>) -> Result<Request, Str
         label,
         labels: call.labels,
         task_doc: doc,
-        task_def,
+        task_def: kept,
     })
 }
 
@@ -470,7 +499,7 @@ impl Session {
         let mut session = Session {
             host,
             shared,
-            waiting_on: HashSet::new(),
+            waiting_on: FastSet::default(),
             waiting_order: Vec::new(),
         };
         let mut report = session.drive()?;
@@ -503,8 +532,16 @@ impl Session {
             self.host.with(|ctx| -> Result<(), EngineError> {
                 let js = |e| EngineError::from(HostError::from_js(&ctx, e));
                 let deliver = engine_fn(&ctx, "deliver").map_err(js)?;
+                let (outcome, payload) = v.delivery();
+                let at_ms = v.at_ms.map(|ms| ms as f64);
                 deliver
-                    .call::<_, bool>((v.effect_id.as_str(), v.to_js()))
+                    .call::<_, bool>((
+                        v.effect_id.as_str(),
+                        v.kind.as_deref(),
+                        outcome,
+                        payload,
+                        at_ms,
+                    ))
                     .map_err(js)?;
                 Ok(())
             })?;
@@ -582,7 +619,7 @@ impl Session {
         let logs = std::mem::take(&mut s.logs);
         // Only a finished process needs the set (for the unreached report).
         let reached = if matches!(state, ProcessState::Pending) {
-            HashSet::new()
+            FastSet::default()
         } else {
             s.reached.clone()
         };

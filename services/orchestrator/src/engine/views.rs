@@ -7,7 +7,8 @@
 //! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
-use std::collections::HashMap;
+use crate::engine::FastMap;
+use std::sync::Arc;
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
@@ -74,6 +75,17 @@ impl EffectView {
         serde_json::to_string(&js).unwrap_or_default()
     }
 
+    /// The arguments of the runtime's `deliver`: `[outcome, payload]`, the payload being the
+    /// value's or error's JSON, or a cancellation's reason (no envelope to build and parse).
+    pub fn delivery(&self) -> (&'static str, Option<String>) {
+        match &self.outcome {
+            Outcome::Pending => ("pending", None),
+            Outcome::Value(v) => ("value", Some(v.to_string())),
+            Outcome::Throw(e) => ("throw", Some(e.to_string())),
+            Outcome::Cancelled(reason) => ("cancelled", reason.clone()),
+        }
+    }
+
     pub fn is_pending(&self) -> bool {
         self.outcome == Outcome::Pending
     }
@@ -117,8 +129,8 @@ const CONCURRENT_READS: usize = 32;
 pub async fn views_of(
     journal: &Journal,
     run_id: &str,
-    records: &[EffectRecord],
-) -> Result<HashMap<String, EffectView>, EngineError> {
+    records: &[Arc<EffectRecord>],
+) -> Result<FastMap<String, EffectView>, EngineError> {
     // Futures made up front: a stream holding a closure over borrowed data would make the
     // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the
     // compiler), and callers spawn it.
@@ -127,7 +139,7 @@ pub async fn views_of(
         .map(|r| keyed_view(journal, run_id, r))
         .collect();
     let mut reads = futures::stream::iter(reads).buffer_unordered(CONCURRENT_READS);
-    let mut out = HashMap::with_capacity(records.len());
+    let mut out = FastMap::with_capacity_and_hasher(records.len(), Default::default());
     while let Some(item) = reads.next().await {
         let (key, view) = item?;
         out.insert(key, view);

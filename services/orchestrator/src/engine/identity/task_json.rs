@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{js_sorted_keys, js_trim, key_sorted_clone, locale_compare};
+use super::{js_trim, key_sorted, locale_compare};
 
 /// `schemaVersion` of every `task.json`.
 pub const TASK_SCHEMA_VERSION: &str = "2026.01.tasks-v1";
@@ -20,13 +20,13 @@ pub struct TaskJsonIds<'a> {
 }
 
 /// What `task.json` records about the call's arguments.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum TaskInputs<'a> {
     /// The args were JS `undefined`: neither `inputs` nor `inputsRef` is assigned (a TaskDef's
     /// own keys of those names survive).
     Undefined,
     /// The args, written inline as `inputs` (key-sorted here); `inputsRef` is cleared.
-    Inline(&'a Value),
+    Inline(Value),
     /// The args' 2-space JSON exceeded 1 MiB and was spilled: `inputsRef` is this run-relative
     /// blob path and `inputs` is cleared.
     Spilled(&'a str),
@@ -64,6 +64,14 @@ impl JsObject {
         }
     }
 
+    /// Keeps `key` only when its value passes `keep` (the reference assigns the TaskDef's field
+    /// again when it has the right type, `undefined` otherwise).
+    fn keep_if(&mut self, key: &str, keep: impl FnOnce(&Value) -> bool) {
+        if self.0.get(key).is_some_and(|v| !keep(v)) {
+            self.0.shift_remove(key);
+        }
+    }
+
     fn into_json(self) -> Value {
         Value::Object(self.0)
     }
@@ -75,42 +83,43 @@ impl JsObject {
 /// The TaskDef must be the JSON form of the JS value: top-level keys whose value was `undefined`
 /// are absent, so they cannot reserve a position for a field assigned later (the reference would
 /// keep e.g. an `inputs: undefined` key's sorted position).
+///
+/// The TaskDef and the args are consumed: the document is built from their parts, not copied.
 pub fn task_json(
-    task_def: &Value,
+    task_def: Value,
     ids: &TaskJsonIds<'_>,
     inputs: TaskInputs<'_>,
     sdk_version: Option<&str>,
 ) -> Result<Value, TaskJsonError> {
-    let def = task_def.as_object().ok_or(TaskJsonError::NotAnObject)?;
-    let kind = match def.get("kind") {
-        Some(Value::String(kind)) if !kind.is_empty() => kind,
-        _ => return Err(TaskJsonError::MissingKind),
+    if !task_def.is_object() {
+        return Err(TaskJsonError::NotAnObject);
+    }
+    if task_def
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return Err(TaskJsonError::MissingKind);
+    }
+    let Value::Object(sorted) = key_sorted(task_def) else {
+        return Err(TaskJsonError::NotAnObject);
     };
-    let mut out = JsObject(
-        js_sorted_keys(def.keys().map(String::as_str))
-            .into_iter()
-            .map(|key| (key.to_owned(), key_sorted_clone(&def[key])))
-            .collect(),
-    );
-
-    let string_field = |key: &str| def.get(key).filter(|v| v.is_string()).cloned();
-    let object_field = |key: &str| def.get(key).filter(|v| v.is_object()).map(key_sorted_clone);
-
+    let mut out = JsObject(sorted);
+    // Every field below is the TaskDef's own (already in the sorted clone, where an assignment
+    // keeps it) when of the right type, and removed otherwise.
     out.set("schemaVersion", Some(TASK_SCHEMA_VERSION.into()));
     out.set("effectId", Some(ids.effect_id.into()));
     out.set("taskId", Some(ids.task_id.into()));
     out.set("invocationKey", Some(ids.invocation_key.into()));
     out.set("stepId", Some(ids.step_id.into()));
-    out.set("kind", Some(kind.as_str().into()));
-    out.set("title", string_field("title"));
-    out.set("description", string_field("description"));
-    out.set("labels", def.get("labels").and_then(normalize_labels));
-    out.set("inputSchema", object_field("inputSchema"));
-    let output_schema = match def.get("outputSchema") {
-        Some(v @ (Value::Null | Value::Bool(false))) => Some(v.clone()),
-        _ => object_field("outputSchema"),
-    };
-    out.set("outputSchema", output_schema);
+    out.keep_if("title", Value::is_string);
+    out.keep_if("description", Value::is_string);
+    let labels = out.0.get("labels").and_then(normalize_labels);
+    out.set("labels", labels);
+    out.keep_if("inputSchema", Value::is_object);
+    out.keep_if("outputSchema", |v| {
+        matches!(v, Value::Null | Value::Bool(false) | Value::Object(_))
+    });
     for key in [
         "io",
         "agent",
@@ -120,12 +129,12 @@ pub fn task_json(
         "sleep",
         "metadata",
     ] {
-        out.set(key, object_field(key));
+        out.keep_if(key, Value::is_object);
     }
     match inputs {
         TaskInputs::Undefined => {}
         TaskInputs::Inline(args) => {
-            out.set("inputs", Some(key_sorted_clone(args)));
+            out.set("inputs", Some(key_sorted(args)));
             out.set("inputsRef", None);
         }
         TaskInputs::Spilled(blob_ref) => {

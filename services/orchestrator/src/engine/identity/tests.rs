@@ -458,9 +458,9 @@ fn identity_golden_task_files_rebuilt_by_task_json() {
         };
         let args = reverse_keys(&map["inputs"]);
         let actual = task_json(
-            &Value::Object(taskdef),
+            Value::Object(taskdef),
             &ids,
-            TaskInputs::Inline(&args),
+            TaskInputs::Inline(args),
             Some("6.0.0"),
         )
         .unwrap();
@@ -503,7 +503,7 @@ fn identity_task_json_normalised_fields() {
         "sdkVersion": "old"
     });
     let doc = task_json(
-        &taskdef,
+        taskdef,
         &ids,
         TaskInputs::Spilled("tasks/E/blobs/inputs-x.json"),
         None,
@@ -519,7 +519,7 @@ fn identity_task_json_normalised_fields() {
     );
 
     let undefined_args = task_json(
-        &json!({"kind": "x", "inputs": 1}),
+        json!({"kind": "x", "inputs": 1}),
         &ids,
         TaskInputs::Undefined,
         Some("6.0.0"),
@@ -531,20 +531,20 @@ fn identity_task_json_normalised_fields() {
     );
 
     let null_args = task_json(
-        &json!({"kind": "x"}),
+        json!({"kind": "x"}),
         &ids,
-        TaskInputs::Inline(&Value::Null),
+        TaskInputs::Inline(Value::Null),
         None,
     )
     .unwrap();
     assert_eq!(null_args["inputs"], Value::Null);
 
     assert_eq!(
-        task_json(&json!([]), &ids, TaskInputs::Undefined, None),
+        task_json(json!([]), &ids, TaskInputs::Undefined, None),
         Err(TaskJsonError::NotAnObject)
     );
     assert_eq!(
-        task_json(&json!({"kind": ""}), &ids, TaskInputs::Undefined, None),
+        task_json(json!({"kind": ""}), &ids, TaskInputs::Undefined, None),
         Err(TaskJsonError::MissingKind)
     );
 }

@@ -58,14 +58,18 @@
     }
   }
 
-  function register(id, build, fp) {
+  // The builder the engine calls: synchronous when the definition is (see `then`). The task's
+  // public `build` stays an async function, as process code may call and chain it.
+  const BUILD_NOW = Symbol("buildNow");
+
+  function register(id, buildNow, fp) {
     const existing = definitions.get(id);
     if (existing) {
       // Same id, same definition (e.g. a module imported by two compositions): not an error.
       if (fingerprints.get(id) === fp) return existing;
       throw new DuplicateTaskIdError(id);
     }
-    const task = Object.freeze({ id, build });
+    const task = Object.freeze({ id, build: async (args, taskCtx) => buildNow(args, taskCtx), [BUILD_NOW]: buildNow });
     definitions.set(id, task);
     fingerprints.set(id, fp);
     return task;
@@ -77,7 +81,7 @@
       if (!id) throw new InvalidTaskDefinitionError("defineTask requires a non-empty id");
       if (typeof impl !== "function") throw new InvalidTaskDefinitionError(`defineTask('${id}') requires a build function`);
       const opts = options ?? {};
-      const build = async (args, taskCtx) => withOptions(await impl(args, taskCtx), opts);
+      const build = (args, taskCtx) => then(impl(args, taskCtx), (def) => withOptions(def, opts));
       return register(id, build, fingerprint(impl, opts));
     }
     if (idOrSpec && typeof idOrSpec === "object") {
@@ -86,17 +90,26 @@
       if (!id) throw new InvalidTaskDefinitionError("defineTask requires an id or name");
       if (typeof spec.run === "function") {
         const opts = { description: spec.description, labels: spec.labels, kind: spec.kind };
-        const build = async (args, taskCtx) => withOptions(await spec.run(args, taskCtx), opts);
+        const build = (args, taskCtx) => then(spec.run(args, taskCtx), (def) => withOptions(def, opts));
         return register(id, build, fingerprint(spec.run, opts));
       }
       const staticDef = {};
       for (const k of Object.keys(spec)) {
         if (!["id", "name", "run", "inputs", "outputs", "source"].includes(k)) staticDef[k] = spec[k];
       }
-      const build = async () => JSON.parse(JSON.stringify(staticDef));
+      const build = () => JSON.parse(JSON.stringify(staticDef));
       return register(id, build, fingerprint(null, null, staticDef));
     }
     throw new InvalidTaskDefinitionError("defineTask requires an id string or a definition object");
+  }
+
+  // A builder's result may be a promise (an async build function) or the TaskDef itself: `then`
+  // continues at once on a plain value, so a synchronous build costs no job-queue round trips.
+  function isThenable(v) {
+    return v !== null && (typeof v === "object" || typeof v === "function") && typeof v.then === "function";
+  }
+  function then(v, f) {
+    return isThenable(v) ? Promise.resolve(v).then(f) : f(v);
   }
 
   function withOptions(def, opts) {
@@ -110,18 +123,9 @@
   }
 
   // ---------------------------------------------------------------- identity
-  // The argument shape is computed here (only JS sees undefined, functions, bigints); the step
-  // id, occurrence counter, invocation key and journal lookup are one host call (`host.step`).
-  function shapeOf(value) {
-    if (Array.isArray(value)) return value.map(shapeOf);
-    if (value && typeof value === "object") {
-      const keys = Object.keys(value);
-      const out = {};
-      for (const key of keys.length > 1 ? host.sortKeys(keys) : keys) out[key] = shapeOf(value[key]);
-      return out;
-    }
-    return value === null ? "null" : typeof value;
-  }
+  // The step id, occurrence counter, invocation key and journal lookup are one host call
+  // (`host.step` for explicit keys, `host.stepArgs` deriving the argument shape from the args
+  // value itself: engine/js_shape.rs).
 
   // ---------------------------------------------------------------- scheduling
   let frameSeq = 0;
@@ -167,6 +171,17 @@
     }
   }
 
+  // In-place insert / remove (`splice` builds a result array through the species protocol, which
+  // cost more than the rest of a delivery).
+  function insertInto(list, at, value) {
+    for (let i = list.length; i > at; i--) list[i] = list[i - 1];
+    list[at] = value;
+  }
+  function removeFrom(list, at) {
+    for (let i = at + 1; i < list.length; i++) list[i - 1] = list[i];
+    list.length--;
+  }
+
   // Program order of the pending waits. A wait made while a delivery's continuation runs goes
   // where the delivered wait was (after earlier ones made in the same continuation), so the
   // list is always in the order a cold replay would reach the waits (depth-first program
@@ -176,25 +191,41 @@
 
   function waitFor(effectId, kind) {
     if (insertAt < 0) order.push(effectId);
-    else order.splice(insertAt++, 0, effectId);
+    else insertInto(order, insertAt++, effectId);
     return new Promise((resolve, reject) => pending.set(effectId, { resolve, reject, kind }));
   }
 
-  // Called by the host with a resolution for a pending effect (warm runs).
-  function deliver(effectId, viewJson) {
+  // Called by the host with a resolution for a pending effect (warm runs): the view's parts,
+  // only the value or error as JSON (`payload`; a cancellation's reason as it is).
+  function deliver(effectId, kind, outcome, payload, atMs) {
     const p = pending.get(effectId);
     if (!p) return false;
     pending.delete(effectId);
     const at = order.indexOf(effectId);
-    if (at >= 0) order.splice(at, 1);
+    if (at >= 0) removeFrom(order, at);
     insertAt = at >= 0 ? at : order.length;
-    const s = settle(JSON.parse(viewJson));
+    const view = { effectId, kind, outcome, atMs };
+    if (outcome === "value") view.value = JSON.parse(payload);
+    else if (outcome === "throw") view.error = JSON.parse(payload);
+    else if (outcome === "cancelled") view.reason = payload;
+    const s = settle(view);
     if (!s) return false;
     if (s.ok) p.resolve(s.value); else p.reject(s.error);
     return true;
   }
 
-  async function invoke(task, args, opts, meta) {
+  // ctx.task and the intrinsics: always a promise. The work up to the request runs synchronously
+  // when the task's builder is synchronous (the common case): fewer job-queue round trips per
+  // effect; identities are drawn at call time either way, in call order.
+  function invoke(task, args, opts, meta) {
+    try {
+      return invokeSync(task, args, opts, meta);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  function invokeSync(task, args, opts, meta) {
     if (!task || typeof task.build !== "function" || typeof task.id !== "string" || !task.id) {
       throw new InvalidTaskDefinitionError("ctx.task requires a DefinedTask created via defineTask()");
     }
@@ -204,16 +235,15 @@
     // derived ones are `<task>.<label>.<shapeHash>.<n>` (and advance the legacy S00000k counter).
     const step = explicitKey !== undefined
       ? host.step(task.id, String(explicitKey), null)
-      : host.step(task.id, String(options.label ?? "default"), JSON.stringify(shapeOf(args)));
+      : host.stepArgs(task.id, String(options.label ?? "default"), args);
     const stepId = step[0];
     if (typeof step[2] === "string") {
       const view = JSON.parse(step[2]);
       if (view.outcome === "pending") return waitFor(view.effectId, view.kind);
       const s = settle(view);
-      if (s.ok) return s.value;
-      throw s.error;
+      return s.ok ? Promise.resolve(s.value) : Promise.reject(s.error);
     }
-    if (meta && typeof meta.skipIfPastMs === "number" && meta.skipIfPastMs <= host.wallNowMs()) return undefined;
+    if (meta && typeof meta.skipIfPastMs === "number" && meta.skipIfPastMs <= host.wallNowMs()) return Promise.resolve(undefined);
     const effectId = host.newEffectId();
     const label = options.label;
     const taskCtx = Object.freeze({
@@ -235,31 +265,44 @@
         return host.createBlobRef(effectId, String(name), JSON.stringify(value ?? null));
       },
     });
-    const taskDef = await task.build(args, taskCtx);
+    const built = (task[BUILD_NOW] ?? task.build)(args, taskCtx);
+    return isThenable(built)
+      ? Promise.resolve(built).then((taskDef) => request(task, args, label, effectId, stepId, taskCtx, taskDef))
+      : request(task, args, label, effectId, stepId, taskCtx, built);
+  }
+
+  // Journals a new effect's request and waits for its resolution.
+  function request(task, args, label, effectId, stepId, taskCtx, taskDef) {
     if (!taskDef || typeof taskDef !== "object" || typeof taskDef.kind !== "string" || !taskDef.kind) {
       throw new InvalidTaskDefinitionError(`Task ${task.id} did not provide a kind`);
     }
     if (taskDef.kind === "breakpoint" && taskDef.autoApproval === undefined) {
       taskDef.autoApproval = { consecutiveApprovals: 0, reason: "No matching auto-approval rule", recommended: false };
     }
-    const labels = dedupeLabels([...(taskCtx.labels ?? []), ...(Array.isArray(taskDef.labels) ? taskDef.labels : [])]);
+    const labels = effectLabels(label || undefined, taskDef.labels);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
-    // task.json is built on the Rust side (identity::task_json, the reference's serializer).
-    // Strings go as they are; only the TaskDef and the args cross as JSON.
+    // task.json is built on the Rust side (identity::task_json, the reference's serializer), which
+    // reads the TaskDef and the args as JSON.stringify would (engine/js_json.rs).
     host.request([effectId, task.id, stepId, taskDef.kind], typeof effectLabel === "string" ? effectLabel : null,
-      labels, JSON.stringify(taskDef), args === undefined ? null : (JSON.stringify(args) ?? "null"));
+      labels, taskDef, args);
     return waitFor(effectId, taskDef.kind);
   }
 
-  function dedupeLabels(values) {
-    const seen = new Set();
+  // The call's label, then the TaskDef's labels: strings only, trimmed, non-empty, first
+  // occurrence kept (a handful of entries: a linear scan beats a Set).
+  function effectLabels(label, defLabels) {
     const out = [];
-    for (const v of values) {
-      if (typeof v !== "string") continue;
-      const t = v.trim();
-      if (!t || seen.has(t)) continue;
-      seen.add(t);
-      out.push(t);
+    if (typeof label === "string") {
+      const t = label.trim();
+      if (t) out.push(t);
+    }
+    if (Array.isArray(defLabels)) {
+      for (let i = 0; i < defLabels.length; i++) {
+        const v = defLabels[i];
+        if (typeof v !== "string") continue;
+        const t = v.trim();
+        if (t && !out.includes(t)) out.push(t);
+      }
     }
     return out;
   }

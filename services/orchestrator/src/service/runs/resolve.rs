@@ -81,7 +81,9 @@ impl RunManager {
     async fn record(&self, namespace: &str, run_id: &str, effect_id: &str) -> Result<EffectRecord> {
         self.get(namespace, run_id)?;
         self.engine()
-            .view(run_id, |_, idx| idx.effects.get(effect_id).cloned())
+            .view(run_id, |_, idx| {
+                idx.effects.get(effect_id).map(|r| (**r).clone())
+            })
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("effect {effect_id} of run {run_id}")))
     }
@@ -105,7 +107,7 @@ impl RunManager {
         let (head, record) = self
             .engine()
             .view(run_id, |h, idx| {
-                (h.clone(), idx.effects.get(effect_id).cloned())
+                (h.clone(), idx.effects.get(effect_id).map(|r| (**r).clone()))
             })
             .await?;
         let record = record
