@@ -536,13 +536,16 @@ pub(super) fn write_events(
     }
     if let Some(fds) = stage_anonymous(journal_dir, files)? {
         join_background(run_dir)?;
-        // Durable data and inodes, then the names, then the link counts and the directory
-        // (a name must never reach the disk before its inode's link count does).
+        // Data and inodes durable (with the deferred files) before any event has a name; then
+        // the names, in order; then one more sync for the names and link counts, also when a
+        // link failed part way (the events linked so far are committed: a prefix).
         sync_with_deferred(journal_dir)?;
-        for (fd, (path, _)) in fds.iter().zip(files) {
-            link_anonymous(fd, path)?;
-        }
-        return syncfs(journal_dir);
+        let linked = fds
+            .iter()
+            .zip(files)
+            .try_for_each(|(fd, (path, _))| link_anonymous(fd, path));
+        let synced = syncfs(journal_dir);
+        return linked.and(synced);
     }
     let staged = stage_all(files)?;
     let done = (|| {
