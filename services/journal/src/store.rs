@@ -231,6 +231,8 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     /// A backend may leave new files not yet durable here and make them durable in its next
     /// [`JournalStore::commit`] on the same run, before any of its events becomes visible (one
     /// sync for the files and the events); a file that replaces one is durable before it does.
+    /// It may even finish writing them in the background: its own reads of the run's files and
+    /// that commit wait for them, and the commit fails (naming no event) if writing them failed.
     async fn put_run_files_for_commit(
         &self,
         run_id: &str,

@@ -54,8 +54,10 @@ impl Journal {
     /// Stores several run files at once, with the same JSON rule as [`Journal::put_run_file`],
     /// for the events the caller appends next to refer to: new files may become durable only
     /// with that append (on the filesystem, one sync covers the files and the events; no event
-    /// is visible before them). A caller that appends nothing after them and needs them durable
-    /// stores them with [`Journal::put_run_file`].
+    /// is visible before them), and a large batch may still be being written when this returns
+    /// (reads through the journal wait for it; the append fails if it failed). A caller that
+    /// appends nothing after them and needs them durable stores them with
+    /// [`Journal::put_run_file`].
     pub async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let files = files
             .into_iter()
