@@ -10,14 +10,17 @@
 //!
 //! Anything else — dates and other class instances, boxed primitives, proxies, a `toJSON`,
 //! bigints, integral numbers beyond 2^53 (whose JS text is not their exact value), nesting deeper
-//! than [`MAX_DEPTH`] (a cycle) — sends the whole value through `JSON.stringify` instead, so its
-//! semantics (and its errors) stay JavaScript's own.
+//! than [`MAX_DEPTH`] (a cycle), arrays longer than [`MAX_ARRAY_LENGTH`] — sends the whole value
+//! through `JSON.stringify` instead, so its semantics (and its errors) stay JavaScript's own. (A
+//! getter met before such a value runs twice then: once here, once in `JSON.stringify`.)
 
 use rquickjs::{Array, Atom, Ctx, Exception, Object, Type, Value};
 use serde_json::{Map, Number, Value as Json};
 
 /// Nesting the direct reading goes to before handing the value to `JSON.stringify`.
 const MAX_DEPTH: usize = 64;
+/// Longer arrays go to `JSON.stringify` too (the direct reading is for what processes build).
+const MAX_ARRAY_LENGTH: f64 = 65_536.0;
 /// 2^53: integral numbers below it print as their exact digits in JS.
 const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
 /// JS prints numbers from 1e21 on in exponent form, which parses back to the same double.
@@ -121,7 +124,7 @@ fn plain<'js>(
 fn array<'js>(realm: &Realm<'js>, value: &Value<'js>, depth: usize) -> Result<Json, NotPlain> {
     let obj = plain(value, &realm.array, depth)?;
     let length: f64 = obj.get("length").map_err(|_| NotPlain)?;
-    if !(0.0..=f64::from(u32::MAX)).contains(&length) {
+    if !(0.0..=MAX_ARRAY_LENGTH).contains(&length) {
         return Err(NotPlain);
     }
     let mut items = Vec::with_capacity((length as usize).min(1024));
@@ -175,6 +178,7 @@ mod tests {
                 "42",
                 "null",
                 "(function () { let v = {}; for (let i = 0; i < 100; i++) v = { v }; return v; })()",
+                "({ long: Array.from({ length: 70000 }, (_, i) => i % 7) })",
             ];
             for case in cases {
                 let value: Value = ctx.eval(case).unwrap();
