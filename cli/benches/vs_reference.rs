@@ -6,6 +6,11 @@
 //! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
 //! `BABYSITTER_BENCH_N` (e.g. `10,50`) to shorten the run — the reference's N = 200 loop takes
 //! about five minutes on this machine; `BABYSITTER_BENCH_OURS_ONLY=1` skips the reference.
+//!
+//! Both sides get the same filesystem: every run directory is kept until the end (deleting one
+//! scenario's thousands of files would bill the next scenario: on ext4 without a journal each
+//! new inode is allocated past the inodes deleted in the last minutes), and the page cache is
+//! synced before each drive (one side's leftover writeback is not flushed by the other's sync).
 
 #![allow(clippy::print_stdout)]
 
@@ -60,8 +65,15 @@ fn run(cmd: &[String], cwd: &Path, env: &[(String, String)]) -> (Value, Duration
     (v, took)
 }
 
-/// Drives one run to completion through a CLI binary (`cli` = argv prefix) with `env` added.
-fn drive(cli: &[String], source: &str, n: u64, env: &[(String, String)]) -> Times {
+/// Drives one run to completion through a CLI binary (`cli` = argv prefix) with `env` added;
+/// returns the run's directory too (dropped at the end of the bench).
+fn drive(
+    cli: &[String],
+    source: &str,
+    n: u64,
+    env: &[(String, String)],
+) -> (Times, tempfile::TempDir) {
+    rustix::fs::sync();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("process.mjs"), source).unwrap();
     std::fs::write(dir.path().join("inputs.json"), format!("{{\"n\": {n}}}")).unwrap();
@@ -136,7 +148,7 @@ fn drive(cli: &[String], source: &str, n: u64, env: &[(String, String)]) -> Time
         }
     }
     t.total = start.elapsed();
-    t
+    (t, dir)
 }
 
 fn reference_cli(repo: &Path) -> Option<Vec<String>> {
@@ -215,10 +227,15 @@ async fn main() {
         .map(|n| (format!("sequential N={n}"), SEQ, *n))
         .collect();
     cases.push(("parallel fan-out 200".into(), PAR, 200));
+    let mut dirs = Vec::new();
+    let mut keep = |(t, dir): (Times, tempfile::TempDir)| {
+        dirs.push(dir);
+        t
+    };
     for (name, src, n) in cases {
-        let ours_local = drive(&ours, src, n, &local);
-        let ours_warm = drive(&ours, src, n, &warm);
-        let b = reference.as_ref().map(|r| drive(r, src, n, &[]));
+        let ours_local = keep(drive(&ours, src, n, &local));
+        let ours_warm = keep(drive(&ours, src, n, &warm));
+        let b = reference.as_ref().map(|r| keep(drive(r, src, n, &[])));
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         for (mode, a) in [("local", ours_local), ("warm server", ours_warm)] {
             let label = format!("{name} ({mode})");
