@@ -231,7 +231,7 @@ fn stage_pipelined(files: &[(PathBuf, &[u8])], staged: &mut Vec<Staged>) -> Resu
 /// Writes `files` (all in `dir`, which exists) as anonymous files (`O_TMPFILE`), from two
 /// threads for a large batch: an anonymous file takes no directory lock to create. `None` when
 /// the filesystem or the system cannot (no `O_TMPFILE`, no `/proc` to link them through).
-fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Vec<OwnedFd>>> {
+fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Anonymous>> {
     if files.len() < PARALLEL_MIN || !Path::new("/proc/self/fd").is_dir() {
         return Ok(None);
     }
@@ -291,19 +291,53 @@ fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Vec<
     let mut fds = vec![first];
     fds.extend(a?);
     fds.extend(b?);
-    Ok(Some(fds))
+    Ok(Some(Anonymous { dir: dir_fd, fds }))
 }
 
-/// Gives an anonymous file its name; fails if the name is taken.
-fn link_anonymous(fd: &OwnedFd, path: &Path) -> Result<()> {
-    rustix::fs::linkat(
-        rustix::fs::CWD,
-        format!("/proc/self/fd/{}", fd.as_raw_fd()),
-        rustix::fs::CWD,
-        path,
-        rustix::fs::AtFlags::SYMLINK_FOLLOW,
-    )
-    .map_err(|e| JournalError::io(path.display(), e.into()))
+/// A batch written by [`stage_anonymous`]: its directory and the files, in order.
+struct Anonymous {
+    dir: OwnedFd,
+    fds: Vec<OwnedFd>,
+}
+
+/// Whether `linkat(…, AT_EMPTY_PATH)` was refused here (it needs `CAP_DAC_READ_SEARCH`): then
+/// files are linked through `/proc/self/fd` only.
+static NO_EMPTY_PATH_LINK: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+impl Anonymous {
+    /// Gives the `i`th file its name (`path`, in the batch's directory); fails if the name is
+    /// taken. Linked by descriptor where the process may (no path lookup at all), else through
+    /// `/proc/self/fd`; the new name is looked up relative to the directory either way.
+    fn link(&self, i: usize, path: &Path) -> Result<()> {
+        let io = |e: rustix::io::Errno| JournalError::io(path.display(), e.into());
+        let name = path
+            .file_name()
+            .ok_or_else(|| io(rustix::io::Errno::INVAL))?;
+        let fd = &self.fds[i];
+        if !NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) {
+            match rustix::fs::linkat(fd, "", &self.dir, name, rustix::fs::AtFlags::EMPTY_PATH) {
+                Ok(()) => return Ok(()),
+                Err(
+                    rustix::io::Errno::NOENT | rustix::io::Errno::PERM | rustix::io::Errno::INVAL,
+                ) => {
+                    NO_EMPTY_PATH_LINK.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        self.link_through_proc(i, name).map_err(io)
+    }
+
+    fn link_through_proc(&self, i: usize, name: &std::ffi::OsStr) -> rustix::io::Result<()> {
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            format!("/proc/self/fd/{}", self.fds[i].as_raw_fd()),
+            &self.dir,
+            name,
+            rustix::fs::AtFlags::SYMLINK_FOLLOW,
+        )
+    }
 }
 
 fn discard_tmps(staged: &[Staged]) {
@@ -534,16 +568,16 @@ pub(super) fn write_events(
         write_atomic(path, bytes)?;
         return fsync_dir(journal_dir);
     }
-    if let Some(fds) = stage_anonymous(journal_dir, files)? {
+    if let Some(anonymous) = stage_anonymous(journal_dir, files)? {
         join_background(run_dir)?;
         // Data and inodes durable (with the deferred files) before any event has a name; then
         // the names, in order; then one more sync for the names and link counts, also when a
         // link failed part way (the events linked so far are committed: a prefix).
         sync_with_deferred(journal_dir)?;
-        let linked = fds
+        let linked = files
             .iter()
-            .zip(files)
-            .try_for_each(|(fd, (path, _))| link_anonymous(fd, path));
+            .enumerate()
+            .try_for_each(|(i, (path, _))| anonymous.link(i, path));
         let synced = syncfs(journal_dir);
         return linked.and(synced);
     }

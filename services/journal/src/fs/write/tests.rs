@@ -38,12 +38,42 @@ fn borrowed(files: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, &[u8])> {
 fn events_not_yet_named_are_invisible() {
     let dir = tempfile::tempdir().unwrap();
     let files = batch(dir.path(), 40);
-    let Some(fds) = stage_anonymous(dir.path(), &borrowed(&files)).unwrap() else {
+    let Some(anonymous) = stage_anonymous(dir.path(), &borrowed(&files)).unwrap() else {
         return; // no O_TMPFILE here: the temp-file path is checked below
     };
-    assert_eq!(fds.len(), 40);
-    drop(fds); // the crash
+    assert_eq!(anonymous.fds.len(), 40);
+    drop(anonymous); // the crash
     assert_eq!(names(dir.path()), Vec::<String>::new());
+}
+
+/// Anonymous files get their names both ways (by descriptor where the process may, through
+/// `/proc/self/fd` otherwise), with their content, and a taken name is refused.
+#[test]
+fn anonymous_files_are_linked_either_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = batch(dir.path(), 40);
+    let Some(anonymous) = stage_anonymous(dir.path(), &borrowed(&files)).unwrap() else {
+        return; // no O_TMPFILE here
+    };
+    for (i, (path, _)) in files.iter().enumerate() {
+        if i % 2 == 0 {
+            anonymous.link(i, path).unwrap();
+        } else {
+            anonymous
+                .link_through_proc(i, path.file_name().unwrap())
+                .unwrap();
+        }
+    }
+    for (path, bytes) in &files {
+        assert_eq!(&fs::read(path).unwrap(), bytes);
+    }
+    assert_eq!(names(dir.path()).len(), 40);
+    assert!(anonymous.link(0, &files[1].0).is_err(), "name taken");
+    assert!(
+        anonymous
+            .link_through_proc(0, files[1].0.file_name().unwrap())
+            .is_err()
+    );
 }
 
 /// A crash after a commit's events were staged as temp files, before the renames: only temp
