@@ -11,6 +11,10 @@
 //! scenario's thousands of files would bill the next scenario: on ext4 without a journal each
 //! new inode is allocated past the inodes deleted in the last minutes), and the page cache is
 //! synced before each drive (one side's leftover writeback is not flushed by the other's sync).
+//! For the same reason the bench first syncs and waits out that window (65 s;
+//! `BABYSITTER_BENCH_SETTLE_SECS` changes it): files deleted just before — a previous bench's
+//! run directories, a test suite's — would otherwise slow whichever side creates files first.
+//! At the end it deletes its directories and syncs, so that window is as short as it can be.
 
 #![allow(clippy::print_stdout)]
 
@@ -187,6 +191,15 @@ async fn main() {
     } else {
         reference_cli(&repo)
     };
+    let settle: u64 = std::env::var("BABYSITTER_BENCH_SETTLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(65);
+    rustix::fs::sync();
+    if settle > 0 {
+        eprintln!("settling {settle} s: files deleted before the bench must not bill either side");
+        std::thread::sleep(std::time::Duration::from_secs(settle));
+    }
     let ns: Vec<u64> = std::env::var("BABYSITTER_BENCH_N")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
@@ -267,4 +280,6 @@ async fn main() {
     }
     let _ = server.kill();
     let _ = server.wait();
+    drop(dirs);
+    rustix::fs::sync();
 }
