@@ -32,6 +32,7 @@ use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FO
 use crate::{Head, validate_id};
 
 mod lock;
+mod read;
 mod write;
 
 pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
@@ -713,6 +714,19 @@ impl JournalStore for FsStore {
                 }
                 Err(e) => Err(JournalError::io(path.display(), e)),
             }
+        })
+        .await
+    }
+
+    async fn get_run_files(&self, run_id: &str, files: &[RunFile]) -> Result<Vec<Result<Bytes>>> {
+        let dir = self.existing_run_dir(run_id)?;
+        let (run_id, rels) = (
+            run_id.to_owned(),
+            files.iter().map(RunFile::path).collect::<Vec<_>>(),
+        );
+        self.blocking(move |_| {
+            join_background(&dir)?;
+            read::run_files(&dir, &run_id, rels)
         })
         .await
     }

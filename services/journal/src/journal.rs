@@ -428,6 +428,17 @@ impl Journal {
         self.inner.store.get_run_file(run_id, file).await
     }
 
+    /// [`Journal::get_run_file`] for several files at once, in order (a backend may read them
+    /// in one go); the outer error concerns the whole run.
+    pub async fn get_run_files(
+        &self,
+        run_id: &str,
+        files: &[RunFile],
+    ) -> Result<Vec<Result<Bytes>>> {
+        validate_id("run id", run_id)?;
+        self.inner.store.get_run_files(run_id, files).await
+    }
+
     /// Events from `from_seq` on, then each new one as it is committed (by this process, or by
     /// another one: the store is polled). Ends when the receiver is dropped or on an error
     /// (sent as the last item).

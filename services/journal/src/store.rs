@@ -244,6 +244,20 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     /// Reads a run file; [`JournalError::RunFileNotFound`] when absent.
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes>;
 
+    /// Reads several run files, each as [`JournalStore::get_run_file`] would (in order); the
+    /// outer error is one that concerns the whole run (it does not exist, say). Backends may do
+    /// it in one go (a cold replay reads every result file of the run).
+    async fn get_run_files(&self, run_id: &str, files: &[RunFile]) -> Result<Vec<Result<Bytes>>> {
+        use futures::StreamExt as _;
+        // Up to 32 reads in flight: a remote store answers each after a round trip. (Futures
+        // made up front: a stream mapping borrowed files would not be `Send` for every lifetime.)
+        let reads: Vec<_> = files
+            .iter()
+            .map(|file| self.get_run_file(run_id, file))
+            .collect();
+        Ok(futures::stream::iter(reads).buffered(32).collect().await)
+    }
+
     /// babysitter's derived `state/state.json` bytes, if stored.
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>>;
 

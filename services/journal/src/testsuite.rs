@@ -599,6 +599,37 @@ pub async fn run_files(f: Factory) {
         matches!(missing, Err(JournalError::RunFileNotFound { .. })),
         "{missing:?}"
     );
+    // Several at once: in order, each as a single read gives it, a missing one on its own.
+    let mut wanted: Vec<RunFile> = (0..3)
+        .rev()
+        .map(|i| RunFile::task(&format!("E{i}"), "task.json").unwrap())
+        .collect();
+    wanted.insert(1, RunFile::task(effect, "result.json").unwrap());
+    wanted.push(log.clone());
+    let got = journal(&f).get_run_files(&id, &wanted).await.unwrap();
+    assert_eq!(got.len(), wanted.len());
+    for (file, read) in wanted.iter().zip(&got) {
+        match (read, j.get_run_file(&id, file).await) {
+            (Ok(a), Ok(b)) => assert_eq!(a, &b, "{file}"),
+            (Err(JournalError::RunFileNotFound { path, .. }), Err(_)) => {
+                assert_eq!(path, &file.path())
+            }
+            (a, b) => panic!("{file}: batch {a:?}, single {b:?}"),
+        }
+    }
+    assert!(matches!(&got[1], Err(JournalError::RunFileNotFound { .. })));
+    assert_eq!(&got[4].as_ref().unwrap()[..], b"raw \x00 bytes");
+    let nobody = j
+        .get_run_files(&run_id("nobody"), &wanted[..1])
+        .await
+        .map(|v| v.into_iter().map(|r| r.is_ok()).collect::<Vec<_>>());
+    assert!(
+        matches!(nobody, Err(JournalError::RunNotFound { .. }) | Ok(_)),
+        "{nobody:?}"
+    );
+    if let Ok(each) = nobody {
+        assert_eq!(each, vec![false], "an unknown run has no files");
+    }
 }
 
 /// Runs every backend-independent check.

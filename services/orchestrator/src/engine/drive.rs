@@ -240,14 +240,7 @@ impl Engine {
                     .collect()
             })
             .await?;
-        let mut updates = Vec::with_capacity(records.len());
-        for r in &records {
-            updates.push((
-                r.invocation_key.clone(),
-                views::view_of(journal, run_id, r).await?,
-            ));
-        }
-        Ok(Some(updates))
+        Ok(Some(views::keyed_views(journal, run_id, &records).await?))
     }
 }
 

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{Journal, JournalError};
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
@@ -121,38 +120,54 @@ async fn read_text(journal: &Journal, run_id: &str, path: Option<&str>) -> Optio
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Result files read at once by [`views_of`]: a cold replay of a long run needs thousands, and a
-/// filesystem journal reads each on a blocking thread.
-const CONCURRENT_READS: usize = 32;
-
-/// The views of `records`, keyed by invocation key, their result files read concurrently.
+/// The views of `records`, keyed by invocation key.
 pub async fn views_of(
     journal: &Journal,
     run_id: &str,
     records: &[Arc<EffectRecord>],
 ) -> Result<FastMap<String, EffectView>, EngineError> {
-    // Futures made up front: a stream holding a closure over borrowed data would make the
-    // iteration future not `Send` for every lifetime (a higher-ranked lifetime limitation of the
-    // compiler), and callers spawn it.
-    let reads: Vec<_> = records
-        .iter()
-        .map(|r| keyed_view(journal, run_id, r))
-        .collect();
-    let mut reads = futures::stream::iter(reads).buffer_unordered(CONCURRENT_READS);
     let mut out = FastMap::with_capacity_and_hasher(records.len(), Default::default());
-    while let Some(item) = reads.next().await {
-        let (key, view) = item?;
-        out.insert(key, view);
-    }
+    out.extend(keyed_views(journal, run_id, records).await?);
     Ok(out)
 }
 
-async fn keyed_view(
+/// The views of `records` with their invocation keys, in order. The result files they need are
+/// read in one batch (a cold replay reads every one of the run); a view that needs more than its
+/// `result.json` (a failed shell effect's logs, a `resultRef`), or whose file could not be read,
+/// goes through [`view_of`], which reads what it needs and reports what is missing.
+pub async fn keyed_views(
     journal: &Journal,
     run_id: &str,
-    r: &EffectRecord,
-) -> Result<(String, EffectView), EngineError> {
-    Ok((r.invocation_key.clone(), view_of(journal, run_id, r).await?))
+    records: &[Arc<EffectRecord>],
+) -> Result<Vec<(String, EffectView)>, EngineError> {
+    let reads_result =
+        |r: &EffectRecord| matches!(r.status, EffectStatus::ResolvedOk | EffectStatus::Cancelled);
+    let files = records
+        .iter()
+        .filter(|r| reads_result(r))
+        .map(|r| RunFile::task(&r.effect_id, "result.json"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut read = journal.get_run_files(run_id, &files).await?.into_iter();
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        let stored = if reads_result(r) { read.next() } else { None };
+        let view = match stored {
+            Some(Ok(bytes)) => view_from_stored(r, &bytes),
+            Some(Err(_)) => None,
+            None if r.status == EffectStatus::ResolvedError
+                && r.kind.as_deref() == Some("shell") =>
+            {
+                None
+            }
+            None => view_from_stored(r, b""),
+        };
+        let view = match view {
+            Some(v) => v,
+            None => view_of(journal, run_id, r).await?,
+        };
+        out.push((r.invocation_key.clone(), view));
+    }
+    Ok(out)
 }
 
 /// Builds the view of one effect, reading its result file when it is resolved.
