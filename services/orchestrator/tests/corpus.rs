@@ -658,3 +658,57 @@ async fn commit_records_metadata_and_log_refs_in_babysitter_order() {
         .1;
     assert_eq!(resolved["stdoutRef"], "artifacts/out.log");
 }
+
+/// A cold replay reads its result files in one batch: a `resultRef` is followed to the file it
+/// names, and a `result.json` that went missing stops the iteration with an error naming its
+/// effect (the journal untouched) until it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_replay_follows_result_refs_and_names_a_missing_result() {
+    let s = src(
+        "export async function process(inputs, ctx) { const r = await ctx.parallel.all([() => ctx.task(work, {a:1}), () => ctx.task(work, {a:2}), () => ctx.task(work, {a:3})]); await ctx.task(work, {last:1}); return r.map((x) => x.v); }",
+    );
+    let h = Harness::new(&[("main.mjs", s.as_str())], None, false).await;
+    let first = h.engine.iterate(support::RUN).await.unwrap();
+    assert_eq!(first.requested.len(), 3);
+    for (i, id) in first.requested.iter().enumerate() {
+        h.post(id, Ok(json!({"v": i}))).await;
+    }
+    let tasks = h.dir.path().join("runs").join(support::RUN).join("tasks");
+    // The second effect's value moves to a file of its own, referred to by `resultRef`.
+    let second = &first.requested[1];
+    std::fs::write(tasks.join(second).join("value.json"), "{\"v\": \"by ref\"}").unwrap();
+    let mut stored: Value =
+        serde_json::from_slice(&std::fs::read(tasks.join(second).join("result.json")).unwrap())
+            .unwrap();
+    stored.as_object_mut().unwrap().remove("result");
+    stored.as_object_mut().unwrap().remove("value");
+    stored["resultRef"] = json!(format!("tasks/{second}/value.json"));
+    std::fs::write(
+        tasks.join(second).join("result.json"),
+        serde_json::to_vec(&stored).unwrap(),
+    )
+    .unwrap();
+    // The third one's result goes missing.
+    let third = tasks.join(&first.requested[2]).join("result.json");
+    let kept = std::fs::read(&third).unwrap();
+    std::fs::remove_file(&third).unwrap();
+    let before = h.journal();
+    let err = h
+        .engine
+        .iterate(support::RUN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&first.requested[2]) && err.contains("missing"),
+        "{err}"
+    );
+    assert_eq!(h.journal(), before, "nothing journaled");
+    std::fs::write(&third, kept).unwrap();
+    let next = h.engine.iterate(support::RUN).await.unwrap();
+    assert_eq!(next.requested.len(), 1);
+    h.post(&next.requested[0], Ok(json!({"v": "last"}))).await;
+    let done = h.engine.iterate(support::RUN).await.unwrap();
+    assert_eq!(done.status, IterationStatus::Completed);
+    assert_eq!(done.output, Some(json!([0, "by ref", 2])));
+}
