@@ -7,8 +7,9 @@
 //!   written in place: nothing can refer to it yet, so a crash leaves at most a torn file in an
 //!   orphan directory, and it saves a rename per file.
 //! - A batch that events committed next will refer to ([`write_for_commit`]) may stay not yet
-//!   durable: the commit syncs the filesystem before its events become visible
-//!   ([`sync_deferred`]), so one sync covers the task files and the events.
+//!   durable: the run's next commit makes it durable before its events become visible — a few
+//!   files one `fsync` at a time, many with one `syncfs` that covers the events too
+//!   ([`deferred`] keeps the account, by run).
 //!
 //! Large batches are written from two threads: creating an inode is the expensive part on ext4
 //! (more so without a journal, where each allocation scans past the recently deleted inodes of
@@ -16,11 +17,9 @@
 //! other holds — new directories on one thread and the files in them on the other; a commit's
 //! events as anonymous files (`O_TMPFILE`, no directory lock), named once they are durable.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -415,13 +414,14 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
     if files.is_empty() {
         return Ok(());
     }
-    let dev = fs::metadata(run_dir)
-        .map_err(|e| JournalError::io(run_dir.display(), e))?
-        .dev();
-    let staged = stage_all(files);
-    // Whatever was written, even on error, is not known to be durable.
-    note_unsynced(dev);
-    let staged = staged?;
+    let staged = match stage_all(files) {
+        Ok(staged) => staged,
+        Err(e) => {
+            // Whatever was written, even on error, is not known to be durable.
+            deferred::note(run_dir, None);
+            return Err(e);
+        }
+    };
     let done = (|| {
         let replacing = rename_new(&staged)?;
         if let Some((tmp, _)) = replacing.first() {
@@ -435,6 +435,14 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
     if done.is_err() {
         discard_tmps(&staged);
     }
+    let placed = staged
+        .iter()
+        .map(|s| {
+            let (Staged::InPlace(path) | Staged::Tmp(_, path)) = s;
+            path.as_path()
+        })
+        .collect();
+    deferred::note(run_dir, done.is_ok().then_some(placed));
     done
 }
 
@@ -504,50 +512,15 @@ pub(super) fn join_background(run_dir: &Path) -> Result<()> {
     result
 }
 
-/// Filesystems (by device) holding files written by [`write_for_commit`] that no sync has
-/// covered yet, with the generation of the latest such write.
-static UNSYNCED: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-fn note_unsynced(dev: u64) {
-    let g = GENERATION.fetch_add(1, Ordering::SeqCst) + 1;
-    UNSYNCED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(dev, g);
-}
-
-/// The device and generation of not yet durable [`write_for_commit`] files on `dir`'s
-/// filesystem.
-fn unsynced_on(dir: &Path) -> Result<Option<(u64, u64)>> {
-    if UNSYNCED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .is_empty()
-    {
-        return Ok(None);
-    }
-    let dev = fs::metadata(dir)
-        .map_err(|e| JournalError::io(dir.display(), e))?
-        .dev();
-    let unsynced = UNSYNCED.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(unsynced.get(&dev).map(|g| (dev, *g)))
-}
-
-/// A sync that started after generation `g` on `dev` was noted has covered it (later writes,
-/// noted while the sync ran, stay pending).
-fn settled(dev: u64, g: u64) {
-    let mut unsynced = UNSYNCED.lock().unwrap_or_else(|p| p.into_inner());
-    if unsynced.get(&dev) == Some(&g) {
-        unsynced.remove(&dev);
-    }
-}
-
-/// Commits journal event files (`files`, all in `journal_dir`, names not yet taken): each is
-/// written to a temp file, all of them and any [`write_for_commit`] files on the same filesystem
-/// are made durable, then they are renamed into place and the directory is synced. No event is
-/// visible before the files it refers to are durable; a crash leaves a committed prefix of
-/// whole events. A single event with nothing deferred takes the per-file fsync path.
+/// Commits journal event files (`files`, all in `journal_dir`, names not yet taken). No event is
+/// visible before the files it refers to (`run_dir`'s deferred [`write_for_commit`] files) are
+/// durable; a crash leaves a committed prefix of whole events.
+///
+/// A small commit — a few events, a few deferred files — is made durable one file at a time:
+/// the deferred files and their directories, then each event through a durable temp file
+/// renamed into place, then the journal directory. A large one stages its events (anonymous or
+/// temp files), makes them and the deferred files durable with one `syncfs`, then names them in
+/// order and syncs the names.
 ///
 /// `run_dir`'s background writes ([`write_for_commit_background`]) are joined after the events
 /// are staged and before the sync; if one failed, no event is named.
@@ -561,19 +534,26 @@ pub(super) fn write_events(
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .any(|(dir, _)| dir == run_dir);
-    if !background
-        && unsynced_on(journal_dir)?.is_none()
-        && let [(path, bytes)] = files
-    {
-        write_atomic(path, bytes)?;
-        return fsync_dir(journal_dir);
+    let pending = deferred::of(run_dir);
+    if !background && files.len() <= PER_FILE_EVENTS && pending.as_ref().is_none_or(|d| !d.many) {
+        if let Some(d) = &pending {
+            deferred::sync_each(d)?;
+        }
+        for (path, bytes) in files {
+            write_atomic(path, bytes)?;
+        }
+        fsync_dir(journal_dir)?;
+        if let Some(d) = pending {
+            deferred::settle(run_dir, d.generation);
+        }
+        return Ok(());
     }
     if let Some(anonymous) = stage_anonymous(journal_dir, files)? {
         join_background(run_dir)?;
         // Data and inodes durable (with the deferred files) before any event has a name; then
         // the names, in order; then one more sync for the names and link counts, also when a
         // link failed part way (the events linked so far are committed: a prefix).
-        sync_with_deferred(journal_dir)?;
+        sync_with_deferred(run_dir, journal_dir)?;
         let linked = files
             .iter()
             .enumerate()
@@ -584,7 +564,7 @@ pub(super) fn write_events(
     let staged = stage_all(files)?;
     let done = (|| {
         join_background(run_dir)?;
-        sync_with_deferred(journal_dir)?;
+        sync_with_deferred(run_dir, journal_dir)?;
         rename_all(&staged)?;
         fsync_dir(journal_dir)
     })();
@@ -594,15 +574,21 @@ pub(super) fn write_events(
     done
 }
 
-/// One `syncfs` of `dir`'s filesystem, settling the deferred writes noted before it.
-fn sync_with_deferred(dir: &Path) -> Result<()> {
-    let pending = unsynced_on(dir)?;
+/// One `syncfs` of `dir`'s filesystem, settling `run_dir`'s deferred writes noted before it.
+fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
+    let pending = deferred::of(run_dir);
     syncfs(dir)?;
-    if let Some((dev, g)) = pending {
-        settled(dev, g);
+    if let Some(d) = pending {
+        deferred::settle(run_dir, d.generation);
     }
     Ok(())
 }
+
+mod deferred;
+
+/// Events up to which a commit with few deferred files ([`deferred::PER_FILE_MAX`]) writes them one by one
+/// (durable temp file, rename) instead of staging them for one `syncfs`.
+const PER_FILE_EVENTS: usize = 4;
 
 #[cfg(test)]
 mod tests;

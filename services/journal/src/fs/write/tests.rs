@@ -89,8 +89,9 @@ fn events_staged_as_temp_files_are_not_journal_files() {
     assert_eq!(names(dir.path()), Vec::<String>::new());
 }
 
-/// Files written for a commit leave their filesystem marked not yet durable; the commit's
-/// sync settles it, so an event never becomes visible before them.
+/// Files written for a commit are noted as not yet durable, by run; a small commit makes them
+/// durable one by one (and its events), and settles the account, so an event never becomes
+/// visible before them.
 #[test]
 fn deferred_files_are_synced_by_the_next_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,21 +102,83 @@ fn deferred_files_are_synced_by_the_next_commit() {
         .map(|i| (run.join(format!("tasks/E{i}/task.json")), b"{}\n".to_vec()))
         .collect();
     write_for_commit(run, &borrowed(&tasks)).unwrap();
-    assert!(unsynced_on(&journal).unwrap().is_some(), "pending a sync");
+    let pending = deferred::of(run).expect("pending a sync");
+    assert!(!pending.many);
+    assert_eq!(
+        pending.files,
+        tasks.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>()
+    );
     for (path, bytes) in &tasks {
         assert_eq!(&fs::read(path).unwrap(), bytes, "whole, in place");
         assert_eq!(names(path.parent().unwrap()), vec!["task.json"]);
+        assert!(
+            pending.dirs.contains(path.parent().unwrap()),
+            "its directory"
+        );
     }
-    // One event: the sync path is taken because of the deferred files.
-    let events = batch(&journal, 1);
-    write_events(run, &journal, &borrowed(&events)).unwrap();
     assert!(
-        unsynced_on(&journal).unwrap().is_none(),
-        "settled by the commit"
+        pending.dirs.contains(&run.join("tasks")),
+        "the new directories' parent"
     );
+    assert!(pending.dirs.contains(run), "up to the run directory");
+    assert!(
+        pending.dirs.iter().all(|d| d.starts_with(run)),
+        "{pending:?}"
+    );
+    let events = batch(&journal, 2);
+    write_events(run, &journal, &borrowed(&events)).unwrap();
+    assert_eq!(deferred::of(run), None, "settled by the commit");
     assert_eq!(
         names(&journal),
-        vec![events[0].0.file_name().unwrap().to_string_lossy()]
+        events
+            .iter()
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Many deferred files (a fan-out's) are synced with the whole filesystem by the commit, and a
+/// batch that failed part way is too; either way the account is settled.
+#[test]
+fn many_or_failed_deferred_files_take_the_filesystem_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path();
+    let journal = run.join("journal");
+    fs::create_dir(&journal).unwrap();
+    let tasks: Vec<(PathBuf, Vec<u8>)> = (0..deferred::PER_FILE_MAX + 1)
+        .map(|i| (run.join(format!("tasks/E{i}/task.json")), b"{}\n".to_vec()))
+        .collect();
+    write_for_commit(run, &borrowed(&tasks)).unwrap();
+    let pending = deferred::of(run).unwrap();
+    assert!(pending.many && pending.files.is_empty(), "{pending:?}");
+    write_events(run, &journal, &borrowed(&batch(&journal, 1))).unwrap();
+    assert_eq!(deferred::of(run), None);
+    // A file under a regular file cannot be written: the batch fails, its account says so.
+    fs::write(run.join("blocker"), b"x").unwrap();
+    let bad = vec![(run.join("blocker/E0/task.json"), b"{}".to_vec())];
+    assert!(write_for_commit(run, &borrowed(&bad)).is_err());
+    assert!(deferred::of(run).unwrap().many);
+    // A later small batch does not make the run's account small again.
+    write_for_commit(run, &borrowed(&tasks[..1])).unwrap();
+    assert!(deferred::of(run).unwrap().many);
+}
+
+/// The account of one run says nothing about another's: a commit settles its own run only.
+#[test]
+fn deferred_files_are_kept_by_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for run in [&a, &b] {
+        fs::create_dir_all(run.join("journal")).unwrap();
+        let files = vec![(run.join("tasks/E1/task.json"), b"{}".to_vec())];
+        write_for_commit(run, &borrowed(&files)).unwrap();
+    }
+    let events = batch(&a.join("journal"), 1);
+    write_events(&a, &a.join("journal"), &borrowed(&events)).unwrap();
+    assert_eq!(deferred::of(&a), None);
+    assert_eq!(
+        deferred::of(&b).unwrap().files,
+        vec![b.join("tasks/E1/task.json")]
     );
 }
 
