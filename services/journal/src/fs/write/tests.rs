@@ -89,18 +89,29 @@ fn events_staged_as_temp_files_are_not_journal_files() {
     assert_eq!(names(dir.path()), Vec::<String>::new());
 }
 
+/// A run directory with a `journal/` and `n` new task files to write (not written yet).
+fn run_with_tasks(n: usize) -> (tempfile::TempDir, PathBuf, Vec<(PathBuf, Vec<u8>)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    fs::create_dir(&journal).unwrap();
+    let tasks = (0..n)
+        .map(|i| {
+            (
+                dir.path().join(format!("tasks/E{i}/task.json")),
+                b"{}\n".to_vec(),
+            )
+        })
+        .collect();
+    (dir, journal, tasks)
+}
+
 /// Files written for a commit are noted as not yet durable, by run; a small commit makes them
 /// durable one by one (and its events), and settles the account, so an event never becomes
 /// visible before them.
 #[test]
 fn deferred_files_are_synced_by_the_next_commit() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, journal, tasks) = run_with_tasks(3);
     let run = dir.path();
-    let journal = run.join("journal");
-    fs::create_dir(&journal).unwrap();
-    let tasks: Vec<(PathBuf, Vec<u8>)> = (0..3)
-        .map(|i| (run.join(format!("tasks/E{i}/task.json")), b"{}\n".to_vec()))
-        .collect();
     write_for_commit(run, &borrowed(&tasks)).unwrap();
     let pending = deferred::of(run).expect("pending a sync");
     assert!(!pending.many);
@@ -141,13 +152,8 @@ fn deferred_files_are_synced_by_the_next_commit() {
 /// batch that failed part way is too; either way the account is settled.
 #[test]
 fn many_or_failed_deferred_files_take_the_filesystem_sync() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, journal, tasks) = run_with_tasks(deferred::PER_FILE_MAX + 1);
     let run = dir.path();
-    let journal = run.join("journal");
-    fs::create_dir(&journal).unwrap();
-    let tasks: Vec<(PathBuf, Vec<u8>)> = (0..deferred::PER_FILE_MAX + 1)
-        .map(|i| (run.join(format!("tasks/E{i}/task.json")), b"{}\n".to_vec()))
-        .collect();
     write_for_commit(run, &borrowed(&tasks)).unwrap();
     let pending = deferred::of(run).unwrap();
     assert!(pending.many && pending.files.is_empty(), "{pending:?}");
