@@ -22,7 +22,7 @@ use std::io::{ErrorKind, Write as _};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -301,8 +301,7 @@ struct Anonymous {
 
 /// Whether `linkat(…, AT_EMPTY_PATH)` was refused here (it needs `CAP_DAC_READ_SEARCH`): then
 /// files are linked through `/proc/self/fd` only.
-static NO_EMPTY_PATH_LINK: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+static NO_EMPTY_PATH_LINK: AtomicBool = AtomicBool::new(false);
 
 impl Anonymous {
     /// Gives the `i`th file its name (`path`, in the batch's directory); fails if the name is
@@ -586,8 +585,8 @@ fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
 
 mod deferred;
 
-/// Events up to which a commit with few deferred files ([`deferred::PER_FILE_MAX`]) writes them one by one
-/// (durable temp file, rename) instead of staging them for one `syncfs`.
+/// Events up to which a commit with few deferred files ([`deferred::PER_FILE_MAX`]) writes them
+/// one by one (durable temp file, rename) instead of staging them for one `syncfs`.
 const PER_FILE_EVENTS: usize = 4;
 
 #[cfg(test)]

@@ -159,6 +159,7 @@ pub async fn keyed_views(
             {
                 None
             }
+            // Pending, or a task error (the journal holds it): no result file to read.
             None => view_from_stored(r, b""),
         };
         let view = match view {
