@@ -27,6 +27,7 @@ mod health;
 mod hook;
 mod instructions;
 mod lock;
+pub(crate) mod log;
 mod paths;
 mod run;
 mod runs;
@@ -166,8 +167,6 @@ pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 
 /// Commands of the reference this build does not implement yet.
 const NOT_YET: &[&str] = &[
-    "log",
-    "hook:log",
     "skill:discover",
     "skill:fetch-remote",
     "instructions:process-create",
@@ -228,6 +227,8 @@ const IMPLEMENTED: &[&str] = &[
     "task:show",
     "health",
     "hook:run",
+    "hook:log",
+    "log",
     "session:init",
     "session:associate",
     "session:state",
@@ -274,6 +275,8 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "task:cancel" => task::cancel::run(cli).await,
         "health" => health::run(cli).await,
         "hook:run" => hook::run(cli).await,
+        "hook:log" => log::hook_log(cli).await,
+        "log" => log::log(cli).await,
         "session:init" => session::init(cli).await,
         "session:associate" => session::associate(cli).await,
         "session:state" => session::state(cli).await,

@@ -90,15 +90,16 @@ impl Run {
         Ok(v)
     }
 
-    /// An engine over this run's runs root: the warm server's, or one for this call only.
-    pub fn engine(&self) -> anyhow::Result<Engine> {
+    /// An engine over this run's runs root: the warm server's (whose `ctx.log` lines go to the
+    /// server's log directory), or one for this call only, writing them under `process_logs`
+    /// (see [`babysitter_orchestrator::engine::process_log`]).
+    pub fn engine(&self, process_logs: Option<PathBuf>) -> anyhow::Result<Engine> {
         if let Some(e) = &self.warm_engine {
             return Ok(e.clone());
         }
-        Ok(Engine::new(
-            self.journal.clone(),
-            one_shot_engine(&self.root),
-        )?)
+        let mut opts = one_shot_engine(&self.root);
+        opts.process_log_dir = process_logs;
+        Ok(Engine::new(self.journal.clone(), opts)?)
     }
 
     /// Every event, in order.

@@ -16,6 +16,8 @@ pub const USAGE: &str = "Usage:
   babysitter task:cancel <runDir> <effectId> [--reason <text>] [--json]
   babysitter health [--json] [--verbose]
   babysitter hook:run --hook-type <stop|session-end> [--harness <name>] [--state-dir <dir>] [--json]   (hook JSON on stdin)
+  babysitter log --type <process|hook|cli> --message <msg> [--run-id <id>] [--process-id <id>] [--label <label>] [--level <debug|info|warn|error>] [--source <src>] [--json]
+  babysitter hook:log --hook-type <type> --log-file <path> [--json]   (hook JSON on stdin)
   babysitter session:init --session-id <id> [--state-dir <dir>] [--max-iterations <n>] [--run-id <id>] [--prompt <text>] [--json]
   babysitter session:associate --session-id <id> --run-id <id> [--state-dir <dir>] [--force] [--json]
   babysitter session:state --session-id <id> [--state-dir <dir>] [--json]

@@ -156,6 +156,10 @@ impl Context {
             opts.js_threads = 1;
             opts.cached_runs = 64;
             opts.warm = true;
+            // `ctx.log` lines go to the server's log directory (its user is the clients').
+            if let Ok(cwd) = std::env::current_dir() {
+                opts.process_log_dir = super::log::log_dir(&EnvMap::from_process(), &cwd);
+            }
             let engine = Engine::new(journal.clone(), opts).ok()?;
             roots.insert(
                 root.to_path_buf(),

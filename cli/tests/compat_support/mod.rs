@@ -145,6 +145,8 @@ impl Sandbox {
             .args(["warm", "serve", "--socket"])
             .arg(&socket)
             .env_clear()
+            // The sandbox's home: the server writes `ctx.log` lines under `~/.a5c/logs`.
+            .envs(self.env.iter().filter(|(k, _)| k == "HOME").cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -211,18 +213,54 @@ impl Sandbox {
     }
 
     fn exec(&self, program: &Path, args: &[&str], extra: &[(&str, &str)]) -> Out {
+        self.exec_input(program, args, extra, None)
+    }
+
+    /// Our CLI with `input` on its stdin.
+    pub fn cmd_input(&self, args: &[&str], input: &str) -> Out {
+        let ours = Path::new(env!("CARGO_BIN_EXE_babysitter"));
+        self.exec_input(ours, args, &[], Some(input))
+    }
+
+    /// The reference CLI with `input` on its stdin.
+    pub fn cmd_ref_input(&self, reference: &Path, args: &[&str], input: &str) -> Out {
+        let path = std::env::var("PATH").unwrap_or_default();
+        self.exec_input(reference, args, &[("PATH", &path)], Some(input))
+    }
+
+    fn exec_input(
+        &self,
+        program: &Path,
+        args: &[&str],
+        extra: &[(&str, &str)],
+        input: Option<&str>,
+    ) -> Out {
+        use std::io::Write as _;
         let mut c = Command::new(program);
         c.args(args)
             .current_dir(&self.project)
             .env_clear()
-            .stdin(Stdio::null());
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (k, v) in &self.env {
             c.env(k, v);
         }
         for (k, v) in extra {
             c.env(k, v);
         }
-        let o = c.output().unwrap();
+        let mut child = c.spawn().unwrap();
+        if let Some(text) = input {
+            let mut stdin = child.stdin.take().unwrap();
+            // A command that refuses its arguments exits without reading: a broken pipe here
+            // is its answer, not a test failure.
+            let _ = stdin.write_all(text.as_bytes());
+        }
+        let o = child.wait_with_output().unwrap();
         Out {
             code: o.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),

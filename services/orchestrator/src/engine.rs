@@ -27,6 +27,7 @@ mod js_shape;
 mod js_test;
 pub mod pool;
 mod process_file;
+pub mod process_log;
 pub mod session;
 pub mod views;
 
@@ -97,6 +98,10 @@ pub struct EngineOptions {
     /// which dispatches from the index, turns it off: for every effect still pending it costs a
     /// `task.json` read per iteration (a fan-out of 1,000 would read 999 files per result).
     pub next_actions: bool,
+    /// Also append each new `ctx.log` line to `<dir>/<runId>/process.log`, babysitter's
+    /// structured log ([`process_log`]); the CLI sets it to `~/.a5c/logs`. Lines always go to
+    /// `tracing`.
+    pub process_log_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -128,6 +133,7 @@ impl EngineOptions {
             process_env: Default::default(),
             exclusive_writer: false,
             next_actions: true,
+            process_log_dir: None,
         }
     }
 }

@@ -48,7 +48,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         );
         return Ok(1);
     }
-    let engine = run.engine()?;
+    let engine = run.engine(None)?;
     if let Err(e) = engine
         .cancel_effect(&run.id, &effect_id, a.value("--reason"))
         .await

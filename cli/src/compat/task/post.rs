@@ -267,7 +267,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     };
     let started_at = a.value("--started-at").unwrap_or(&now).to_owned();
     let finished_at = a.value("--finished-at").unwrap_or(&now).to_owned();
-    let engine = run.engine()?;
+    let engine = run.engine(None)?;
     let commit = Commit {
         effect_id: effect_id.clone(),
         outcome,

@@ -311,7 +311,7 @@ impl Engine {
         } else {
             journal.put_run_json_files(run_id, task_files).await?
         };
-        self.emit_logs(run_id, &report).await?;
+        self.emit_logs(run_id, info, &report).await?;
         let requested: Vec<String> = report
             .requests
             .iter()
@@ -605,7 +605,12 @@ impl Engine {
         e
     }
 
-    async fn emit_logs(&self, run_id: &str, report: &DriveReport) -> Result<(), EngineError> {
+    async fn emit_logs(
+        &self,
+        run_id: &str,
+        info: &RunInfo,
+        report: &DriveReport,
+    ) -> Result<(), EngineError> {
         if report.logs.is_empty() {
             return Ok(());
         }
@@ -620,16 +625,40 @@ impl Engine {
             .filter_map(|l| l.trim().parse().ok())
             .collect();
         let mut out = existing;
+        let redactor = self.journal().options().redactor.clone();
+        let mut new_lines: Vec<(Option<String>, String)> = Vec::new();
         for l in &report.logs {
             if seen.contains(&l.seq) {
                 continue;
             }
             tracing::info!(target: "babysitter::process", run_id, label = l.label.as_deref().unwrap_or(""), "{}", l.message);
             out.push_str(&format!("{}\n", l.seq));
+            if self.options().process_log_dir.is_some() {
+                let clean = |s: &str| match &redactor {
+                    Some(r) => r.text(s).into_owned(),
+                    None => s.to_owned(),
+                };
+                new_lines.push((l.label.as_deref().map(clean), clean(&l.message)));
+            }
         }
         self.journal()
             .put_run_file(run_id, &file, Bytes::from(out))
             .await?;
+        if let Some(dir) = &self.options().process_log_dir
+            && !new_lines.is_empty()
+        {
+            let text = super::process_log::ctx_log_lines(
+                run_id,
+                &info.process_id,
+                new_lines.iter().map(|(l, m)| (l.as_deref(), m.as_str())),
+                &iso(self.now_ms()),
+            );
+            let path = dir.join(run_id).join("process.log");
+            // As in the reference, logging never breaks orchestration.
+            if let Err(e) = super::process_log::append(&path, &text) {
+                tracing::warn!(run_id, path = %path.display(), error = %e, "ctx.log lines not written to process.log");
+            }
+        }
         Ok(())
     }
 
