@@ -23,6 +23,7 @@
 mod output;
 
 mod args;
+mod breakpoint;
 mod health;
 mod hook;
 mod instructions;
@@ -174,11 +175,6 @@ const NOT_YET: &[&str] = &[
     "instructions:breakpoint-handling",
     "configure",
     "tokens:stats",
-    "breakpoint:approve-rule",
-    "breakpoint:remove-rule",
-    "breakpoint:list-rules",
-    "breakpoint:should-auto-approve",
-    "breakpoint:history",
 ];
 
 /// Commands the reference moved to the separate harness CLI.
@@ -229,6 +225,11 @@ const IMPLEMENTED: &[&str] = &[
     "hook:run",
     "hook:log",
     "log",
+    "breakpoint:approve-rule",
+    "breakpoint:remove-rule",
+    "breakpoint:list-rules",
+    "breakpoint:should-auto-approve",
+    "breakpoint:history",
     "session:init",
     "session:associate",
     "session:state",
@@ -277,6 +278,11 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "hook:run" => hook::run(cli).await,
         "hook:log" => log::hook_log(cli).await,
         "log" => log::log(cli).await,
+        "breakpoint:approve-rule" => breakpoint::approve_rule(cli).await,
+        "breakpoint:remove-rule" => breakpoint::remove_rule(cli).await,
+        "breakpoint:list-rules" => breakpoint::list_rules(cli).await,
+        "breakpoint:should-auto-approve" => breakpoint::should_auto_approve(cli).await,
+        "breakpoint:history" => breakpoint::history(cli).await,
         "session:init" => session::init(cli).await,
         "session:associate" => session::associate(cli).await,
         "session:state" => session::state(cli).await,

@@ -749,37 +749,26 @@ impl StopHook<'_, '_> {
     /// Missing session file: look for live runs that journaled this session.
     async fn recover(&self, sid: &str, path: &Path) -> anyhow::Result<Recovery> {
         let mut candidates: Vec<(Run, ObservedState)> = Vec::new();
-        for root in paths::readable_runs_dirs(&self.cli.runs_dir(), &self.cli.cwd) {
-            let Ok(entries) = std::fs::read_dir(&root) else {
+        for dir in paths::all_run_dirs(&self.cli.runs_dir(), &self.cli.cwd) {
+            let Ok(run) = Run::open(&dir) else { continue };
+            let Ok(events) = run.events().await else {
                 continue;
             };
-            let mut dirs: Vec<PathBuf> = entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.join("run.json").is_file())
-                .collect();
-            dirs.sort();
-            for dir in dirs {
-                let Ok(run) = Run::open(&dir) else { continue };
-                let Ok(events) = run.events().await else {
-                    continue;
-                };
-                let claims = events.iter().any(|e| {
-                    let d = &e.body.data;
-                    d.get("sessionId").and_then(Value::as_str) == Some(sid)
-                        && d.get("harness")
-                            .and_then(Value::as_str)
-                            .is_none_or(|h| h == self.harness)
-                });
-                if !claims {
-                    continue;
-                }
-                let Ok(facts) = run_facts(&run).await else {
-                    continue;
-                };
-                if !facts.state.terminal() {
-                    candidates.push((run, facts.state));
-                }
+            let claims = events.iter().any(|e| {
+                let d = &e.body.data;
+                d.get("sessionId").and_then(Value::as_str) == Some(sid)
+                    && d.get("harness")
+                        .and_then(Value::as_str)
+                        .is_none_or(|h| h == self.harness)
+            });
+            if !claims {
+                continue;
+            }
+            let Ok(facts) = run_facts(&run).await else {
+                continue;
+            };
+            if !facts.state.terminal() {
+                candidates.push((run, facts.state));
             }
         }
         match candidates.len() {

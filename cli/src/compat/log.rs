@@ -14,29 +14,15 @@
 //! holding a line break is written escaped, so a payload cannot forge further log lines.
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use babysitter_common::EnvMap;
 use babysitter_journal::jsjson;
 use babysitter_orchestrator::engine::process_log;
 use serde_json::{Map, Value, json};
 
 use super::Cli;
 use super::output::{self, compact, pretty};
-
-/// `<logDir>`: `BABYSITTER_LOG_DIR` as given (relative to the cwd), else `~/.a5c/logs` with the
-/// home directory as Node's `os.homedir()` finds it (`HOME`, else this user's passwd entry);
-/// `None` when there is none.
-pub fn log_dir(env: &EnvMap, cwd: &Path) -> Option<PathBuf> {
-    if let Some(dir) = env.get_non_empty("BABYSITTER_LOG_DIR") {
-        return Some(super::paths::resolve(cwd, dir));
-    }
-    let home = match env.get_non_empty("HOME") {
-        Some(h) => super::paths::resolve(cwd, h),
-        None => std::env::home_dir().filter(|h| h.is_absolute())?,
-    };
-    Some(home.join(".a5c").join("logs"))
-}
+use super::paths::UserFiles;
 
 /// A failure the reference reports as `{error, message}` (pretty JSON with `--json`, else
 /// `Error: <text>`), exit code 1.
@@ -132,7 +118,7 @@ fn log_entry(cli: &Cli<'_>) -> Result<(PathBuf, String), Refusal> {
         ));
     }
     let run_id = a.value("--run-id").filter(|r| !r.is_empty());
-    let mut path = log_dir(cli.env, &cli.cwd).ok_or_else(|| {
+    let mut path = UserFiles::of(cli.env, &cli.cwd).logs.ok_or_else(|| {
         Refusal::new(
             "LOG_WRITE_FAILED",
             "no log directory: HOME is not set and this user has no home directory; set BABYSITTER_LOG_DIR",

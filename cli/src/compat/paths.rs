@@ -109,6 +109,60 @@ pub fn runs_scope(env: &EnvMap) -> Scope {
     }
 }
 
+/// Every run directory (one holding `run.json`) under the readable runs roots of `primary`,
+/// root by root, each root's in name order.
+pub fn all_run_dirs(primary: &Path, cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in readable_runs_dirs(primary, cwd) {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.join("run.json").is_file())
+            .collect();
+        dirs.sort();
+        out.extend(dirs);
+    }
+    out
+}
+
+/// The home directory as Node's `os.homedir()` finds it: `HOME` (resolved against the cwd),
+/// else this user's passwd entry; `None` when there is neither.
+pub fn home(env: &EnvMap, cwd: &Path) -> Option<PathBuf> {
+    match env.get_non_empty("HOME") {
+        Some(h) => Some(resolve(cwd, h)),
+        None => std::env::home_dir().filter(|h| h.is_absolute()),
+    }
+}
+
+/// Per-user files an iteration reads or writes, under `~/.a5c` as babysitter keeps them.
+#[derive(Debug, Clone, Default)]
+pub struct UserFiles {
+    /// Structured logs (`BABYSITTER_LOG_DIR`, else `~/.a5c/logs`).
+    pub logs: Option<PathBuf>,
+    /// Breakpoint auto-approval rules (`~/.a5c/breakpoint-approvals/rules.json`).
+    pub breakpoint_rules: Option<PathBuf>,
+}
+
+impl UserFiles {
+    pub fn of(env: &EnvMap, cwd: &Path) -> UserFiles {
+        let home = home(env, cwd);
+        UserFiles {
+            logs: match env.get_non_empty("BABYSITTER_LOG_DIR") {
+                Some(dir) => Some(resolve(cwd, dir)),
+                None => home.as_ref().map(|h| h.join(".a5c").join("logs")),
+            },
+            breakpoint_rules: home.map(|h| {
+                h.join(".a5c")
+                    .join("breakpoint-approvals")
+                    .join("rules.json")
+            }),
+        }
+    }
+}
+
 /// `~/.a5c`, or `BABYSITTER_GLOBAL_STATE_DIR` (resolved against the cwd).
 pub fn global_state_root(env: &EnvMap, cwd: &Path) -> PathBuf {
     match env.get_non_empty("BABYSITTER_GLOBAL_STATE_DIR") {

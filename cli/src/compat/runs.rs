@@ -11,6 +11,8 @@ use babysitter_journal::index::{EffectIndex, EffectRecord};
 use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
 use babysitter_journal::{Head, state_cache};
 use babysitter_orchestrator::engine::{Engine, EngineOptions};
+
+use super::paths::UserFiles;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
@@ -90,15 +92,18 @@ impl Run {
         Ok(v)
     }
 
-    /// An engine over this run's runs root: the warm server's (whose `ctx.log` lines go to the
-    /// server's log directory), or one for this call only, writing them under `process_logs`
-    /// (see [`babysitter_orchestrator::engine::process_log`]).
-    pub fn engine(&self, process_logs: Option<PathBuf>) -> anyhow::Result<Engine> {
+    /// An engine over this run's runs root: the warm server's (with the server's own user
+    /// files), or one for this call only, with `user`'s (`ctx.log` lines to its log directory,
+    /// breakpoint advice from its rules; none when `None`).
+    pub fn engine(&self, user: Option<UserFiles>) -> anyhow::Result<Engine> {
         if let Some(e) = &self.warm_engine {
             return Ok(e.clone());
         }
         let mut opts = one_shot_engine(&self.root);
-        opts.process_log_dir = process_logs;
+        if let Some(u) = user {
+            opts.process_log_dir = u.logs;
+            opts.breakpoint_rules = u.breakpoint_rules;
+        }
         Ok(Engine::new(self.journal.clone(), opts)?)
     }
 

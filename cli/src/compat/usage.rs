@@ -18,6 +18,11 @@ pub const USAGE: &str = "Usage:
   babysitter hook:run --hook-type <stop|session-end> [--harness <name>] [--state-dir <dir>] [--json]   (hook JSON on stdin)
   babysitter log --type <process|hook|cli> --message <msg> [--run-id <id>] [--process-id <id>] [--label <label>] [--level <debug|info|warn|error>] [--source <src>] [--json]
   babysitter hook:log --hook-type <type> --log-file <path> [--json]   (hook JSON on stdin)
+  babysitter breakpoint:approve-rule <pattern> [--action auto-approve|never-auto-approve] [--source <source>] [--note <note>] [--json]
+  babysitter breakpoint:remove-rule <ruleId> [--json]
+  babysitter breakpoint:list-rules [--json]
+  babysitter breakpoint:should-auto-approve <breakpointId> [--tags <csv>] [--expert <expert>] [--json]
+  babysitter breakpoint:history [--breakpoint-id <id>] [--limit <n>] [--json]
   babysitter session:init --session-id <id> [--state-dir <dir>] [--max-iterations <n>] [--run-id <id>] [--prompt <text>] [--json]
   babysitter session:associate --session-id <id> --run-id <id> [--state-dir <dir>] [--force] [--json]
   babysitter session:state --session-id <id> [--state-dir <dir>] [--json]

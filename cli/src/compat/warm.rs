@@ -156,9 +156,12 @@ impl Context {
             opts.js_threads = 1;
             opts.cached_runs = 64;
             opts.warm = true;
-            // `ctx.log` lines go to the server's log directory (its user is the clients').
+            // The server's user files (its user is the clients'): `ctx.log` lines go to its
+            // log directory, breakpoint advice comes from its rules.
             if let Ok(cwd) = std::env::current_dir() {
-                opts.process_log_dir = super::log::log_dir(&EnvMap::from_process(), &cwd);
+                let user = super::paths::UserFiles::of(&EnvMap::from_process(), &cwd);
+                opts.process_log_dir = user.logs;
+                opts.breakpoint_rules = user.breakpoint_rules;
             }
             let engine = Engine::new(journal.clone(), opts).ok()?;
             roots.insert(

@@ -11,6 +11,7 @@
 //! - [`views`]: what a journaled effect hands to the process.
 //! - [`iteration`]: one iteration — load, replay or continue, journal the batch, report.
 
+pub mod breakpoints;
 pub mod commit;
 mod drive;
 pub mod host;
@@ -102,6 +103,9 @@ pub struct EngineOptions {
     /// structured log ([`process_log`]); the CLI sets it to `~/.a5c/logs`. Lines always go to
     /// `tracing`.
     pub process_log_dir: Option<PathBuf>,
+    /// The breakpoint auto-approval rules file (`~/.a5c/breakpoint-approvals/rules.json` for the
+    /// CLI) a breakpoint's `autoApproval` is computed from ([`breakpoints`]); `None`: no rules.
+    pub breakpoint_rules: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for EngineOptions {
@@ -134,6 +138,7 @@ impl EngineOptions {
             exclusive_writer: false,
             next_actions: true,
             process_log_dir: None,
+            breakpoint_rules: None,
         }
     }
 }

@@ -196,7 +196,7 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         crate::compat::runs::new_event(EventType::RunIteration, data, &run_json, cli.env)
     });
     let engine = run
-        .engine(crate::compat::log::log_dir(cli.env, &cli.cwd))
+        .engine(Some(crate::compat::paths::UserFiles::of(cli.env, &cli.cwd)))
         .map_err(|e| format!("{e:#}"))?;
     let it = engine
         .iterate_with(&run.id, marker)

@@ -45,6 +45,7 @@ impl Engine {
             non_interactive: info.non_interactive,
             keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
+            breakpoint_rules: self.options().breakpoint_rules.clone().map(Arc::new),
             ..Shared::default()
         };
         self.pool()
@@ -162,6 +163,7 @@ impl Engine {
             non_interactive: info.non_interactive,
             keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
+            breakpoint_rules: self.options().breakpoint_rules.clone().map(Arc::new),
             next_ids: reuse_ids,
             ..Shared::default()
         };

@@ -95,6 +95,8 @@ pub struct Shared {
     pub logs: Vec<LogLine>,
     pub errors: Vec<String>,
     pub reached: FastSet<String>,
+    /// Where breakpoint auto-approval rules are read from ([`super::breakpoints`]).
+    pub breakpoint_rules: Option<Arc<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -229,7 +231,13 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
                     args,
                 };
                 let mut s = lock(&sh);
-                match parse_request(&s.process_id, s.keep_task_defs, call) {
+                let rules = s.breakpoint_rules.clone();
+                match parse_request(
+                    &s.process_id,
+                    s.keep_task_defs,
+                    rules.as_deref().map(|p| p.as_path()),
+                    call,
+                ) {
                     Ok(r) => s.requests.push(r),
                     Err(e) => s.errors.push(e),
                 }
@@ -357,6 +365,7 @@ struct RequestCall<'a> {
 fn parse_request(
     process_id: &str,
     keep_task_def: bool,
+    rules: Option<&std::path::Path>,
     call: RequestCall<'_>,
 ) -> Result<Request, String> {
     let [effect_id, task_id, step_id, kind] = call.ids else {
@@ -365,7 +374,21 @@ fn parse_request(
     let label = call
         .label
         .ok_or_else(|| "request without label".to_owned())?;
-    let task_def = call.task_def.unwrap_or(Value::Null);
+    let mut task_def = call.task_def.unwrap_or(Value::Null);
+    if kind == "breakpoint" {
+        match super::breakpoints::auto_approval_for(&task_def, rules) {
+            Some(Ok(a)) => {
+                if let Value::Object(def) = &mut task_def {
+                    def.insert("autoApproval".into(), Value::Object(a));
+                }
+            }
+            // As for the reference: no advice, the breakpoint still stops.
+            Some(Err(e)) => {
+                tracing::warn!(effect_id, error = %e, "breakpoint auto-approval not evaluated")
+            }
+            None => {}
+        }
+    }
     let args = call.args;
     let kept = keep_task_def.then(|| task_def.clone());
     let invocation_key = identity::invocation_key(process_id, step_id, task_id);

@@ -276,9 +276,7 @@
     if (!taskDef || typeof taskDef !== "object" || typeof taskDef.kind !== "string" || !taskDef.kind) {
       throw new InvalidTaskDefinitionError(`Task ${task.id} did not provide a kind`);
     }
-    if (taskDef.kind === "breakpoint" && taskDef.autoApproval === undefined) {
-      taskDef.autoApproval = { consecutiveApprovals: 0, reason: "No matching auto-approval rule", recommended: false };
-    }
+    // A breakpoint's `autoApproval` is computed on the Rust side (engine/breakpoints.rs).
     const labels = effectLabels(label || undefined, taskDef.labels);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
     // task.json is built on the Rust side (identity::task_json, the reference's serializer), which
