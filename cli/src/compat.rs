@@ -29,7 +29,7 @@ mod hook;
 mod instructions;
 mod lock;
 pub(crate) mod log;
-mod paths;
+pub(crate) mod paths;
 mod run;
 mod runs;
 mod session;

@@ -2,8 +2,10 @@
 //! and the filesystem journal in-process (babysitter's run layout, so the run can be inspected
 //! and continued with the `run:*` / `task:*` commands or by the reference CLI).
 //!
-//! Shell and node tasks are executed here ([`exec`]); breakpoints are asked on the terminal (or
-//! approved with `--yes`); sleeps are waited out; agent and skill tasks need the harness
+//! Shell and node tasks are executed here ([`exec`]); breakpoints are asked on the terminal,
+//! approved with `--yes`, or approved without asking where babysitter's auto-approval rules
+//! recommend it (`~/.a5c/breakpoint-approvals/rules.json`, edited with `babysitter
+//! breakpoint:approve-rule`, or `--rules FILE`: the engine's advisory `autoApproval`); sleeps are waited out; agent and skill tasks need the harness
 //! launcher, and the run stops with a message saying so (continue later with `task:post`, or
 //! `babysitter run --resume`). Ctrl-C stops cleanly: running commands are killed, the run stays
 //! resumable.
@@ -43,11 +45,13 @@ struct Args {
     /// `--server URL` / `BABYSITTER_SERVER`: run on an orchestrator instead of this machine.
     server: Option<String>,
     yes: bool,
+    /// `--rules FILE`: breakpoint auto-approval rules instead of `~/.a5c`'s.
+    rules: Option<PathBuf>,
     json: bool,
     concurrency: usize,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--json] [--runs-dir DIR] [--concurrency N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--json] [--runs-dir DIR] [--server URL]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -72,6 +76,7 @@ fn parse(args: &[String]) -> Result<Args> {
             "--resume" => a.resume = Some(value("--resume")?),
             "--harness" => a.harness = Some(value("--harness")?),
             "--server" => a.server = Some(value("--server")?),
+            "--rules" => a.rules = Some(PathBuf::from(value("--rules")?)),
             "--concurrency" => {
                 a.concurrency = value("--concurrency")?
                     .parse()
@@ -272,7 +277,22 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
 async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
     let runs = runs_dir(&args, env)?;
     let journal = Journal::new(Arc::new(FsStore::new(&runs)), crate::cli_journal_options());
-    let engine = Engine::new(journal, EngineOptions::new(&runs))?;
+    let mut options = EngineOptions::new(&runs);
+    options.breakpoint_rules = match &args.rules {
+        // Given explicitly: it must be there and readable.
+        Some(file) => {
+            let file = std::env::current_dir()?.join(file);
+            if !file.try_exists().unwrap_or(false) {
+                bail!("rules file {} does not exist", file.display());
+            }
+            babysitter_orchestrator::engine::breakpoints::read_rules(&file)?;
+            Some(file)
+        }
+        None => {
+            crate::compat::paths::UserFiles::of(env, &std::env::current_dir()?).breakpoint_rules
+        }
+    };
+    let engine = Engine::new(journal, options)?;
     let run_id = match &args.resume {
         Some(id) => {
             engine
@@ -372,7 +392,14 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
         // Breakpoints first, one at a time, on the terminal.
         for a in runnable.iter().filter(|a| a["kind"] == "breakpoint") {
             let id = a["effectId"].as_str().unwrap_or_default();
-            let answer = ui::ask_breakpoint(a, args.yes, interactive && !args.json)?;
+            let advice = &a["taskDef"]["autoApproval"];
+            let answer = if advice["recommended"] == true {
+                let why = advice["reason"].as_str().unwrap_or("auto-approval rule");
+                ui.note(&format!("breakpoint auto-approved: {why}"));
+                Some(json!({"approved": true, "response": format!("auto-approved: {why}")}))
+            } else {
+                ui::ask_breakpoint(a, args.yes, interactive && !args.json)?
+            };
             let Some(answer) = answer else {
                 ui.warn("breakpoint needs an answer: run in a terminal, or pass --yes to approve breakpoints");
                 return Ok(interrupted(ui, &run_id));

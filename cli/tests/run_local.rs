@@ -224,3 +224,90 @@ fn a_failing_shell_task_arrives_as_a_value_and_a_throwing_process_fails_the_run(
     assert_eq!(finished["status"], "failed");
     assert_eq!(finished["error"]["message"], "exit 4: oops");
 }
+
+#[test]
+fn breakpoints_follow_auto_approval_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = dir.path().join("gate.mjs");
+    std::fs::write(
+        &process,
+        "export async function process(inputs, ctx) {\n\
+         const a = await ctx.breakpoint({ question: 'Deploy?' }, { label: 'deploy.web' });\n\
+         return { approved: a.approved, response: a.response };\n}\n",
+    )
+    .unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |extra: &[&str], runs: &str| {
+        babysitter()
+            .env("HOME", &home)
+            .stdin(Stdio::null())
+            .args(["run", process.to_str().unwrap(), "--json", "--runs-dir"])
+            .arg(dir.path().join(runs))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // No rule, no terminal, no --yes: the run stops at the breakpoint.
+    let out = run(&[], "none");
+    assert!(!out.status.success());
+    assert!(
+        events(&out.stdout).iter().any(|e| e["event"] == "warning"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("breakpoint needs an answer")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A rule in ~/.a5c (written by the CLI's own command) approves it without asking.
+    let add = babysitter()
+        .env("HOME", &home)
+        .args(["breakpoint:approve-rule", "deploy.*", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let rule: Value = serde_json::from_slice(&add.stdout).unwrap();
+    let rule_id = rule["rule"]["id"].as_str().unwrap().to_owned();
+    let out = run(&[], "ruled");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev = events(&out.stdout);
+    let note = ev.iter().find(|e| e["event"] == "note").expect("a note");
+    assert!(
+        note["message"].as_str().unwrap().contains(&rule_id),
+        "{note}"
+    );
+    let done = ev
+        .iter()
+        .find(|e| e["event"] == "run.finished")
+        .expect("finished");
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["output"]["approved"], true, "{done}");
+    assert!(
+        done["output"]["response"]
+            .as_str()
+            .unwrap()
+            .contains(&rule_id),
+        "{done}"
+    );
+    // --rules FILE instead: a never rule there wins; a missing file is refused up front.
+    let rules = dir.path().join("rules.json");
+    std::fs::write(
+        &rules,
+        r#"{"schemaVersion": "2026.01.breakpoint-rules-v1", "rules": [{"id": "r-no", "pattern": "deploy.*", "action": "never-auto-approve"}]}"#,
+    )
+    .unwrap();
+    let out = run(&["--rules", rules.to_str().unwrap()], "never");
+    assert!(!out.status.success());
+    let out = run(&["--rules", "/nonexistent/rules.json"], "missing");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rules.json"));
+}

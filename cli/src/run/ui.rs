@@ -174,6 +174,14 @@ impl Ui {
         }
     }
 
+    pub fn note(&self, msg: &str) {
+        if self.json {
+            self.event(json!({"event": "note", "message": msg}));
+        } else {
+            self.line(&self.paint("36", "i"), msg);
+        }
+    }
+
     pub fn warn(&self, msg: &str) {
         if self.json {
             self.event(json!({"event": "warning", "message": msg}));
