@@ -170,9 +170,6 @@ pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 const NOT_YET: &[&str] = &[
     "skill:discover",
     "skill:fetch-remote",
-    "instructions:process-create",
-    "instructions:orchestrate",
-    "instructions:breakpoint-handling",
     "configure",
     "tokens:stats",
 ];
@@ -241,6 +238,9 @@ const IMPLEMENTED: &[&str] = &[
     "session:whoami",
     "session:cleanup",
     "instructions:babysit-skill",
+    "instructions:orchestrate",
+    "instructions:process-create",
+    "instructions:breakpoint-handling",
     "version",
 ];
 
@@ -293,7 +293,12 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "session:iteration-message" => session::iteration_message(cli).await,
         "session:whoami" => session::whoami(cli).await,
         "session:cleanup" => session::cleanup(cli).await,
-        "instructions:babysit-skill" => instructions::babysit_skill(cli).await,
+        "instructions:babysit-skill"
+        | "instructions:orchestrate"
+        | "instructions:process-create"
+        | "instructions:breakpoint-handling" => {
+            instructions::instructions(cli, &command["instructions:".len()..]).await
+        }
         other => {
             unknown_command(other).report_pretty(cli.args.json());
             Ok(1)

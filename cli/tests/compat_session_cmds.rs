@@ -478,3 +478,62 @@ fn compat_instructions_babysit_skill() {
         }
     }
 }
+
+#[test]
+fn compat_instructions_other_kinds() {
+    let s = Sandbox::new();
+    let reference = reference_cli("compat_instructions_other_kinds");
+    for (kind, needles) in [
+        (
+            "orchestrate",
+            &["run:iterate", "task:post", "<promise>"][..],
+        ),
+        (
+            "process-create",
+            &[
+                "export async function process(inputs, ctx)",
+                "defineTask",
+                "ctx.parallel.all",
+            ][..],
+        ),
+        (
+            "breakpoint-handling",
+            &[
+                "autoApproval.recommended",
+                "breakpoint:approve-rule",
+                "\"approved\": false",
+            ][..],
+        ),
+    ] {
+        let argv = [
+            &format!("instructions:{kind}")[..],
+            "--harness",
+            "claude-code",
+            "--json",
+        ];
+        let v = s.cmd(&argv).ok().json();
+        assert_eq!(v["promptType"], kind);
+        assert_eq!(v["harness"], "claude-code");
+        assert!(!v["partsIncluded"].as_array().unwrap().is_empty());
+        let content = v["content"].as_str().unwrap();
+        for n in needles {
+            assert!(content.contains(n), "{kind}: {n}");
+        }
+        // The text form is the content itself.
+        let text = s.cmd(&argv[..3]).ok().stdout;
+        assert_eq!(text.trim_end(), content.trim_end());
+        if let Some(r) = &reference {
+            let theirs = s.cmd_ref(r, &argv).ok().json();
+            assert_eq!(theirs["promptType"], kind);
+            // 0.0.187's keys are 6.0.0's (ours) with some left out, in the same order.
+            let ours = keys(&v);
+            let mut at = 0;
+            for k in keys(&theirs) {
+                at += ours[at..]
+                    .iter()
+                    .position(|o| *o == k)
+                    .unwrap_or_else(|| panic!("{kind}: key {k} missing or out of order"));
+            }
+        }
+    }
+}

@@ -1,13 +1,15 @@
-//! `instructions:babysit-skill [--harness <h>] [--interactive|--no-interactive] [--json]` (spec
-//! §5.5): the orchestration instructions an agent skill loads before driving a run — how to
-//! create a run, iterate, perform each effect kind, post results, finish with the completion
-//! proof (§5.6) and recover, i.e. the loop of §5.7 with this CLI's commands.
+//! `instructions:babysit-skill|orchestrate|process-create|breakpoint-handling [--harness <h>]
+//! [--interactive|--no-interactive] [--json]` (spec §5.5): the instructions an agent loads — the
+//! orchestration loop (create a run, iterate, perform each effect kind, post results, finish with
+//! the completion proof (§5.6) and recover: §5.7 with this CLI's commands), how to write a
+//! process, how to handle a breakpoint.
 //!
-//! The text is this project's own (`instructions/babysit_skill.md`), adapted per harness: who
-//! drives the loop (a blocking stop hook re-prompting the agent, or the agent looping in-turn),
-//! how sub-agents and human questions are reached, and how a session is bound. The JSON answer
-//! has the reference's shape; the parts this build has no data for are empty
-//! (`suggestedProcesses: []`, `existingRun: null`: no process library, no run detection).
+//! The texts are this project's own (`instructions/*.md`), adapted per harness: who drives the
+//! loop (a blocking stop hook re-prompting the agent, or the agent looping in-turn), how
+//! sub-agents and human questions are reached, and how a session is bound. `orchestrate` is the
+//! loop `babysit-skill` teaches. The JSON answer has the reference's shape; the parts this build
+//! has no data for are empty (`suggestedProcesses: []`, `existingRun: null`: no process library,
+//! no run detection).
 
 use babysitter_common::EnvMap;
 use serde_json::{Value, json};
@@ -16,6 +18,8 @@ use crate::compat::session::{session_file_path, state_dir, whoami_session};
 use crate::compat::{Cli, output};
 
 const TEMPLATE: &str = include_str!("instructions/babysit_skill.md");
+const BREAKPOINTS: &str = include_str!("instructions/breakpoint_handling.md");
+const PROCESS_CREATE: &str = include_str!("instructions/process_create.md");
 
 /// The sections the content has, in order (`partsIncluded`).
 const PARTS: &[&str] = &[
@@ -153,6 +157,46 @@ fn resolve_harness(
     )
 }
 
+/// How a breakpoint reaches a human under `h` (or why it cannot).
+fn ask_hint(h: &Harness, interactive: Option<bool>) -> String {
+    if interactive == Some(false) {
+        "This session is non-interactive: nobody will answer, so never wait for one. Runs created with `--non-interactive` approve breakpoints automatically; for any other breakpoint, report it to the user and stop.".to_owned()
+    } else {
+        format!(
+            "Ask the user with {}, showing the breakpoint's title and payload, and wait for the answer.",
+            h.question_tool
+        )
+    }
+}
+
+/// The content and parts of one kind of instructions for `h`.
+fn content(
+    kind: &str,
+    h: &Harness,
+    hook_driven: bool,
+    interactive: Option<bool>,
+) -> (String, &'static [&'static str]) {
+    match kind {
+        "breakpoint-handling" => (
+            BREAKPOINTS
+                .replace("{{HARNESS_LABEL}}", h.label)
+                .replace("{{BREAKPOINT_HINT}}", &ask_hint(h, interactive)),
+            &["breakpoint-handling", "results-posting"],
+        ),
+        "process-create" => (
+            PROCESS_CREATE.replace("{{HARNESS_LABEL}}", h.label),
+            &[
+                "interview",
+                "process-creation",
+                "task-kinds",
+                "task-examples",
+                "process-guidelines",
+            ],
+        ),
+        _ => (compose(h, hook_driven, interactive), PARTS),
+    }
+}
+
 /// The content for `h`, driven by a stop hook or looping in-turn.
 fn compose(h: &Harness, hook_driven: bool, interactive: Option<bool>) -> String {
     let session_flags = if h.name == "custom" {
@@ -168,14 +212,10 @@ fn compose(h: &Harness, hook_driven: bool, interactive: Option<bool>) -> String 
     } else {
         "No hook drives this loop: you run it yourself, in this turn — iterate, perform the effects, post, and iterate again until the run completes, fails or waits on a human.".into()
     };
-    let breakpoint = if interactive == Some(false) {
-        "This session is non-interactive: nobody will answer, so never wait for one. Runs created with `--non-interactive` approve breakpoints automatically; for any other breakpoint, report it to the user and stop.".to_owned()
-    } else {
-        format!(
-            "Ask the user with {}, showing the breakpoint's title and payload, and wait for the answer.",
-            h.question_tool
-        )
-    };
+    let breakpoint = format!(
+        "If its `taskDef.autoApproval.recommended` is `true` (the user's own auto-approval rules: `babysitter breakpoint:list-rules`), approve it without asking and say which rule matched (`autoApproval.matchedRule`). Otherwise: {}",
+        ask_hint(h, interactive)
+    );
     let finish = if hook_driven {
         "The stop hook compares your promise with the run's proof and ends the loop when they match."
     } else {
@@ -270,7 +310,9 @@ fn capability_flags(ctx: &Value) -> Value {
     })
 }
 
-pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
+/// `instructions:<kind>`: `babysit-skill`, `orchestrate`, `process-create` or
+/// `breakpoint-handling`.
+pub async fn instructions(cli: &Cli<'_>, kind: &str) -> anyhow::Result<u8> {
     let a = &cli.args;
     let (name, source, evidence, warnings) = resolve_harness(cli.env, a.value("--harness"));
     let Some(h) = HARNESSES.iter().find(|h| h.name == name) else {
@@ -290,7 +332,7 @@ pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
         && whoami_session(cli.env, &dir, h.name)
             .is_some_and(|sid| session_file_path(&dir, &sid).is_file());
     let hook_driven = h.hook_driven && hooks_detected;
-    let content = compose(h, hook_driven, a.interactive);
+    let (content, parts) = content(kind, h, hook_driven, a.interactive);
     if a.json() {
         let ctx = execution_context(cli.env);
         let flags = capability_flags(&ctx);
@@ -301,7 +343,7 @@ pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
             out["interactive"] = json!(i);
         }
         for (k, v) in [
-            ("promptType", json!("babysit-skill")),
+            ("promptType", json!(kind)),
             ("hookDriven", json!(hook_driven)),
             ("hooksDetected", json!(hooks_detected)),
             ("warnings", json!(warnings)),
@@ -310,7 +352,7 @@ pub async fn babysit_skill(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ("suggestedProcesses", json!([])),
             ("existingRun", Value::Null),
             ("content", json!(content)),
-            ("partsIncluded", json!(PARTS)),
+            ("partsIncluded", json!(parts)),
         ] {
             out[k] = v;
         }
@@ -341,6 +383,19 @@ mod tests {
         assert!(claude.contains("stop hook") && claude.contains("AskUserQuestion"));
         let opencode = HARNESSES.iter().find(|h| h.name == "opencode").unwrap();
         assert!(compose(opencode, false, None).contains("in this turn"));
+        for h in HARNESSES {
+            for kind in ["breakpoint-handling", "process-create", "orchestrate"] {
+                let (c, parts) = content(kind, h, false, Some(false));
+                assert!(
+                    !c.contains("{{"),
+                    "{kind} for {} left a placeholder",
+                    h.name
+                );
+                assert!(c.contains(h.label) && !parts.is_empty());
+            }
+        }
+        let (bp, _) = content("breakpoint-handling", &HARNESSES[0], true, None);
+        assert!(bp.contains("autoApproval.recommended") && bp.contains("AskUserQuestion"));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub const USAGE: &str = "Usage:
   babysitter session:iteration-message --iteration <n> [--run-id <id>] [--json]
   babysitter session:whoami [--harness <name>] [--state-dir <dir>] [--json]
   babysitter session:cleanup [--harness <name>] [--state-dir <dir>] [--dry-run] [--json]
-  babysitter instructions:babysit-skill [--harness <name>] [--interactive|--no-interactive] [--json]
+  babysitter instructions:babysit-skill|orchestrate|process-create|breakpoint-handling [--harness <name>] [--interactive|--no-interactive] [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
