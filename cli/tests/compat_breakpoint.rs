@@ -7,7 +7,7 @@ mod compat_support;
 
 use std::path::PathBuf;
 
-use compat_support::{Sandbox, keys};
+use compat_support::{GOLDEN_RUN, Sandbox, copy_dir, fixture, keys};
 use serde_json::{Value, json};
 
 const GATE: &str = "export async function process(inputs, ctx) {\n  const a = await ctx.breakpoint({ question: 'Deploy?' }, { label: 'deploy.web', tags: ['prod'] });\n  return { a };\n}\n";
@@ -278,4 +278,26 @@ fn compat_breakpoint_history_lists_resolved_breakpoints() {
     let text = s.cmd(&["breakpoint:history"]).ok().stdout;
     assert!(text.contains("  deploy.web  ok  run:gate\n"), "{text}");
     assert!(text.ends_with("\n1 entries.\n"), "{text}");
+    // The reference's golden run (its EFFECT_RESOLVED names the breakpoint) is listed too.
+    copy_dir(
+        &fixture().join("runs").join(GOLDEN_RUN),
+        &s.run_dir(GOLDEN_RUN),
+    );
+    let h = s
+        .cmd(&[
+            "breakpoint:history",
+            "--breakpoint-id",
+            "ship-gate",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(h["count"], 1, "{h}");
+    assert_eq!(h["entries"][0]["runId"], GOLDEN_RUN);
+    assert_eq!(h["entries"][0]["resolvedAt"], "2025-01-01T00:00:21.000Z");
+    let all = s
+        .cmd(&["breakpoint:history", "--limit", "1", "--json"])
+        .ok()
+        .json();
+    assert_eq!(all["count"], 1, "--limit keeps the last ones");
 }

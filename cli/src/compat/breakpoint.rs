@@ -6,9 +6,9 @@
 //! Outputs, file format and exit codes are the reference's (6.0.0 source: the published 0.0.187
 //! CLI has no such commands). Fixed: a rule whose pattern does not parse, or whose `--action` is
 //! neither `auto-approve` nor `never-auto-approve` (the reference silently made any other value an
-//! `auto-approve` rule), is refused; edits are serialised by a lock; `breakpoint:history` finds
-//! resolved breakpoints (the reference looked for a `breakpointId` that `EFFECT_RESOLVED` events
-//! never carry, so its history was always empty).
+//! `auto-approve` rule), is refused; edits are serialised by a lock. `breakpoint:history` reads
+//! the `breakpointId` 6.0.0 writes into a breakpoint's `EFFECT_RESOLVED`, and for resolutions
+//! without it (0.0.187's) finds the breakpoint by its request and `task.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -225,15 +225,19 @@ async fn run_history(dir: &Path, breakpoint: Option<&str>) -> anyhow::Result<Vec
                 requested.insert(effect.to_owned(), id);
             }
             EventType::EffectResolved => {
-                let Some(id) = requested.get(effect) else {
-                    continue;
+                let id = match data.get("breakpointId").and_then(Value::as_str) {
+                    Some(b) if !b.is_empty() => Some(b.to_owned()),
+                    _ => match requested.get(effect) {
+                        Some(id) => id.clone(),
+                        None => continue,
+                    },
                 };
                 if breakpoint.is_some_and(|b| id.as_deref() != Some(b)) {
                     continue;
                 }
                 out.push(Entry {
                     run_id: run.id.clone(),
-                    breakpoint_id: id.clone(),
+                    breakpoint_id: id,
                     effect_id: effect.to_owned(),
                     status: data
                         .get("status")
