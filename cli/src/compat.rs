@@ -32,6 +32,7 @@ pub(crate) mod log;
 pub(crate) mod paths;
 mod run;
 mod runs;
+mod runtime_hooks;
 mod session;
 mod task;
 mod usage;

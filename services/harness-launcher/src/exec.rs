@@ -138,14 +138,33 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             }
             Ok(done)
         }
-        // No hook dispatcher is configured in a local run: the hook ran nothing.
-        "hook" => Ok(Done {
-            outcome: Ok(
-                json!({"hookType": def["hook"]["hookType"], "success": true, "executedHooks": []}),
-            ),
-            stdout: None,
-            stderr: None,
-        }),
+        // `ctx.hook`: the user's hooks of that type ([`crate::hooks`]), run from the run's
+        // directory; the result is the reference's `HookResult`, a failure included.
+        "hook" => {
+            let hook_type = def["hook"]["hookType"]
+                .as_str()
+                .ok_or_else(|| ExecError::BadTask {
+                    kind: "hook",
+                    reason: "hook.hookType is missing or not a string".into(),
+                })?;
+            let mut payload = def["hook"]["payload"].clone();
+            if let (Value::Object(m), Some(run_id)) =
+                (&mut payload, run_dir.file_name().and_then(|n| n.to_str()))
+            {
+                m.entry("runId").or_insert_with(|| run_id.into());
+            }
+            let mut hooks =
+                crate::hooks::Hooks::from_env(run_dir.to_path_buf(), |k| std::env::var(k).ok());
+            if let Some(ms) = def["hook"]["timeout"].as_u64().filter(|ms| *ms > 0) {
+                hooks = hooks.with_timeout(Duration::from_millis(ms));
+            }
+            let result = hooks.call(hook_type, payload).await;
+            Ok(Done {
+                outcome: Ok(result.to_json()),
+                stdout: None,
+                stderr: None,
+            })
+        }
         other => Err(ExecError::Unsupported(other.to_owned())),
     }
 }
@@ -164,11 +183,11 @@ fn set_env(cmd: &mut Command, env: &Value) {
     }
 }
 
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    timed_out: bool,
+pub(crate) struct Ran {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) timed_out: bool,
 }
 
 fn finish(r: Ran, expected: i64, what: &str) -> Done {
@@ -228,16 +247,40 @@ async fn run(
     stop: &CancellationToken,
 ) -> Result<Ran> {
     cmd.env("BABYSITTER_RUN_DIR", task.work_dir)
-        .env("BABYSITTER_EFFECT_ID", task.effect_id)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .env("BABYSITTER_EFFECT_ID", task.effect_id);
+    run_command(cmd, what, None, timeout, stop).await
+}
+
+/// Runs `cmd` in a process group of its own with `input` on its stdin (else none), its output
+/// captured (bounded); the group is killed at `timeout` or on `stop`.
+pub(crate) async fn run_command(
+    mut cmd: Command,
+    what: &str,
+    input: Option<Vec<u8>>,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<Ran> {
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0)
+    .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
         what: what.to_owned(),
         source,
     })?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A command that never reads its input must not hold us: written aside, and a closed
+        // pipe is its business.
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt as _;
+            let _ = stdin.write_all(&bytes).await;
+        });
+    }
     let pid = child.id();
     let out = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
     let err = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));

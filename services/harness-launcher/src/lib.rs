@@ -17,6 +17,7 @@ pub mod config;
 pub mod events;
 pub mod exec;
 pub mod harness;
+pub mod hooks;
 pub mod outcome;
 pub mod parse;
 pub mod provider;

@@ -271,6 +271,15 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Some(x) => format!("{}#{x}", entrypoint["importPath"].as_str().unwrap_or("")),
         None => entrypoint["importPath"].as_str().unwrap_or("").to_owned(),
     };
+    let hooks = crate::compat::runtime_hooks::for_run(cli, &run_dir);
+    crate::compat::runtime_hooks::fire(cli, &hooks, "on-run-start", || {
+        let mut p = json!({"runId": run_id, "processId": process_id, "entry": entry_out});
+        if let Some(i) = &inputs {
+            p["inputs"] = i.clone();
+        }
+        p
+    })
+    .await;
     // Session binding (session files, stop-hook state) is not implemented yet: report it the
     // way the reference reports a non-fatal binding error.
     let session = (harness.is_some() || a.value("--session-id").is_some() || a.session_id_flag)

@@ -4,7 +4,10 @@
 //! - B2: each iteration that runs the process appends `RUN_ITERATION {iteration}` first (the
 //!   reference already counts these events), so `iterationCount` / `iteration` count calls.
 //!   An iterate of a finished run replays the terminal state and appends nothing.
-//! - B12: `metadata.hookStatus` is `no-hooks-configured` — this CLI runs no runtime hooks.
+//! - Runtime hooks ([`crate::compat::runtime_hooks`]): the reference's sequence; the second
+//!   `on-iteration-start` (with the pending effects) may decide `action` / `reason` / `count` /
+//!   `until`. B12: `metadata.hookStatus` says `no-hooks-configured` when no hook ran (the
+//!   reference says `executed` on completion whether or not any did).
 //! - Exit codes stay the reference's (B6 allows it): 1 for `halted` and for errors, else 0.
 
 use babysitter_journal::{EventType, JournalError, StoredEvent};
@@ -13,7 +16,8 @@ use serde_json::{Map, Value, json};
 
 use crate::compat::output;
 use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, lock, usage};
+use crate::compat::runtime_hooks::fire;
+use crate::compat::{Cli, lock, runtime_hooks, usage};
 
 fn engine_message(e: &EngineError) -> String {
     match e {
@@ -69,6 +73,106 @@ struct Outcome {
     payload: Option<Value>,
     completion_proof: Option<String>,
     cache_reason: Option<&'static str>,
+}
+
+/// What the CLI wrapper's hooks made of an iteration.
+struct Decided {
+    action: String,
+    count: Option<Value>,
+    until: Option<Value>,
+    hook_status: &'static str,
+}
+
+/// The reference's `parseHookDecision`: a hook output object (or JSON text of one).
+fn decision(output: Option<&Value>) -> Map<String, Value> {
+    match output {
+        Some(Value::Object(m)) => m.clone(),
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
+    }
+}
+
+/// The CLI wrapper's hooks after an iteration (the reference's `runIterate`): for a waiting run
+/// `on-iteration-start` with the pending effects, whose output may set `action`, `reason`,
+/// `count` and `until` (`executed-tasks` → status `executed`), then `on-iteration-end`; for a
+/// finished one `on-iteration-end` alone (none after a process error, as the reference).
+async fn wrapper_hooks(
+    cli: &Cli<'_>,
+    hooks: &babysitter_harness_launcher::hooks::Hooks,
+    run_id: &str,
+    iteration: u64,
+    outcome: &mut Outcome,
+    runtime_error: bool,
+) -> Decided {
+    let mut d = Decided {
+        action: "none".into(),
+        count: None,
+        until: None,
+        hook_status: "no-hooks-configured",
+    };
+    if outcome.status == "waiting" {
+        let pending = outcome.next_actions.clone().unwrap_or_default();
+        let start = fire(cli, hooks, "on-iteration-start", || {
+            json!({"runId": run_id, "iteration": iteration, "status": "waiting", "pending": pending})
+        })
+        .await;
+        if let Some(r) = &start {
+            d.hook_status = r.status();
+            let m = decision(r.output.as_ref());
+            if let Some(a) = m.get("action").and_then(Value::as_str) {
+                d.action = a.to_owned();
+            }
+            d.count = m.get("count").filter(|v| v.is_number()).cloned();
+            d.until = m.get("until").filter(|v| v.is_number()).cloned();
+            match m.get("reason").and_then(Value::as_str) {
+                Some(r) => outcome.reason = r.to_owned(),
+                None if d.action == "executed-tasks"
+                    && matches!(
+                        outcome.reason.as_str(),
+                        "node-pending" | "orchestrator_task-pending"
+                    ) =>
+                {
+                    outcome.reason = "auto-runnable-tasks".into();
+                }
+                None => {}
+            }
+            if d.action == "executed-tasks" {
+                outcome.status = "executed";
+            }
+        }
+        let (action, reason, count) = (&d.action, &outcome.reason, &d.count);
+        let status = outcome.status;
+        fire(cli, hooks, "on-iteration-end", || {
+            let mut p = json!({"runId": run_id, "iteration": iteration, "action": action,
+                               "status": status, "reason": reason});
+            if let Some(c) = count {
+                p["count"] = c.clone();
+            }
+            p
+        })
+        .await;
+        return d;
+    }
+    if runtime_error || !matches!(outcome.status, "completed" | "failed" | "halted") {
+        return d;
+    }
+    let (status, reason, payload) = (outcome.status, &outcome.reason, &outcome.payload);
+    if let Some(r) = fire(cli, hooks, "on-iteration-end", || {
+        let mut p = json!({"runId": run_id, "iteration": iteration, "action": "none",
+                           "status": status, "reason": reason});
+        if let Some(pl) = payload {
+            p["payload"] = pl.clone();
+        }
+        p
+    })
+    .await
+    {
+        d.hook_status = r.status();
+    }
+    d
 }
 
 fn terminal_outcome(ev: Option<&StoredEvent>, run_json: &Value) -> Outcome {
@@ -198,10 +302,22 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
     let engine = run
         .engine(Some(crate::compat::paths::UserFiles::of(cli.env, &cli.cwd)))
         .map_err(|e| format!("{e:#}"))?;
+    let hooks = runtime_hooks::for_run(cli, &run.dir);
+    let began = tokio::time::Instant::now();
+    if !finished {
+        fire(
+            cli,
+            &hooks,
+            "on-iteration-start",
+            || json!({"runId": run.id, "iteration": iteration}),
+        )
+        .await;
+    }
     let it = engine
         .iterate_with(&run.id, marker)
         .await
         .map_err(|e| engine_message(&e))?;
+    orchestrator_hooks(cli, &hooks, &run, &run_json, iteration, &it, began).await;
     let last_lifecycle = async {
         let seq = run
             .inspect(|_, idx| idx.last_lifecycle.as_ref().map_or(0, |m| m.seq))
@@ -258,6 +374,18 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
             terminal_outcome(ev.as_ref(), &run_json)
         }
     };
+    let mut outcome = outcome;
+    let runtime_error = outcome.cache_reason == Some("post_process_runtime_error");
+    let decided = if it.status == IterationStatus::None {
+        Decided {
+            action: "none".into(),
+            count: None,
+            until: None,
+            hook_status: "no-hooks-configured",
+        }
+    } else {
+        wrapper_hooks(cli, &hooks, &run.id, iteration, &mut outcome, runtime_error).await
+    };
     // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
     // reason after a terminal event, else only when it no longer matches the journal.
     run.settle_state_cache("run:iterate", outcome.cache_reason)
@@ -280,8 +408,14 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         m.insert("iteration".into(), json!(iteration));
         m.insert("iterationCount".into(), json!(count));
         m.insert("status".into(), json!(outcome.status));
-        m.insert("action".into(), json!("none"));
+        m.insert("action".into(), json!(decided.action));
         m.insert("reason".into(), json!(outcome.reason));
+        if let Some(c) = &decided.count {
+            m.insert("count".into(), c.clone());
+        }
+        if let Some(u) = &decided.until {
+            m.insert("until".into(), u.clone());
+        }
         if let Some(a) = &outcome.next_actions {
             m.insert("nextActions".into(), Value::Array(a.clone()));
         }
@@ -296,7 +430,7 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         }
         m.insert(
             "metadata".into(),
-            json!({"runId": run.id, "processId": process_id, "hookStatus": "no-hooks-configured"}),
+            json!({"runId": run.id, "processId": process_id, "hookStatus": decided.hook_status}),
         );
         output::line(&output::pretty(&Value::Object(m)));
     } else {
@@ -305,13 +439,85 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         } else {
             String::new()
         };
+        let count_text = decided
+            .count
+            .as_ref()
+            .map(|c| format!(" count={c}"))
+            .unwrap_or_default();
         output::line(&format!(
-            "[run:iterate] iteration={iteration}{progress} status={} action=none reason={}",
-            outcome.status, outcome.reason
+            "[run:iterate] iteration={iteration}{progress} status={} action={}{count_text} reason={}",
+            outcome.status, decided.action, outcome.reason
         ));
         if let Some(p) = &outcome.completion_proof {
             output::line(&format!("[run:iterate] completionProof={p}"));
         }
     }
     Ok(if outcome.status == "halted" { 1 } else { 0 })
+}
+
+/// The hooks the reference's orchestrator calls around the process: `task.created` for each
+/// effect requested (after they are journaled: a denial here cannot undo them, and is reported),
+/// `on-run-complete` / `on-run-fail` when the run ended in this iteration, `on-iteration-end`.
+async fn orchestrator_hooks(
+    cli: &Cli<'_>,
+    hooks: &babysitter_harness_launcher::hooks::Hooks,
+    run: &Run,
+    run_json: &Value,
+    iteration: u64,
+    it: &babysitter_orchestrator::engine::Iteration,
+    began: tokio::time::Instant,
+) {
+    let process_id = run_json
+        .get("processId")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if hooks.any_for("task.created") {
+        for (effect_id, task) in it.requested.iter().zip(&it.requested_tasks) {
+            let t: Value = serde_json::from_slice(task).unwrap_or(Value::Null);
+            let r = fire(cli, hooks, "task.created", || {
+                json!({"runId": run.id, "processId": process_id,
+                       "task_id": effect_id, "task_kind": t["kind"], "task_title": t["title"],
+                       "task_labels": t["labels"], "taskId": t["taskId"], "effectId": effect_id,
+                       "kind": t["kind"], "title": t["title"], "labels": t["labels"]})
+            })
+            .await;
+            if let Some(why) = r.as_ref().and_then(|r| r.blocked()) {
+                errln!("[run:iterate] {why} (effect {effect_id} was already requested)");
+            }
+        }
+    }
+    let duration = began.elapsed().as_millis() as u64;
+    let status = match it.status {
+        IterationStatus::Completed => {
+            fire(cli, hooks, "on-run-complete", || {
+                json!({"runId": run.id, "status": "completed", "output": it.output, "duration": duration})
+            })
+            .await;
+            "completed"
+        }
+        IterationStatus::Failed => {
+            let message = it
+                .error
+                .as_ref()
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .or(it.reason.as_deref())
+                .unwrap_or("Unknown error");
+            fire(cli, hooks, "on-run-fail", || {
+                json!({"runId": run.id, "status": "failed", "error": message, "duration": duration})
+            })
+            .await;
+            "failed"
+        }
+        IterationStatus::Halted => "halted",
+        IterationStatus::Waiting => "waiting",
+        IterationStatus::None => return,
+    };
+    fire(
+        cli,
+        hooks,
+        "on-iteration-end",
+        || json!({"runId": run.id, "iteration": iteration, "status": status}),
+    )
+    .await;
 }

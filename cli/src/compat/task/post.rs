@@ -265,6 +265,23 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             .ok_or_else(|| run_failed("Missing result payload for result status 'ok'".into()))?),
         _ => Err(error_payload.unwrap_or(Value::Null)),
     };
+    // `task.completed` runs before anything is written; a hook's denial refuses the post.
+    let hooks = crate::compat::runtime_hooks::for_run(cli, &run.dir);
+    let hooked = crate::compat::runtime_hooks::fire(cli, &hooks, "task.completed", || {
+        let result = match &outcome {
+            Ok(v) | Err(v) => v.clone(),
+        };
+        json!({"runId": run.id, "task_id": effect_id, "task_kind": record.kind,
+               "task_status": committed_status, "task_result": result,
+               "taskId": record.task_id, "effectId": effect_id, "kind": record.kind,
+               "status": committed_status, "result": result})
+    })
+    .await;
+    if let Some(why) = hooked.as_ref().and_then(|r| r.blocked()) {
+        return Err(run_failed(why)
+            .details(json!({"hookType": "task.completed", "effectId": effect_id}))
+            .into());
+    }
     let started_at = a.value("--started-at").unwrap_or(&now).to_owned();
     let finished_at = a.value("--finished-at").unwrap_or(&now).to_owned();
     let engine = run.engine(None)?;
