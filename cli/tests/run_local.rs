@@ -311,3 +311,45 @@ fn breakpoints_follow_auto_approval_rules() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rules.json"));
 }
+
+#[test]
+fn ctx_hook_effects_run_the_projects_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".a5c/hooks/notify")).unwrap();
+    std::fs::write(
+        project.join(".a5c/hooks/notify/tell.sh"),
+        "cat > \"$PWD/notified.json\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("p.mjs"),
+        "export async function process(inputs, ctx) {\n\
+         const r = await ctx.hook('notify', { msg: 'hi' });\n\
+         return { success: r.success, ran: r.executedHooks.map((h) => h.hookName) };\n}\n",
+    )
+    .unwrap();
+    let out = babysitter()
+        .current_dir(&project)
+        .env("HOME", dir.path())
+        .args(["run", "p.mjs", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev = events(&out.stdout);
+    let done = ev
+        .iter()
+        .find(|e| e["event"] == "run.finished")
+        .expect("finished");
+    assert_eq!(done["output"]["success"], true, "{done}");
+    assert_eq!(done["output"]["ran"][0], "tell.sh", "{done}");
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(project.join("notified.json")).unwrap()).unwrap();
+    assert_eq!(seen["msg"], "hi");
+    assert_eq!(seen["hookType"], "notify");
+    assert!(seen["runId"].is_string());
+}

@@ -18,10 +18,10 @@ use serde_json::Value;
 
 use super::{Cli, paths};
 
-/// The hooks of the run at `run_dir`.
+/// The hooks of the run at `run_dir` (made absolute against the cwd).
 pub fn for_run(cli: &Cli<'_>, run_dir: &Path) -> Hooks {
-    let root = paths::find_repo_root(run_dir).unwrap_or_else(|| cli.cwd.clone());
-    Hooks::from_env(root, |k| cli.env.get(k).map(str::to_owned))
+    let dir = paths::resolve(&cli.cwd, run_dir);
+    Hooks::for_run_dir(&dir, |k| cli.env.get(k).map(str::to_owned))
 }
 
 /// Calls `hook_type`; `payload` is built only when some hook would run.

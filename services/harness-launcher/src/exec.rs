@@ -139,7 +139,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             Ok(done)
         }
         // `ctx.hook`: the user's hooks of that type ([`crate::hooks`]), run from the run's
-        // directory; the result is the reference's `HookResult`, a failure included.
+        // project directory; the result is the reference's `HookResult`, a failure included.
         "hook" => {
             let hook_type = def["hook"]["hookType"]
                 .as_str()
@@ -153,8 +153,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             {
                 m.entry("runId").or_insert_with(|| run_id.into());
             }
-            let mut hooks =
-                crate::hooks::Hooks::from_env(run_dir.to_path_buf(), |k| std::env::var(k).ok());
+            let mut hooks = crate::hooks::Hooks::for_run_dir(run_dir, |k| std::env::var(k).ok());
             if let Some(ms) = def["hook"]["timeout"].as_u64().filter(|ms| *ms > 0) {
                 hooks = hooks.with_timeout(Duration::from_millis(ms));
             }

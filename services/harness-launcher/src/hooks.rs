@@ -233,6 +233,18 @@ impl Hooks {
         Hooks::new(cwd, home, plugin_root, timeout)
     }
 
+    /// The hooks of the run at `run_dir`, found from its project directory (the nearest
+    /// ancestor holding `.a5c` or `.git`; the run directory itself when there is none), with the
+    /// environment read through `var` (see [`Hooks::from_env`]).
+    pub fn for_run_dir(run_dir: &Path, var: impl Fn(&str) -> Option<String>) -> Hooks {
+        let present = |p: PathBuf| std::fs::symlink_metadata(p).is_ok();
+        let root = run_dir
+            .ancestors()
+            .find(|d| present(d.join(".a5c")) || present(d.join(".git")))
+            .unwrap_or(run_dir);
+        Hooks::from_env(root.to_path_buf(), var)
+    }
+
     /// The same hooks with another time limit per script.
     pub fn with_timeout(mut self, timeout: Duration) -> Hooks {
         self.timeout = timeout;
