@@ -27,6 +27,16 @@ fn events(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
+/// The NDJSON events of a `babysitter run --json` that must have succeeded.
+fn succeeded(out: &std::process::Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    events(&out.stdout)
+}
+
 #[test]
 fn quickstart_runs_end_to_end_without_keys() {
     let runs = tempfile::tempdir().unwrap();
@@ -43,12 +53,7 @@ fn quickstart_runs_end_to_end_without_keys() {
         .arg(runs.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ev = events(&out.stdout);
+    let ev = succeeded(&out);
     let done: Vec<&Value> = ev
         .iter()
         .filter(|e| e["event"] == "effect.completed")
@@ -137,12 +142,7 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let finished = events(&out.stdout)
+    let finished = succeeded(&out)
         .into_iter()
         .find(|e| e["event"] == "run.finished")
         .unwrap();
@@ -274,12 +274,7 @@ fn breakpoints_follow_auto_approval_rules() {
     let rule: Value = serde_json::from_slice(&add.stdout).unwrap();
     let rule_id = rule["rule"]["id"].as_str().unwrap().to_owned();
     let out = run(&[], "ruled");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ev = events(&out.stdout);
+    let ev = succeeded(&out);
     let note = ev.iter().find(|e| e["event"] == "note").expect("a note");
     assert!(
         note["message"].as_str().unwrap().contains(&rule_id),
@@ -335,12 +330,7 @@ fn ctx_hook_effects_run_the_projects_hooks() {
         .args(["run", "p.mjs", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ev = events(&out.stdout);
+    let ev = succeeded(&out);
     let done = ev
         .iter()
         .find(|e| e["event"] == "run.finished")
