@@ -9,7 +9,7 @@ use serde_json::Value;
 
 const ONE_TASK: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
 export const work = defineTask('work', () => ({ kind: 'node', title: 'Work', node: { entry: 'w.js' } }));\n\
-export async function process(inputs, ctx) { const r = await ctx.task(work, {}); return { got: r.v }; }\n";
+export async function process(inputs, ctx) { ctx.log('phase', 'start'); const r = await ctx.task(work, {}); return { got: r.v }; }\n";
 
 const HOOK_TYPES: &[&str] = &[
     "on-run-start",
@@ -19,6 +19,7 @@ const HOOK_TYPES: &[&str] = &[
     "task.completed",
     "on-run-complete",
     "on-run-fail",
+    "babysitter-log",
 ];
 
 /// Per-repo hooks that append `<hookType> <payload>` to `hooks.log`.
@@ -74,19 +75,21 @@ fn compat_runtime_hooks_follow_the_run() {
         [
             "on-iteration-start",
             "task.created",
+            "babysitter-log",
             "on-iteration-end",
             "on-iteration-start",
             "on-iteration-end"
         ]
     );
+    assert_eq!(c[3].1, "phase start", "the log line's text is the payload");
     assert_eq!(c[1].1["iteration"], 1);
     assert_eq!(c[2].1["effectId"], effect.as_str());
     assert_eq!(c[2].1["kind"], "node");
     assert_eq!(c[2].1["title"], "Work");
-    assert_eq!(c[3].1["status"], "waiting");
-    assert_eq!(c[4].1["pending"][0]["effectId"], effect.as_str());
-    assert_eq!(c[5].1["action"], "none");
-    assert_eq!(c[5].1["reason"], "node-pending");
+    assert_eq!(c[4].1["status"], "waiting");
+    assert_eq!(c[5].1["pending"][0]["effectId"], effect.as_str());
+    assert_eq!(c[6].1["action"], "none");
+    assert_eq!(c[6].1["reason"], "node-pending");
 
     s.post_inline(&id, &effect, r#"{"v": 7}"#).ok();
     let c = calls(&s);

@@ -1,7 +1,8 @@
 //! The CLI's runtime hook calls (spec §3.10; the dispatch itself is
 //! [`babysitter_harness_launcher::hooks`]): `run:create` calls `on-run-start`; `run:iterate`
-//! calls `on-iteration-start` before the process runs and `task.created` for each effect it
-//! requested, `on-run-complete` / `on-run-fail` when the run ends, `on-iteration-end`, and — as the
+//! calls `on-iteration-start` before the process runs, `task.created` for each effect it
+//! requested, `babysitter-log` for each new `ctx.log` line, `on-run-complete` / `on-run-fail` when
+//! the run ends, `on-iteration-end`, and — as the
 //! reference's CLI wrapper does — `on-iteration-start` again with the pending effects, whose
 //! output may decide the answer (`{action, reason, count, until}`), then `on-iteration-end` again;
 //! `task:post` calls `task.completed` before committing, and a `{"decision": "deny" | "ask"}` answer

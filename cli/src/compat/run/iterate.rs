@@ -457,7 +457,8 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
 
 /// The hooks the reference's orchestrator calls around the process: `task.created` for each
 /// effect requested (after they are journaled: a denial here cannot undo them, and is reported),
-/// `on-run-complete` / `on-run-fail` when the run ended in this iteration, `on-iteration-end`.
+/// `babysitter-log` for each new `ctx.log` line, `on-run-complete` / `on-run-fail` when the run
+/// ended in this iteration, `on-iteration-end`.
 async fn orchestrator_hooks(
     cli: &Cli<'_>,
     hooks: &babysitter_harness_launcher::hooks::Hooks,
@@ -485,6 +486,17 @@ async fn orchestrator_hooks(
                 errln!("[run:iterate] {why} (effect {effect_id} was already requested)");
             }
         }
+    }
+    // `babysitter-log`: the line's text (label first) is the whole payload, as the reference's
+    // `ctx.log` sends it.
+    for l in &it.logs {
+        fire(cli, hooks, "babysitter-log", || {
+            Value::String(match &l.label {
+                Some(label) => format!("{label} {}", l.message),
+                None => l.message.clone(),
+            })
+        })
+        .await;
     }
     let duration = began.elapsed().as_millis() as u64;
     let status = match it.status {

@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 use crate::engine::drive::Driven;
 use crate::engine::host::HostError;
 use crate::engine::pool::Warm;
-use crate::engine::session::{DriveReport, ProcessState, Request};
+use crate::engine::session::{DriveReport, LogLine, ProcessState, Request};
 use crate::engine::views;
 use crate::engine::{Engine, EngineError, identity, iso};
 
@@ -69,6 +69,8 @@ pub struct Iteration {
     /// Whether the iteration continued a warm session (false: replayed cold).
     pub warm: bool,
     pub head: Head,
+    /// The `ctx.log` lines new in this iteration (replays' repeats left out), redacted.
+    pub logs: Vec<LogLine>,
 }
 
 /// The parts of `run.json` the engine needs.
@@ -204,6 +206,7 @@ impl Engine {
                 js_time: std::time::Duration::ZERO,
                 warm: false,
                 head,
+                logs: Vec::new(),
             });
         }
 
@@ -311,7 +314,7 @@ impl Engine {
         } else {
             journal.put_run_json_files(run_id, task_files).await?
         };
-        self.emit_logs(run_id, info, &report).await?;
+        let logs = self.emit_logs(run_id, info, &report).await?;
         let requested: Vec<String> = report
             .requests
             .iter()
@@ -457,6 +460,7 @@ impl Engine {
             js_time: report.js_time,
             warm,
             head: new_head,
+            logs,
         })
     }
 
@@ -504,6 +508,7 @@ impl Engine {
             js_time: std::time::Duration::ZERO,
             warm: false,
             head,
+            logs: Vec::new(),
         })
     }
 
@@ -605,14 +610,16 @@ impl Engine {
         e
     }
 
+    /// Records the drive's new `ctx.log` lines (`logSeqs.txt`, `tracing`, `process.log` when
+    /// configured); returns them, redacted.
     async fn emit_logs(
         &self,
         run_id: &str,
         info: &RunInfo,
         report: &DriveReport,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<LogLine>, EngineError> {
         if report.logs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let file = RunFile::state("logSeqs.txt")?;
         let existing = match self.journal().get_run_file(run_id, &file).await {
@@ -626,20 +633,22 @@ impl Engine {
             .collect();
         let mut out = existing;
         let redactor = self.journal().options().redactor.clone();
-        let mut new_lines: Vec<(Option<String>, String)> = Vec::new();
+        let mut new_lines: Vec<LogLine> = Vec::new();
         for l in &report.logs {
             if seen.contains(&l.seq) {
                 continue;
             }
             tracing::info!(target: "babysitter::process", run_id, label = l.label.as_deref().unwrap_or(""), "{}", l.message);
             out.push_str(&format!("{}\n", l.seq));
-            if self.options().process_log_dir.is_some() {
-                let clean = |s: &str| match &redactor {
-                    Some(r) => r.text(s).into_owned(),
-                    None => s.to_owned(),
-                };
-                new_lines.push((l.label.as_deref().map(clean), clean(&l.message)));
-            }
+            let clean = |s: &str| match &redactor {
+                Some(r) => r.text(s).into_owned(),
+                None => s.to_owned(),
+            };
+            new_lines.push(LogLine {
+                seq: l.seq,
+                label: l.label.as_deref().map(clean),
+                message: clean(&l.message),
+            });
         }
         self.journal()
             .put_run_file(run_id, &file, Bytes::from(out))
@@ -650,7 +659,9 @@ impl Engine {
             let text = super::process_log::ctx_log_lines(
                 run_id,
                 &info.process_id,
-                new_lines.iter().map(|(l, m)| (l.as_deref(), m.as_str())),
+                new_lines
+                    .iter()
+                    .map(|l| (l.label.as_deref(), l.message.as_str())),
                 &iso(self.now_ms()),
             );
             let path = dir.join(run_id).join("process.log");
@@ -659,7 +670,7 @@ impl Engine {
                 tracing::warn!(run_id, path = %path.display(), error = %e, "ctx.log lines not written to process.log");
             }
         }
-        Ok(())
+        Ok(new_lines)
     }
 
     async fn read_output(&self, run_id: &str) -> Result<Option<Value>, EngineError> {
