@@ -282,8 +282,8 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
         // Given explicitly: it must be there and readable.
         Some(file) => {
             let file = std::env::current_dir()?.join(file);
-            if !file.try_exists().unwrap_or(false) {
-                bail!("rules file {} does not exist", file.display());
+            if let Err(e) = std::fs::metadata(&file) {
+                bail!("rules file {}: {e}", file.display());
             }
             babysitter_orchestrator::engine::breakpoints::read_rules(&file)?;
             Some(file)

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use babysitter_journal::EventType;
+use babysitter_journal::store::RunFile;
 use babysitter_orchestrator::engine::breakpoints::{self, BreakpointFacts, Pattern};
 use serde_json::{Map, Value, json};
 
@@ -213,9 +214,12 @@ async fn run_history(dir: &Path, breakpoint: Option<&str>) -> anyhow::Result<Vec
             EventType::EffectRequested
                 if data.get("kind").and_then(Value::as_str) == Some("breakpoint") =>
             {
-                let task = run.dir.join("tasks").join(effect).join("task.json");
-                let id = std::fs::read(&task)
-                    .ok()
+                // Through the journal: the effect id is checked to be one path segment.
+                let task = match RunFile::task(effect, "task.json") {
+                    Ok(f) => run.journal.get_run_file(&run.id, &f).await.ok(),
+                    Err(_) => None,
+                };
+                let id = task
                     .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                     .and_then(|t| {
                         t.pointer("/metadata/breakpointId")

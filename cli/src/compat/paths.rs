@@ -147,6 +147,12 @@ pub struct UserFiles {
 }
 
 impl UserFiles {
+    /// Points an engine's per-user files here.
+    pub fn apply_to(self, opts: &mut babysitter_orchestrator::engine::EngineOptions) {
+        opts.process_log_dir = self.logs;
+        opts.breakpoint_rules = self.breakpoint_rules;
+    }
+
     pub fn of(env: &EnvMap, cwd: &Path) -> UserFiles {
         let home = home(env, cwd);
         UserFiles {

@@ -11,11 +11,11 @@ use babysitter_journal::index::{EffectIndex, EffectRecord};
 use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
 use babysitter_journal::{Head, state_cache};
 use babysitter_orchestrator::engine::{Engine, EngineOptions};
-
-use super::paths::UserFiles;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
+
+use super::paths::UserFiles;
 
 use super::output::io_message;
 use super::paths;
@@ -101,8 +101,7 @@ impl Run {
         }
         let mut opts = one_shot_engine(&self.root);
         if let Some(u) = user {
-            opts.process_log_dir = u.logs;
-            opts.breakpoint_rules = u.breakpoint_rules;
+            u.apply_to(&mut opts);
         }
         Ok(Engine::new(self.journal.clone(), opts)?)
     }

@@ -32,10 +32,7 @@ pub async fn fire(
     hook_type: &str,
     payload: impl FnOnce() -> Value,
 ) -> Option<HookResult> {
-    if !hooks.any_for(hook_type) {
-        return None;
-    }
-    let r = hooks.call(hook_type, payload()).await;
+    let r = hooks.call_if_any(hook_type, payload).await?;
     if cli.args.verbose() {
         if !r.executed.is_empty() {
             errln!(

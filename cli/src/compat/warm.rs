@@ -159,9 +159,7 @@ impl Context {
             // The server's user files (its user is the clients'): `ctx.log` lines go to its
             // log directory, breakpoint advice comes from its rules.
             if let Ok(cwd) = std::env::current_dir() {
-                let user = super::paths::UserFiles::of(&EnvMap::from_process(), &cwd);
-                opts.process_log_dir = user.logs;
-                opts.breakpoint_rules = user.breakpoint_rules;
+                super::paths::UserFiles::of(&EnvMap::from_process(), &cwd).apply_to(&mut opts);
             }
             let engine = Engine::new(journal.clone(), opts).ok()?;
             roots.insert(

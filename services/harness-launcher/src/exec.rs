@@ -75,12 +75,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
     let run_dir = task.work_dir;
     match task.kind {
         "shell" => {
-            let command = def["shell"]["command"]
-                .as_str()
-                .ok_or_else(|| ExecError::BadTask {
-                    kind: "shell",
-                    reason: "shell.command is missing or not a string".into(),
-                })?;
+            let command = required(def, "shell", "command")?;
             let timeout = def["shell"]["timeout"]
                 .as_u64()
                 .map(Duration::from_millis)
@@ -96,12 +91,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
             Ok(finish(r, expected, command))
         }
         "node" => {
-            let entry = def["node"]["entry"]
-                .as_str()
-                .ok_or_else(|| ExecError::BadTask {
-                    kind: "node",
-                    reason: "node.entry is missing or not a string".into(),
-                })?;
+            let entry = required(def, "node", "entry")?;
             let timeout = def["node"]["timeoutMs"]
                 .as_u64()
                 .map(Duration::from_millis)
@@ -141,12 +131,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
         // `ctx.hook`: the user's hooks of that type ([`crate::hooks`]), run from the run's
         // project directory; the result is the reference's `HookResult`, a failure included.
         "hook" => {
-            let hook_type = def["hook"]["hookType"]
-                .as_str()
-                .ok_or_else(|| ExecError::BadTask {
-                    kind: "hook",
-                    reason: "hook.hookType is missing or not a string".into(),
-                })?;
+            let hook_type = required(def, "hook", "hookType")?;
             let mut payload = def["hook"]["payload"].clone();
             if let (Value::Object(m), Some(run_id)) =
                 (&mut payload, run_dir.file_name().and_then(|n| n.to_str()))
@@ -166,6 +151,14 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
         }
         other => Err(ExecError::Unsupported(other.to_owned())),
     }
+}
+
+/// The string at `def.<kind>.<key>`, which the task must have.
+fn required<'a>(def: &'a Value, kind: &'static str, key: &str) -> Result<&'a str> {
+    def[kind][key].as_str().ok_or_else(|| ExecError::BadTask {
+        kind,
+        reason: format!("{kind}.{key} is missing or not a string"),
+    })
 }
 
 /// `env` of a shell or node task: strings as they are, other JSON values as JSON text.

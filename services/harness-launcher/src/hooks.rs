@@ -251,10 +251,6 @@ impl Hooks {
         self
     }
 
-    fn dispatcher(&self) -> Option<PathBuf> {
-        self.dispatcher.clone()
-    }
-
     /// The scripts for `hook_type` when there is no dispatcher.
     fn discover(&self, hook_type: &str) -> Vec<(PathBuf, String, &'static str)> {
         let mut found = Vec::new();
@@ -290,26 +286,44 @@ impl Hooks {
         found
     }
 
+    /// What would run for `hook_type`: `Some(scripts)` (empty when a dispatcher takes the call),
+    /// `None` when nothing would.
+    fn plan(&self, hook_type: &str) -> Option<Vec<(PathBuf, String, &'static str)>> {
+        if !valid_type(hook_type) {
+            return None;
+        }
+        if self.dispatcher.is_some() {
+            return Some(Vec::new());
+        }
+        let scripts = self.discover(hook_type);
+        (!scripts.is_empty()).then_some(scripts)
+    }
+
     /// Whether any hook would run for `hook_type`.
     pub fn any_for(&self, hook_type: &str) -> bool {
-        valid_type(hook_type)
-            && (self.dispatcher().is_some() || !self.discover(hook_type).is_empty())
+        self.plan(hook_type).is_some()
     }
 
     /// Calls `hook_type` with `payload` (`hookType` and `timestamp` added to an object payload, as
     /// the reference's runtime does). Never fails: what went wrong is in the result.
-    pub async fn call(&self, hook_type: &str, mut payload: Value) -> HookResult {
+    pub async fn call(&self, hook_type: &str, payload: Value) -> HookResult {
         if !valid_type(hook_type) {
             return HookResult::failed(hook_type, format!("invalid hook type `{hook_type}`"));
         }
-        // Found first: with no hook to run, the payload is not even serialised.
-        let scripts = match &self.dispatcher {
-            Some(_) => Vec::new(),
-            None => self.discover(hook_type),
-        };
-        if self.dispatcher.is_none() && scripts.is_empty() {
-            return HookResult::nothing(hook_type);
-        }
+        self.call_if_any(hook_type, || payload)
+            .await
+            .unwrap_or_else(|| HookResult::nothing(hook_type))
+    }
+
+    /// [`Hooks::call`] when some hook would run for `hook_type` (`payload` is built only then),
+    /// else `None`. The hooks are looked for once.
+    pub async fn call_if_any(
+        &self,
+        hook_type: &str,
+        payload: impl FnOnce() -> Value,
+    ) -> Option<HookResult> {
+        let scripts = self.plan(hook_type)?;
+        let mut payload = payload();
         if let Value::Object(m) = &mut payload {
             m.insert("hookType".into(), hook_type.into());
             let stamped = m
@@ -322,35 +336,38 @@ impl Hooks {
         }
         let input = payload.to_string().into_bytes();
         let stop = CancellationToken::new();
-        if let Some(dispatcher) = self.dispatcher() {
+        if let Some(dispatcher) = &self.dispatcher {
             let mut cmd = Command::new("bash");
-            cmd.arg(&dispatcher).arg(hook_type).current_dir(&self.cwd);
+            cmd.arg(dispatcher).arg(hook_type).current_dir(&self.cwd);
             let what = format!("{} {hook_type}", dispatcher.display());
-            return match run_command(cmd, &what, Some(input), self.timeout, &stop).await {
-                Err(e) => {
-                    HookResult::failed(hook_type, format!("Failed to spawn hook dispatcher: {e}"))
-                }
-                Ok(r) if r.timed_out => HookResult::failed(
-                    hook_type,
-                    format!(
-                        "Hook execution timed out after {}ms",
-                        self.timeout.as_millis()
+            return Some(
+                match run_command(cmd, &what, Some(input), self.timeout, &stop).await {
+                    Err(e) => HookResult::failed(
+                        hook_type,
+                        format!("Failed to spawn hook dispatcher: {e}"),
                     ),
-                ),
-                Ok(r) => HookResult {
-                    hook_type: hook_type.to_owned(),
-                    success: r.code == Some(0),
-                    output: (!r.stdout.is_empty()).then(|| {
-                        serde_json::from_str(&r.stdout)
-                            .unwrap_or_else(|_| Value::String(r.stdout.trim().to_owned()))
-                    }),
-                    error: (r.code != Some(0)).then(|| match r.code {
-                        Some(c) => format!("Hook dispatcher exited with code {c}"),
-                        None => "Hook dispatcher was killed by a signal".to_owned(),
-                    }),
-                    executed: summary(&r.stderr),
+                    Ok(r) if r.timed_out => HookResult::failed(
+                        hook_type,
+                        format!(
+                            "Hook execution timed out after {}ms",
+                            self.timeout.as_millis()
+                        ),
+                    ),
+                    Ok(r) => HookResult {
+                        hook_type: hook_type.to_owned(),
+                        success: r.code == Some(0),
+                        output: (!r.stdout.is_empty()).then(|| {
+                            serde_json::from_str(&r.stdout)
+                                .unwrap_or_else(|_| Value::String(r.stdout.trim().to_owned()))
+                        }),
+                        error: (r.code != Some(0)).then(|| match r.code {
+                            Some(c) => format!("Hook dispatcher exited with code {c}"),
+                            None => "Hook dispatcher was killed by a signal".to_owned(),
+                        }),
+                        executed: summary(&r.stderr),
+                    },
                 },
-            };
+            );
         }
         let mut executed = Vec::with_capacity(scripts.len());
         for (path, name, location) in scripts {
@@ -370,13 +387,13 @@ impl Hooks {
             });
         }
         let ok = executed.iter().all(|h| h.success);
-        HookResult {
+        Some(HookResult {
             hook_type: hook_type.to_owned(),
             success: ok,
             output: None,
             error: (!ok).then(|| format!("One or more discovered hooks failed for {hook_type}")),
             executed,
-        }
+        })
     }
 }
 

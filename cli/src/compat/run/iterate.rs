@@ -75,12 +75,23 @@ struct Outcome {
     cache_reason: Option<&'static str>,
 }
 
-/// What the CLI wrapper's hooks made of an iteration.
+/// What the CLI wrapper's hooks made of an iteration (by default: nothing ran).
 struct Decided {
     action: String,
     count: Option<Value>,
     until: Option<Value>,
     hook_status: &'static str,
+}
+
+impl Default for Decided {
+    fn default() -> Self {
+        Decided {
+            action: "none".into(),
+            count: None,
+            until: None,
+            hook_status: "no-hooks-configured",
+        }
+    }
 }
 
 /// The reference's `parseHookDecision`: a hook output object (or JSON text of one).
@@ -107,12 +118,7 @@ async fn wrapper_hooks(
     outcome: &mut Outcome,
     runtime_error: bool,
 ) -> Decided {
-    let mut d = Decided {
-        action: "none".into(),
-        count: None,
-        until: None,
-        hook_status: "no-hooks-configured",
-    };
+    let mut d = Decided::default();
     if outcome.status == "waiting" {
         let pending = outcome.next_actions.clone().unwrap_or_default();
         let start = fire(cli, hooks, "on-iteration-start", || {
@@ -377,12 +383,7 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
     let mut outcome = outcome;
     let runtime_error = outcome.cache_reason == Some("post_process_runtime_error");
     let decided = if it.status == IterationStatus::None {
-        Decided {
-            action: "none".into(),
-            count: None,
-            until: None,
-            hook_status: "no-hooks-configured",
-        }
+        Decided::default()
     } else {
         wrapper_hooks(cli, &hooks, &run.id, iteration, &mut outcome, runtime_error).await
     };
