@@ -24,6 +24,8 @@ mod output;
 
 mod args;
 mod breakpoint;
+mod compress_output;
+mod compression;
 mod health;
 mod hook;
 mod instructions;
@@ -141,6 +143,10 @@ pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
 /// Parses and runs one command in `cwd`; everything it prints goes through `output` (the
 /// process's streams, or the warm server's capture).
 pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
+    // Everything after the command name is the command to run, flags included.
+    if argv.first().map(String::as_str) == Some("compress-output") {
+        return compress_output::run(&argv[1..]).await;
+    }
     let parsed = match args::parse(argv) {
         Ok(p) => p,
         Err(e) => {

@@ -27,18 +27,11 @@ impl Hook {
     }
 
     fn state_dir(&self) -> PathBuf {
-        self.s.tmp.path().join("state")
+        self.s.state_dir()
     }
 
     fn extra(&self) -> Vec<(String, String)> {
-        vec![
-            (
-                "BABYSITTER_STATE_DIR".into(),
-                self.state_dir().display().to_string(),
-            ),
-            // Keep the per-effect back-off short: 10 ms × 3^k.
-            ("BABYSITTER_HOOK_BACKOFF_BASE".into(), "0.01".into()),
-        ]
+        self.s.session_env()
     }
 
     fn cmd(&self, args: &[&str]) -> Out {
@@ -512,6 +505,26 @@ fn compat_hook_malformed_stdin_is_reported_and_allows_the_stop() {
     let out = h.stop_with("{}", &["--harness", "nope"]).fails();
     let err: Value = serde_json::from_str(&out.stderr).unwrap();
     assert_eq!(err["error"], "UNSUPPORTED_HARNESS");
+    assert!(err["message"].as_str().unwrap().contains("hermes, cursor"));
+    // Every harness of the reference's registry is known; one without hooks never holds the stop.
+    let out = h
+        .stop_with(&payload("s1", "x"), &["--harness", "hermes"])
+        .ok();
+    assert_eq!(out.stdout.trim(), "{}");
+    // A session bound to a waiting run: Claude Code is held, Oh My Pi (no hooks) is not.
+    let id = h.s.create("held", "processes/demo.mjs#process");
+    assert_eq!(h.s.iterate(&id)["status"], "waiting");
+    h.session_init("omp", &id, &[]);
+    let out = h
+        .stop_with(&payload("omp", "x"), &["--harness", "oh-my-pi"])
+        .ok();
+    assert_eq!(out.stdout.trim(), "{}");
+    let out = h.stop(&payload("omp", "x")).ok();
+    assert!(
+        out.stdout.contains("\"decision\":\"block\""),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

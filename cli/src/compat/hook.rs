@@ -3,7 +3,8 @@
 //!
 //! stdout is `{}` (let the agent stop) or `{"decision":"block","reason":…,"systemMessage":…}`
 //! (force another turn). Every decision taken with a run bound is journaled as
-//! `STOP_HOOK_INVOKED` (field order of §2.3.3).
+//! `STOP_HOOK_INVOKED` (field order of §2.3.3). `session-start` prepares the session the stop hook
+//! drives ([`session_start`]).
 //!
 //! Fix kept here (B20): when the session file is missing and several live runs claim the session,
 //! the reference exits 1 with `{}` and the loop silently ends; here the ambiguity is journaled in
@@ -18,27 +19,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use babysitter_journal::EventType;
-use babysitter_journal::index::EffectRecord;
 use serde_json::{Map, Value, json};
 
 use super::Cli;
 use super::lock;
-use super::output::{self, Category, CliError};
+use super::output;
 use super::paths;
 use super::runs::{self, Run};
 use super::session::{self, DEFAULT_MAX_ITERATIONS, SessionFile, SessionState};
 
-const HARNESSES: &[&str] = &[
-    "claude-code",
-    "unified",
-    "codex",
-    "cursor",
-    "gemini-cli",
-    "github-copilot",
-    "oh-my-pi",
-    "pi",
-    "opencode",
-];
+mod facts;
+mod prompt_tools;
+mod session_start;
+
+pub use facts::ObservedState;
+use facts::prior_fires;
+pub(super) use facts::{RunFacts, run_facts};
 
 const HOOK_TYPES: &str = "stop, session-end, session-start, user-prompt-submit, pre-tool-use";
 
@@ -57,36 +53,31 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .value("--harness")
         .filter(|s| !s.is_empty())
         .unwrap_or("claude-code");
-    let not_implemented = || {
-        CliError::new(
-            "NotImplementedError",
-            format!(
-                "hook:run --hook-type {hook_type} is not implemented by this babysitter build yet"
-            ),
-            Category::Configuration,
-        )
-        .details(json!({"command": "hook:run", "hookType": hook_type, "program": "babysitter"}))
-        .report(json_errors);
-        1
-    };
     // The reference's order: harness-agnostic hook types first, then the harness, then the
     // adapter's hook types.
-    if matches!(hook_type, "user-prompt-submit" | "pre-tool-use") {
-        return Ok(not_implemented());
+    match hook_type {
+        "user-prompt-submit" => return Ok(prompt_tools::user_prompt_submit(cli)),
+        "pre-tool-use" => return Ok(prompt_tools::pre_tool_use(cli)),
+        _ => {}
     }
-    if !HARNESSES.contains(&harness) {
+    let Some(adapter) = session::binding::by_name(harness) else {
         return Ok(hook_error(
             json_errors,
             "UNSUPPORTED_HARNESS",
             &format!(
                 "Unsupported harness: \"{harness}\". Supported: {}",
-                HARNESSES.join(", ")
+                session::binding::names().join(", ")
             ),
         ));
-    }
+    };
     match hook_type {
+        // A harness without hooks never holds its agent (the reference's `noHookSupport`).
+        "stop" | "session-end" if adapter.no_hooks => {
+            allow();
+            return Ok(0);
+        }
         "stop" | "session-end" => {}
-        "session-start" => return Ok(not_implemented()),
+        "session-start" => return session_start::run(cli, harness).await,
         other => {
             return Ok(hook_error(
                 json_errors,
@@ -178,174 +169,6 @@ fn str_field<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a str> {
         .filter(|s| !s.trim().is_empty())
 }
 
-/// The run's observed state (§2.9, the stop-hook variant: pending effects beat `RUN_COMPLETED`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObservedState {
-    Created,
-    Waiting,
-    Completed,
-    Failed,
-    Halted,
-}
-
-impl ObservedState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Created => "created",
-            Self::Waiting => "waiting",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Halted => "halted",
-        }
-    }
-
-    pub fn terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Halted)
-    }
-}
-
-/// What the stop hook (and `session:iteration-message`, `session:resume`, `session:cleanup`)
-/// needs to know about a run.
-#[derive(Debug, Clone)]
-pub(super) struct RunFacts {
-    pub(super) state: ObservedState,
-    /// Pending kinds, sorted, joined by `", "` (empty when none).
-    pub(super) pending_kinds: String,
-    only_breakpoints: bool,
-    current_effect: Option<String>,
-    /// The last lifecycle event is `RUN_COMPLETED` / `RUN_HALTED` / `RUN_FAILED` (no back-off).
-    pub(super) sealed: bool,
-    /// The run's journal events, for back-off counting.
-    events: Vec<(String, Option<String>)>,
-}
-
-/// Reads the journal and derives the observed state and pending facts.
-pub(super) async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
-    let evs = run.events().await?;
-    let pending: Vec<EffectRecord> = run
-        .inspect(|_, idx| idx.pending().cloned().collect())
-        .await?;
-    let has = |ts: &[&str]| evs.iter().any(|e| ts.contains(&e.body.kind.as_str()));
-    let state = if has(&["RUN_FAILED", "PROCESS_RUNTIME_ERROR"]) {
-        ObservedState::Failed
-    } else if has(&["RUN_HALTED"]) {
-        ObservedState::Halted
-    } else if !pending.is_empty() {
-        ObservedState::Waiting
-    } else if has(&["RUN_COMPLETED"]) {
-        ObservedState::Completed
-    } else {
-        ObservedState::Created
-    };
-    let mut kinds: Vec<String> = pending
-        .iter()
-        .map(|r| r.kind.clone().unwrap_or_else(|| "unknown".into()))
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    let delegable: Vec<&EffectRecord> = pending
-        .iter()
-        .filter(|r| host_delegable(&run.dir, r))
-        .collect();
-    let all_breakpoints = pending
-        .iter()
-        .all(|r| r.kind.as_deref() == Some("breakpoint"));
-    let only_breakpoints = !pending.is_empty() && (all_breakpoints || delegable.is_empty());
-    let current_effect = delegable
-        .iter()
-        .min_by(|a, b| {
-            a.requested_at
-                .as_deref()
-                .unwrap_or("")
-                .cmp(b.requested_at.as_deref().unwrap_or(""))
-                .then_with(|| a.effect_id.cmp(&b.effect_id))
-        })
-        .map(|r| r.effect_id.clone());
-    let sealed = evs
-        .iter()
-        .rev()
-        .map(|e| e.body.kind.as_str())
-        .find(|t| {
-            matches!(
-                *t,
-                "RUN_CREATED" | "RUN_COMPLETED" | "RUN_HALTED" | "RUN_FAILED"
-            )
-        })
-        .is_some_and(|t| t != "RUN_CREATED");
-    let events = evs
-        .iter()
-        .map(|e| {
-            (
-                e.body.kind.as_str().to_owned(),
-                e.body
-                    .data
-                    .get("effectId")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            )
-        })
-        .collect();
-    Ok(RunFacts {
-        state,
-        pending_kinds: kinds.join(", "),
-        only_breakpoints,
-        current_effect,
-        sealed,
-        events,
-    })
-}
-
-/// Host-delegable: any kind but `agent`/`breakpoint`; `agent` unless routed externally
-/// (`responderType` agent/tracker, or `external: true` without `fallbackToInternal`).
-fn host_delegable(run_dir: &Path, r: &EffectRecord) -> bool {
-    match r.kind.as_deref() {
-        Some("breakpoint") => false,
-        Some("agent") => {
-            let def_ref = r
-                .task_def_ref
-                .clone()
-                .unwrap_or_else(|| format!("tasks/{}/task.json", r.effect_id));
-            let def: Value = std::fs::read(run_dir.join(def_ref))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(Value::Null);
-            let routed = [Some(&def), def.get("agent"), def.get("metadata")]
-                .into_iter()
-                .flatten()
-                .any(|o| {
-                    let responder = o.get("responderType").and_then(Value::as_str);
-                    matches!(responder, Some("agent" | "tracker"))
-                        || (o.get("external").and_then(Value::as_bool) == Some(true)
-                            && o.get("fallbackToInternal").and_then(Value::as_bool) != Some(true))
-                });
-            !routed
-        }
-        _ => true,
-    }
-}
-
-/// `STOP_HOOK_INVOKED` fires for `effect_id` since it was last requested (reset on resolution).
-fn prior_fires(events: &[(String, Option<String>)], effect_id: &str) -> u32 {
-    let Some(start) = events
-        .iter()
-        .rposition(|(t, e)| t == "EFFECT_REQUESTED" && e.as_deref() == Some(effect_id))
-    else {
-        return 0;
-    };
-    let mut n = 0;
-    for (t, e) in &events[start + 1..] {
-        if e.as_deref() != Some(effect_id) {
-            continue;
-        }
-        match t.as_str() {
-            "EFFECT_RESOLVED" | "EFFECT_CANCELLED" => return 0,
-            "STOP_HOOK_INVOKED" => n += 1,
-            _ => {}
-        }
-    }
-    n
-}
-
 /// The first `<promise>…</promise>`, trimmed, whitespace runs collapsed (F17).
 pub(super) fn extract_promise(text: &str) -> Option<String> {
     let start = text.find("<promise>")? + "<promise>".len();
@@ -434,6 +257,11 @@ impl StopHook<'_, '_> {
             allow();
             return Ok(0);
         };
+        if let Err(e) = session::binding::valid_session_id(&sid) {
+            errln!("[hook:run] stop: {e}; allowing the stop");
+            allow();
+            return Ok(0);
+        }
         let state_dir = session::state_dir(
             self.cli.env,
             &self.cli.cwd,
@@ -450,7 +278,8 @@ impl StopHook<'_, '_> {
             }
         };
         if file.is_none()
-            && let Some(env) = env_sid.filter(|e| *e != sid)
+            && let Some(env) =
+                env_sid.filter(|e| *e != sid && session::binding::valid_session_id(e).is_ok())
         {
             let alt = session::session_file_path(&state_dir, env);
             if let Ok(Some(f)) = SessionFile::read(&alt) {

@@ -4,36 +4,12 @@
 //! resolution, and the run-relative POSIX paths babysitter stores. Paths are handled lexically
 //! the way Node's `path.resolve` / `path.relative` do (no symlink resolution).
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use babysitter_common::EnvMap;
 
 /// Node's `path.resolve(base, p)`: `p` if absolute, else `base/p`, with `.` and `..` folded.
-pub fn resolve(base: &Path, p: impl AsRef<Path>) -> PathBuf {
-    let p = p.as_ref();
-    if p.is_absolute() {
-        normalize(p)
-    } else {
-        normalize(&base.join(p))
-    }
-}
-
-/// Folds `.` and `..` lexically (`..` at the root stays at the root).
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() && !out.has_root() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
+pub use babysitter_common::project::{normalize, resolve};
 
 /// Node's `path.relative(from, to)` for absolute, normalised paths, with `/` separators.
 pub fn relative_posix(from: &Path, to: &Path) -> String {
@@ -131,10 +107,7 @@ pub fn all_run_dirs(primary: &Path, cwd: &Path) -> Vec<PathBuf> {
 /// The home directory as Node's `os.homedir()` finds it: `HOME` (resolved against the cwd),
 /// else this user's passwd entry; `None` when there is neither.
 pub fn home(env: &EnvMap, cwd: &Path) -> Option<PathBuf> {
-    match env.get_non_empty("HOME") {
-        Some(h) => Some(resolve(cwd, h)),
-        None => std::env::home_dir().filter(|h| h.is_absolute()),
-    }
+    babysitter_common::project::home_dir(env.get("HOME"), cwd)
 }
 
 /// Per-user files an iteration reads or writes, under `~/.a5c` as babysitter keeps them.
@@ -186,15 +159,7 @@ fn present(p: &Path) -> bool {
 
 /// The nearest ancestor of `start` holding `.git` or `.a5c`.
 pub fn find_repo_root(start: &Path) -> Option<PathBuf> {
-    let mut current = normalize(start);
-    loop {
-        if present(&current.join(".git")) || present(&current.join(".a5c")) {
-            return Some(current);
-        }
-        if !current.pop() {
-            return None;
-        }
-    }
+    babysitter_common::project::find_root(start)
 }
 
 pub fn repo_root(cwd: &Path) -> PathBuf {

@@ -2,6 +2,7 @@
 
 pub mod assign_process;
 pub mod create;
+mod create_session;
 pub mod events;
 pub mod halt;
 pub mod iterate;

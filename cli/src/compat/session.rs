@@ -18,11 +18,12 @@ use super::output;
 use super::paths;
 use super::runs::Run;
 
+pub mod binding;
 mod cleanup;
 mod iteration_message;
-mod markers;
+pub mod markers;
 mod resume;
-mod whoami;
+pub mod whoami;
 
 pub use cleanup::run as cleanup;
 pub use iteration_message::run as iteration_message;
@@ -267,24 +268,25 @@ impl SessionFile {
 
     /// Writes atomically (temp file in the same directory, then rename).
     pub fn write(&self, path: &Path) -> Result<(), String> {
-        let dir = path.parent().unwrap_or_else(|| Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| output::io_message("mkdir", dir, &e))?;
-        let tmp = PathBuf::from(format!("{}.tmp.{}", path.display(), std::process::id()));
-        if let Err(e) = std::fs::write(&tmp, self.render()) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!(
-                "Failed to write session state file: {}",
-                output::io_message("open", &tmp, &e)
-            ));
-        }
-        std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!(
-                "Failed to write session state file: {}",
-                output::io_message("rename", path, &e)
-            )
-        })
+        write_file_atomic(path, &self.render())
+            .map_err(|e| format!("Failed to write session state file: {e}"))
     }
+}
+
+/// Writes `text` to `path` through a temp file in the same directory renamed over it (a reader
+/// sees the old content or the new, never part of it).
+pub fn write_file_atomic(path: &Path, text: &str) -> Result<(), String> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| output::io_message("mkdir", dir, &e))?;
+    let tmp = PathBuf::from(format!("{}.tmp.{}", path.display(), std::process::id()));
+    if let Err(e) = std::fs::write(&tmp, text) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(output::io_message("open", &tmp, &e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        output::io_message("rename", path, &e)
+    })
 }
 
 /// Undoes the writer's `\\` / `\"` escapes, left to right.

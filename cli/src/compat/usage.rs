@@ -15,7 +15,8 @@ pub const USAGE: &str = "Usage:
   babysitter task:show <runDir> <effectId> [--json]
   babysitter task:cancel <runDir> <effectId> [--reason <text>] [--json]
   babysitter health [--json] [--verbose]
-  babysitter hook:run --hook-type <stop|session-end> [--harness <name>] [--state-dir <dir>] [--json]   (hook JSON on stdin)
+  babysitter hook:run --hook-type <stop|session-end|session-start|user-prompt-submit|pre-tool-use> [--harness <name>] [--state-dir <dir>] [--runs-dir <dir>] [--json]   (hook JSON on stdin)
+  babysitter compress-output <command> [args...]   (runs the command, prints its condensed output)
   babysitter log --type <process|hook|cli> --message <msg> [--run-id <id>] [--process-id <id>] [--label <label>] [--level <debug|info|warn|error>] [--source <src>] [--json]
   babysitter hook:log --hook-type <type> --log-file <path> [--json]   (hook JSON on stdin)
   babysitter breakpoint:approve-rule <pattern> [--action auto-approve|never-auto-approve] [--source <source>] [--note <note>] [--json]

@@ -218,8 +218,13 @@ impl Sandbox {
 
     /// Our CLI with `input` on its stdin.
     pub fn cmd_input(&self, args: &[&str], input: &str) -> Out {
+        self.cmd_input_env(args, input, &[])
+    }
+
+    /// Our CLI with `input` on its stdin and `extra` variables.
+    pub fn cmd_input_env(&self, args: &[&str], input: &str, extra: &[(&str, &str)]) -> Out {
         let ours = Path::new(env!("CARGO_BIN_EXE_babysitter"));
-        self.exec_input(ours, args, &[], Some(input))
+        self.exec_input(ours, args, extra, Some(input))
     }
 
     /// The reference CLI with `input` on its stdin.
@@ -270,6 +275,23 @@ impl Sandbox {
 
     pub fn cmd(&self, args: &[&str]) -> Out {
         self.cmd_env(args, &[])
+    }
+
+    /// The session state dir of this sandbox's stop-hook tests (`<tmp>/state`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    /// The variables of the stop-hook tests: [`Sandbox::state_dir`] as `BABYSITTER_STATE_DIR`,
+    /// and a per-effect back-off of 10 ms × 3^k.
+    pub fn session_env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "BABYSITTER_STATE_DIR".into(),
+                self.state_dir().display().to_string(),
+            ),
+            ("BABYSITTER_HOOK_BACKOFF_BASE".into(), "0.01".into()),
+        ]
     }
 
     /// `run:create` of `processes/<file>` with the fixture inputs; returns the run id.

@@ -5,7 +5,7 @@
 //! draining), process telemetry ([`telemetry::init_telemetry`]: log filter and format, OTLP
 //! export only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, W3C propagation on every hop), layered
 //! typed configuration ([`config::ConfigLoader`]: defaults → TOML → `<PREFIX>__…` env →
-//! overrides), the error → `tonic::Status` conventions ([`error`]) and validated ids ([`ids`]).
+//! overrides), where a project and a user keep babysitter's files ([`project`]), the error → `tonic::Status` conventions ([`error`]) and validated ids ([`ids`]).
 //!
 //! Boundaries: it depends on no service and on no generated service code; service crates depend
 //! on it. It never reads the process environment itself except in [`env::EnvMap::from_process`],
@@ -20,6 +20,7 @@ pub mod env;
 pub mod error;
 pub mod ids;
 pub mod main_support;
+pub mod project;
 pub mod server;
 pub mod telemetry;
 

@@ -216,7 +216,7 @@ impl Hooks {
     /// the timeout from `BABYSITTER_HOOK_TIMEOUT` (milliseconds), all read through `var`.
     pub fn from_env(cwd: PathBuf, var: impl Fn(&str) -> Option<String>) -> Hooks {
         let set = |k: &str| var(k).filter(|v| !v.trim().is_empty());
-        let home = set("HOME").map(PathBuf::from);
+        let home = babysitter_common::project::home_dir(var("HOME").as_deref(), &cwd);
         let plugin_root = [
             "BABYSITTER_PLUGIN_ROOT",
             "CLAUDE_PLUGIN_ROOT",
@@ -237,12 +237,9 @@ impl Hooks {
     /// ancestor holding `.a5c` or `.git`; the run directory itself when there is none), with the
     /// environment read through `var` (see [`Hooks::from_env`]).
     pub fn for_run_dir(run_dir: &Path, var: impl Fn(&str) -> Option<String>) -> Hooks {
-        let present = |p: PathBuf| std::fs::symlink_metadata(p).is_ok();
-        let root = run_dir
-            .ancestors()
-            .find(|d| present(d.join(".a5c")) || present(d.join(".git")))
-            .unwrap_or(run_dir);
-        Hooks::from_env(root.to_path_buf(), var)
+        let root =
+            babysitter_common::project::find_root(run_dir).unwrap_or_else(|| run_dir.to_path_buf());
+        Hooks::from_env(root, var)
     }
 
     /// The same hooks with another time limit per script.

@@ -8,6 +8,8 @@
 //! function) before anything is written. The bare-run check is repeated under the run's lock, so
 //! two concurrent assignments cannot both win.
 
+use std::path::Path;
+
 use babysitter_journal::{EventType, jsjson};
 use serde_json::{Map, Value, json};
 
@@ -144,49 +146,18 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         return Ok(0);
     }
 
-    let _guard = lock::acquire(&run.dir, cli.lock_timeout()).await?;
-    // Under the lock: another assignment may have won meanwhile.
-    let mut current = match run.metadata() {
-        Ok(m) => m,
-        Err(m) => {
-            errln!("[{CMD}] {m}");
-            return Ok(1);
-        }
+    let spec = Assign {
+        abs: &abs,
+        export_name: entry.export_name.as_deref(),
+        process_id: &process_id,
+        process_revision: a.value("--process-revision"),
+        force,
+        adopt: None,
     };
-    if !is_bare(&current) && !force {
-        return Ok(already_assigned(cli, &current));
-    }
-    let previous = current.get("entrypoint").cloned().unwrap_or(Value::Null);
-    let mut entrypoint = Map::new();
-    entrypoint.insert("importPath".into(), json!(abs.display().to_string()));
-    if let Some(x) = &entry.export_name {
-        entrypoint.insert("exportName".into(), json!(x));
-    }
-    let code_hash = runs::hash_file(&abs);
-    if let Some(m) = current.as_object_mut() {
-        m.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
-        m.insert("processPath".into(), json!(abs.display().to_string()));
-        m.insert("processId".into(), json!(process_id));
-        match &code_hash {
-            Some(h) => m.insert("processCodeHash".into(), json!(h)),
-            None => m.remove("processCodeHash"),
-        };
-        if let Some(r) = a.value("--process-revision") {
-            m.insert("processRevision".into(), json!(r));
-        }
-    }
-    let path = run.dir.join("run.json");
-    babysitter_journal::fs::write_atomic(&path, jsjson::to_file_string(&current).as_bytes())?;
-    let mut data = Map::new();
-    data.insert("processId".into(), json!(process_id));
-    data.insert("entrypoint".into(), Value::Object(entrypoint));
-    data.insert("previousEntrypoint".into(), previous.clone());
-    data.insert("force".into(), json!(force));
-    if let Some(h) = &code_hash {
-        data.insert("processCodeHash".into(), json!(h));
-    }
-    run.append(EventType::ProcessAssigned, data, &current, cli.env)
-        .await?;
+    let previous = match assign(cli, &run, &spec).await? {
+        Ok((previous, _)) => previous,
+        Err(current) => return Ok(already_assigned(cli, &current)),
+    };
     if a.json() {
         output::line(&output::pretty(&json!({
             "runId": run_id, "runDir": dir, "entry": resolved_entry, "processId": process_id,
@@ -198,4 +169,92 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         ));
     }
     Ok(0)
+}
+
+/// A process to attach to a run ([`assign`]).
+pub(crate) struct Assign<'a> {
+    pub abs: &'a Path,
+    pub export_name: Option<&'a str>,
+    pub process_id: &'a str,
+    pub process_revision: Option<&'a str>,
+    pub force: bool,
+    /// `run:create` adopting the session's bare run: the run also takes these.
+    pub adopt: Option<Adoption<'a>>,
+}
+
+/// What an adopted run takes from the `run:create` that adopts it.
+pub(crate) struct Adoption<'a> {
+    pub request: &'a str,
+    pub prompt: Option<&'a str>,
+    pub inputs: Option<&'a Value>,
+    pub non_interactive: bool,
+}
+
+/// Attaches the process under the run's lock: `run.json` gets the absolute entry (F9), the
+/// process id, code hash and revision, and the journal `PROCESS_ASSIGNED`. Returns the previous
+/// entrypoint and the new `run.json`, or `Err(run.json)` untouched when the run has a process
+/// already and `force` is off (checked under the lock: two assignments cannot both win).
+pub(crate) async fn assign(
+    cli: &Cli<'_>,
+    run: &Run,
+    spec: &Assign<'_>,
+) -> anyhow::Result<Result<(Value, Value), Value>> {
+    let _guard = lock::acquire(&run.dir, cli.lock_timeout()).await?;
+    let mut current = run.metadata().map_err(|m| anyhow::anyhow!("[{CMD}] {m}"))?;
+    if !is_bare(&current) && !spec.force {
+        return Ok(Err(current));
+    }
+    let previous = current.get("entrypoint").cloned().unwrap_or(Value::Null);
+    let abs = spec.abs.display().to_string();
+    let mut entrypoint = Map::new();
+    entrypoint.insert("importPath".into(), json!(abs));
+    if let Some(x) = spec.export_name {
+        entrypoint.insert("exportName".into(), json!(x));
+    }
+    let code_hash = runs::hash_file(spec.abs);
+    if let Some(m) = current.as_object_mut() {
+        m.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
+        m.insert("processPath".into(), json!(abs));
+        m.insert("processId".into(), json!(spec.process_id));
+        match &code_hash {
+            Some(h) => m.insert("processCodeHash".into(), json!(h)),
+            None => m.remove("processCodeHash"),
+        };
+        if let Some(r) = spec.process_revision {
+            m.insert("processRevision".into(), json!(r));
+        }
+        if let Some(adopt) = &spec.adopt {
+            m.insert("request".into(), json!(adopt.request));
+            if let Some(p) = adopt.prompt {
+                m.insert("prompt".into(), json!(p));
+            }
+            if adopt.non_interactive {
+                m.insert("nonInteractive".into(), json!(true));
+            }
+        }
+    }
+    let path = run.dir.join("run.json");
+    babysitter_journal::fs::write_atomic(&path, jsjson::to_file_string(&current).as_bytes())?;
+    let adopt = spec.adopt.as_ref();
+    if let Some(inputs) = adopt.and_then(|a| a.inputs) {
+        let path = run.dir.join("inputs.json");
+        babysitter_journal::fs::write_atomic(&path, jsjson::to_file_string(inputs).as_bytes())?;
+    }
+    let mut data = Map::new();
+    data.insert("processId".into(), json!(spec.process_id));
+    data.insert("entrypoint".into(), Value::Object(entrypoint));
+    data.insert("previousEntrypoint".into(), previous.clone());
+    data.insert("force".into(), json!(spec.force));
+    if let Some(p) = adopt.and_then(|a| a.prompt) {
+        data.insert("prompt".into(), json!(p));
+    }
+    if adopt.is_some_and(|a| a.inputs.is_some()) {
+        data.insert("inputsRef".into(), json!("inputs.json"));
+    }
+    if let Some(h) = &code_hash {
+        data.insert("processCodeHash".into(), json!(h));
+    }
+    run.append(EventType::ProcessAssigned, data, &current, cli.env)
+        .await?;
+    Ok(Ok((previous, current)))
 }

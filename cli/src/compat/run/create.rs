@@ -4,8 +4,9 @@
 //!
 //! Differences from the reference: no `node_modules/@a5c-ai/babysitter-sdk` symlink is created
 //! next to the process (B17: the embedded engine provides the SDK module); an existing run is
-//! never overwritten; run ids follow the workspace id rule (`[A-Za-z0-9._-]`, ≤ 128 chars);
-//! session binding is not performed yet (a `session` object reports that, non-fatally).
+//! never overwritten; run ids follow the workspace id rule (`[A-Za-z0-9._-]`, ≤ 128 chars).
+//! The session part — binding, adopting the session's bare run, Claude Code's first iteration —
+//! is `create_session`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,8 +18,11 @@ use babysitter_orchestrator::engine::host::HostError;
 use babysitter_orchestrator::engine::{Engine, EngineError};
 use serde_json::{Map, Value, json};
 
+use super::assign_process::{Adoption, Assign, assign};
+use super::create_session::Plan;
 use crate::compat::output::{self, Category, CliError, io_message};
 use crate::compat::runs::{self, Run};
+use crate::compat::session::binding::Bound;
 use crate::compat::{Cli, SDK_VERSION, paths, usage};
 
 const LAYOUT_VERSION: &str = "2026.01-storage-preview";
@@ -130,6 +134,31 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         return Ok(1);
     }
 
+    let plan = match Plan::new(cli) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    if let Some((run_id, run_dir)) = plan.adoptable(cli, &runs_dir, bare).await {
+        // The session's bare run takes the process instead of a new run being created.
+        let (Some(abs), Some(pid)) = (&abs_import, process_id) else {
+            anyhow::bail!("a run with a process has an entry and a process id");
+        };
+        return adopt(
+            cli,
+            &plan,
+            Adopt {
+                run_id,
+                run_dir,
+                runs_dir: &runs_dir,
+                abs,
+                export_name: export_name.as_deref(),
+                process_id: pid,
+                inputs: inputs.as_ref(),
+            },
+        )
+        .await;
+    }
+
     let run_id = a
         .value("--run-id")
         .map(str::to_owned)
@@ -176,19 +205,253 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         }
     });
     let harness = a.value("--harness");
-    let code_hash = abs_import.as_deref().and_then(runs::hash_file);
-    let proof = completion_proof_bytes()?;
+    let new = NewRun {
+        run_id: run_id.clone(),
+        process_id,
+        entrypoint: entrypoint.clone(),
+        request,
+        harness,
+        process_revision: a.value("--process-revision"),
+        prompt: a.value("--prompt"),
+        non_interactive: a.interactive == Some(false),
+        code_hash: abs_import.as_deref().and_then(runs::hash_file),
+        inputs: inputs.clone(),
+    };
+    write_run(cli, &run, &runs_dir, &new).await?;
 
+    let entry_out = entry_text(&entrypoint);
+    run_started(
+        cli,
+        &run_dir,
+        &run_id,
+        process_id,
+        &entry_out,
+        inputs.as_ref(),
+    )
+    .await;
+    finish(
+        cli, &plan, &run_id, &run_dir, &runs_dir, &entry_out, bare, false,
+    )
+    .await
+}
+
+/// `<importPath>[#<exportName>]` of an entrypoint, as `run:create` prints it.
+fn entry_text(entrypoint: &Map<String, Value>) -> String {
+    let path = entrypoint
+        .get("importPath")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match entrypoint.get("exportName").and_then(Value::as_str) {
+        Some(x) => format!("{path}#{x}"),
+        None => path.to_owned(),
+    }
+}
+
+/// The `on-run-start` runtime hook of a run created or adopted.
+async fn run_started(
+    cli: &Cli<'_>,
+    run_dir: &Path,
+    run_id: &str,
+    process_id: &str,
+    entry: &str,
+    inputs: Option<&Value>,
+) {
+    let hooks = crate::compat::runtime_hooks::for_run(cli, run_dir);
+    crate::compat::runtime_hooks::fire(cli, &hooks, "on-run-start", || {
+        let mut p = json!({"runId": run_id, "processId": process_id, "entry": entry});
+        if let Some(i) = inputs {
+            p["inputs"] = i.clone();
+        }
+        p
+    })
+    .await;
+}
+
+/// `run:create` adopting the session's bare run.
+struct Adopt<'a> {
+    run_id: String,
+    run_dir: PathBuf,
+    runs_dir: &'a Path,
+    abs: &'a Path,
+    export_name: Option<&'a str>,
+    process_id: &'a str,
+    inputs: Option<&'a Value>,
+}
+
+async fn adopt(cli: &Cli<'_>, plan: &Plan, ad: Adopt<'_>) -> anyhow::Result<u8> {
+    let a = &cli.args;
+    let run = Run::open(&ad.run_dir).map_err(anyhow::Error::msg)?;
+    let spec = Assign {
+        abs: ad.abs,
+        export_name: ad.export_name,
+        process_id: ad.process_id,
+        process_revision: a.value("--process-revision"),
+        force: false,
+        adopt: Some(Adoption {
+            request: a.value("--request").unwrap_or(ad.process_id),
+            prompt: a.value("--prompt"),
+            inputs: ad.inputs,
+            non_interactive: a.interactive == Some(false),
+        }),
+    };
+    let run_json = match assign(cli, &run, &spec).await? {
+        Ok((_, current)) => current,
+        Err(_) => {
+            let message = format!(
+                "Session run {} changed while it was being adopted. Retry run:create.",
+                ad.run_id
+            );
+            if a.json() {
+                output::line(&output::compact(&json!({
+                    "error": "SESSION_RUN_CHANGED", "message": message, "runId": ad.run_id,
+                })));
+            } else {
+                errln!("[run:create] {message}");
+            }
+            return Ok(1);
+        }
+    };
+    let entry = run_json
+        .get("entrypoint")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let entry_out = entry_text(&entry);
+    run_started(
+        cli,
+        &run.dir,
+        &ad.run_id,
+        ad.process_id,
+        &entry_out,
+        ad.inputs,
+    )
+    .await;
+    finish(
+        cli,
+        plan,
+        &ad.run_id,
+        &ad.run_dir,
+        ad.runs_dir,
+        &entry_out,
+        false,
+        true,
+    )
+    .await
+}
+
+/// Binds the session, seeds Claude Code's first iteration and prints the answer; a fatal
+/// binding error is exit 1.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    cli: &Cli<'_>,
+    plan: &Plan,
+    run_id: &str,
+    run_dir: &Path,
+    runs_dir: &Path,
+    entry_out: &str,
+    bare: bool,
+    adopted: bool,
+) -> anyhow::Result<u8> {
+    let bound = plan.bind(cli, run_id, run_dir, runs_dir).await;
+    let mut initial = None;
+    if plan.seeds_first_iteration(bound.as_ref(), bare) && fresh(run_dir, adopted).await {
+        match super::iterate::iterate(cli, run_dir, Some(1)).await {
+            Ok(done) => initial = Some(done),
+            Err(m) => errln!("[run:create] initial iteration failed: {m}"),
+        }
+    }
+    if cli.args.json() {
+        let mut out = Map::new();
+        out.insert("runId".into(), json!(run_id));
+        out.insert("runDir".into(), json!(run_dir.display().to_string()));
+        out.insert("entry".into(), json!(entry_out));
+        if let Some(b) = &bound {
+            out.insert("session".into(), plan.session_json(b));
+        }
+        if let Some(it) = &initial {
+            out.insert("initialIteration".into(), it.json.clone());
+        }
+        output::line(&output::pretty(&Value::Object(out)));
+    } else {
+        output::line(&format!(
+            "[run:create] runId={run_id} runDir={} entry={entry_out}",
+            run_dir.display()
+        ));
+        match &bound {
+            Some(Bound { error: Some(e), .. }) => {
+                errln!("[run:create] Session binding error: {e}")
+            }
+            Some(b) => output::line(&format!(
+                "[run:create] session={} bound via {} stateFile={}",
+                b.session_id,
+                b.harness,
+                b.state_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            )),
+            None => {}
+        }
+        if let Some(it) = &initial {
+            output::line(&format!(
+                "[run:create] initialIteration status={} reason={}",
+                it.json["status"].as_str().unwrap_or(""),
+                it.json["reason"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    Ok(if bound.is_some_and(|b| b.fatal) { 1 } else { 0 })
+}
+
+/// The run has not iterated: its journal is its `RUN_CREATED` (and, adopted, the
+/// `PROCESS_ASSIGNED` of the adoption).
+async fn fresh(run_dir: &Path, adopted: bool) -> bool {
+    let Ok(run) = Run::open(run_dir) else {
+        return false;
+    };
+    let Ok(events) = run.events().await else {
+        return false;
+    };
+    let kinds: Vec<&str> = events.iter().map(|e| e.body.kind.as_str()).collect();
+    kinds == ["RUN_CREATED"] || (adopted && kinds == ["RUN_CREATED", "PROCESS_ASSIGNED"])
+}
+
+/// A run to write ([`write_run`]).
+pub(crate) struct NewRun<'a> {
+    pub run_id: String,
+    /// `"bare-run"` for a run without a process.
+    pub process_id: &'a str,
+    /// `{importPath, exportName?}`, the import path relative to the run directory or `"bare-run"`.
+    pub entrypoint: Map<String, Value>,
+    pub request: String,
+    pub harness: Option<&'a str>,
+    pub process_revision: Option<&'a str>,
+    pub prompt: Option<&'a str>,
+    pub non_interactive: bool,
+    pub code_hash: Option<String>,
+    pub inputs: Option<Value>,
+}
+
+/// Writes a new run — `run.json` in the 6.0.0 form of §1.3, `inputs.json` — and journals its
+/// `RUN_CREATED`; returns `run.json`. An existing run is never overwritten.
+pub(crate) async fn write_run(
+    cli: &Cli<'_>,
+    run: &Run,
+    runs_dir: &Path,
+    new: &NewRun<'_>,
+) -> Result<Value, CliError> {
+    let run_id = &new.run_id;
+    let proof = completion_proof_bytes().map_err(|e| CliError::plain("Error", e.to_string()))?;
     let mut meta = Map::new();
     meta.insert("runId".into(), json!(run_id));
-    meta.insert("request".into(), json!(request));
-    meta.insert("processId".into(), json!(process_id));
-    if let Some(h) = harness {
+    meta.insert("request".into(), json!(new.request));
+    meta.insert("processId".into(), json!(new.process_id));
+    if let Some(h) = new.harness {
         meta.insert("harness".into(), json!(h));
     }
-    meta.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
-    meta.insert("processPath".into(), entrypoint["importPath"].clone());
-    if let Some(r) = a.value("--process-revision") {
+    meta.insert("entrypoint".into(), Value::Object(new.entrypoint.clone()));
+    meta.insert("processPath".into(), new.entrypoint["importPath"].clone());
+    if let Some(r) = new.process_revision {
         meta.insert("processRevision".into(), json!(r));
     }
     meta.insert("layoutVersion".into(), json!(LAYOUT_VERSION));
@@ -197,41 +460,34 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         json!(babysitter_journal::journal::now_iso()),
     );
     meta.insert("cwd".into(), json!(cli.cwd.display().to_string()));
-    if let Some(p) = a.value("--prompt") {
+    if let Some(p) = new.prompt {
         meta.insert("prompt".into(), json!(p));
     }
-    if a.interactive == Some(false) {
+    if new.non_interactive {
         meta.insert("nonInteractive".into(), json!(true));
     }
-    if let Some(h) = &code_hash {
+    if let Some(h) = &new.code_hash {
         meta.insert("processCodeHash".into(), json!(h));
     }
     meta.insert("completionProof".into(), json!(proof));
     meta.insert("sdkVersion".into(), json!(SDK_VERSION));
     let run_json = Value::Object(meta);
 
-    match run
-        .journal
-        .create_run(
-            &run_id,
-            RunFiles {
-                run_json: run_json.clone(),
-                inputs_json: inputs.clone(),
-            },
-        )
-        .await
-    {
+    let files = RunFiles {
+        run_json: run_json.clone(),
+        inputs_json: new.inputs.clone(),
+    };
+    match run.journal.create_run(run_id, files).await {
         Ok(_) => {}
         Err(JournalError::RunAlreadyExists { .. }) => {
             return Err(CliError::new(
                 "RunAlreadyExistsError",
-                format!("run {run_id} already exists at {}", run_dir.display()),
+                format!("run {run_id} already exists at {}", run.dir.display()),
                 Category::Validation,
             )
             .next_steps(vec![
                 "Pick another --run-id, or continue the existing run with run:iterate".into(),
-            ])
-            .into());
+            ]));
         }
         Err(e) => {
             return Err(CliError::plain(
@@ -240,78 +496,33 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
                     "cannot create run {run_id} under {}: {e}",
                     runs_dir.display()
                 ),
-            )
-            .into());
+            ));
         }
     }
 
     let mut data = Map::new();
     data.insert("runId".into(), json!(run_id));
-    data.insert("processId".into(), json!(process_id));
-    data.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
-    if let Some(h) = harness {
+    data.insert("processId".into(), json!(new.process_id));
+    data.insert("entrypoint".into(), Value::Object(new.entrypoint.clone()));
+    if let Some(h) = new.harness {
         data.insert("harness".into(), json!(h));
     }
-    if let Some(r) = a.value("--process-revision") {
+    if let Some(r) = new.process_revision {
         data.insert("processRevision".into(), json!(r));
     }
-    if let Some(h) = &code_hash {
+    if let Some(h) = &new.code_hash {
         data.insert("processCodeHash".into(), json!(h));
     }
-    if inputs.is_some() {
+    if new.inputs.is_some() {
         data.insert("inputsRef".into(), json!("inputs.json"));
     }
-    if let Some(p) = a.value("--prompt") {
+    if let Some(p) = new.prompt {
         data.insert("prompt".into(), json!(p));
     }
     run.append(EventType::RunCreated, data, &run_json, cli.env)
-        .await?;
-
-    let entry_out = match entrypoint.get("exportName").and_then(Value::as_str) {
-        Some(x) => format!("{}#{x}", entrypoint["importPath"].as_str().unwrap_or("")),
-        None => entrypoint["importPath"].as_str().unwrap_or("").to_owned(),
-    };
-    let hooks = crate::compat::runtime_hooks::for_run(cli, &run_dir);
-    crate::compat::runtime_hooks::fire(cli, &hooks, "on-run-start", || {
-        let mut p = json!({"runId": run_id, "processId": process_id, "entry": entry_out});
-        if let Some(i) = &inputs {
-            p["inputs"] = i.clone();
-        }
-        p
-    })
-    .await;
-    // Session binding (session files, stop-hook state) is not implemented yet: report it the
-    // way the reference reports a non-fatal binding error.
-    let session = (harness.is_some() || a.value("--session-id").is_some() || a.session_id_flag)
-        .then(|| {
-            json!({
-                "harness": harness.unwrap_or("custom"),
-                "sessionId": a.value("--session-id").or(cli.env.get_non_empty("AGENT_SESSION_ID")).unwrap_or(""),
-                "error": "session binding is not supported by this babysitter build yet (no session file was written)",
-            })
-        });
-    if a.json() {
-        let mut out = Map::new();
-        out.insert("runId".into(), json!(run_id));
-        out.insert("runDir".into(), json!(run_dir.display().to_string()));
-        out.insert("entry".into(), json!(entry_out));
-        if let Some(s) = &session {
-            out.insert("session".into(), s.clone());
-        }
-        output::line(&output::pretty(&Value::Object(out)));
-    } else {
-        output::line(&format!(
-            "[run:create] runId={run_id} runDir={} entry={entry_out}",
-            run_dir.display()
-        ));
-        if let Some(s) = &session {
-            errln!(
-                "[run:create] Session binding error: {}",
-                s["error"].as_str().unwrap_or("")
-            );
-        }
-    }
-    Ok(0)
+        .await
+        .map_err(|e| CliError::plain("Error", format!("{e:#}")))?;
+    Ok(run_json)
 }
 
 fn dry_run(cli: &Cli<'_>, runs_dir: &Path, entry: &str, inputs: Option<&Path>) -> u8 {

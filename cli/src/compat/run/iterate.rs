@@ -120,8 +120,10 @@ async fn wrapper_hooks(
 ) -> Decided {
     let mut d = Decided::default();
     if outcome.status == "waiting" {
-        let pending = outcome.next_actions.clone().unwrap_or_default();
+        // Copied only when a hook will see them (a fan-out's hundreds of actions).
+        let pending = &outcome.next_actions;
         let start = fire(cli, hooks, "on-iteration-start", || {
+            let pending = pending.clone().unwrap_or_default();
             json!({"runId": run_id, "iteration": iteration, "status": "waiting", "pending": pending})
         })
         .await;
@@ -239,8 +241,17 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ("verbose", Some("true".into())),
         ],
     );
-    match iterate(cli, &run_dir).await {
-        Ok(code) => Ok(code),
+    match iterate(cli, &run_dir, None).await {
+        Ok(done) => {
+            if cli.args.json() {
+                output::line(&output::pretty(&done.json));
+            } else {
+                for line in &done.text {
+                    output::line(line);
+                }
+            }
+            Ok(done.code)
+        }
         Err(msg) => {
             errln!("[run:iterate] Error: {msg}");
             Ok(1)
@@ -248,7 +259,20 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     }
 }
 
-async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String> {
+/// What one `run:iterate` produced: its exit code, its `--json` document and its text lines.
+pub(crate) struct Iterated {
+    pub code: u8,
+    pub json: Value,
+    pub text: Vec<String>,
+}
+
+/// One iteration of the run in `run_dir` (`iteration`: the number to report instead of the
+/// journal's count + 1, as `--iteration` gives it).
+pub(crate) async fn iterate(
+    cli: &Cli<'_>,
+    run_dir: &std::path::Path,
+    iteration: Option<u64>,
+) -> Result<Iterated, String> {
     let run = Run::open(run_dir)?;
     let run_json = run.metadata()?;
     if run_json
@@ -292,7 +316,9 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         })
         .await
         .map_err(|e| format!("{e:#}"))?;
-    let iteration = cli.args.number("--iteration").unwrap_or(count + 1);
+    let iteration = iteration
+        .or_else(|| cli.args.number("--iteration"))
+        .unwrap_or(count + 1);
     if cli.args.verbose() {
         errln!(
             "[run:iterate] Starting iteration {iteration} for run {}",
@@ -404,7 +430,7 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         .get("processId")
         .and_then(Value::as_str)
         .unwrap_or("");
-    if cli.args.json() {
+    let json = {
         let mut m = Map::new();
         m.insert("iteration".into(), json!(iteration));
         m.insert("iterationCount".into(), json!(count));
@@ -417,8 +443,8 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
         if let Some(u) = &decided.until {
             m.insert("until".into(), u.clone());
         }
-        if let Some(a) = &outcome.next_actions {
-            m.insert("nextActions".into(), Value::Array(a.clone()));
+        if let Some(a) = outcome.next_actions.take() {
+            m.insert("nextActions".into(), Value::Array(a));
         }
         if let Some(p) = &outcome.completion_proof {
             m.insert("completionProof".into(), json!(p));
@@ -433,27 +459,31 @@ async fn iterate(cli: &Cli<'_>, run_dir: &std::path::Path) -> Result<u8, String>
             "metadata".into(),
             json!({"runId": run.id, "processId": process_id, "hookStatus": decided.hook_status}),
         );
-        output::line(&output::pretty(&Value::Object(m)));
+        Value::Object(m)
+    };
+    let mut text = Vec::new();
+    let progress = if count > 0 {
+        format!(" ({count} completed)")
     } else {
-        let progress = if count > 0 {
-            format!(" ({count} completed)")
-        } else {
-            String::new()
-        };
-        let count_text = decided
-            .count
-            .as_ref()
-            .map(|c| format!(" count={c}"))
-            .unwrap_or_default();
-        output::line(&format!(
-            "[run:iterate] iteration={iteration}{progress} status={} action={}{count_text} reason={}",
-            outcome.status, decided.action, outcome.reason
-        ));
-        if let Some(p) = &outcome.completion_proof {
-            output::line(&format!("[run:iterate] completionProof={p}"));
-        }
+        String::new()
+    };
+    let count_text = decided
+        .count
+        .as_ref()
+        .map(|c| format!(" count={c}"))
+        .unwrap_or_default();
+    text.push(format!(
+        "[run:iterate] iteration={iteration}{progress} status={} action={}{count_text} reason={}",
+        outcome.status, decided.action, outcome.reason
+    ));
+    if let Some(p) = &outcome.completion_proof {
+        text.push(format!("[run:iterate] completionProof={p}"));
     }
-    Ok(if outcome.status == "halted" { 1 } else { 0 })
+    Ok(Iterated {
+        code: if outcome.status == "halted" { 1 } else { 0 },
+        json,
+        text,
+    })
 }
 
 /// The hooks the reference's orchestrator calls around the process: `task.created` for each

@@ -8,23 +8,9 @@ use babysitter_common::EnvMap;
 use babysitter_journal::fs::pid_alive;
 use serde_json::json;
 
-use super::markers;
 use super::state_dir;
+use super::{binding, markers};
 use crate::compat::{Cli, output};
-
-/// Environment variables in which a harness publishes its own session id.
-fn native_env_vars(harness: &str) -> &'static [&'static str] {
-    match markers::slug(harness).as_str() {
-        "codex" => &["CODEX_THREAD_ID", "CODEX_SESSION_ID"],
-        "gemini-cli" | "gemini" => &["GEMINI_SESSION_ID"],
-        "github-copilot" => &["COPILOT_SESSION_ID"],
-        "oh-my-pi" => &["OMP_SESSION_ID"],
-        "pi" => &["PI_SESSION_ID"],
-        "opencode" => &["OPENCODE_SESSION_ID"],
-        "hermes" => &["HERMES_SESSION"],
-        _ => &[],
-    }
-}
 
 /// What `session:whoami` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,9 +40,10 @@ pub fn resolve(env: &EnvMap, state_dir: &std::path::Path, harness: &str) -> Whoa
         (None, None, None)
     };
     let ancestor_alive = ancestor_pid.map(|p| pid_alive(i64::from(p)));
-    let native = native_env_vars(harness)
-        .iter()
-        .find_map(|k| env.get_non_empty(k));
+    let adapter = binding::by_name(&markers::slug(harness));
+    let first = |vars: &[&str]| vars.iter().find_map(|k| env.get_non_empty(k));
+    let native = adapter.and_then(|a| first(a.native));
+    let fallback = adapter.and_then(|a| first(a.fallback));
     let agent = env.get_non_empty("AGENT_SESSION_ID");
     let trust_env = ["AGENT_TRUST_ENV_SESSION", "BABYSITTER_TRUST_ENV_SESSION"]
         .iter()
@@ -65,7 +52,8 @@ pub fn resolve(env: &EnvMap, state_dir: &std::path::Path, harness: &str) -> Whoa
         agent.or(native)
     } else {
         native.or(agent)
-    };
+    }
+    .or(fallback);
     let (session_id, resolved_from) = match (&marker, from_env) {
         (Some(m), _) if !trust_env || from_env.is_none() => (Some(m.clone()), "pid-marker"),
         (_, Some(e)) => (Some(e.to_owned()), "env-var"),

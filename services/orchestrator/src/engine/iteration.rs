@@ -420,7 +420,7 @@ impl Engine {
             );
         }
         let next_actions = if self.options().next_actions {
-            self.next_actions(run_id, &report, &iso(now)).await?
+            self.next_actions(run_id, &mut report, &iso(now)).await?
         } else {
             Vec::new()
         };
@@ -515,16 +515,29 @@ impl Engine {
     /// babysitter's `nextActions` for the effects the process is blocked on. Effects requested
     /// by this iteration were journaled at `requested_at` (their `requestedAt`, as `task:list`
     /// reports it later from the journal).
+    /// babysitter's `nextActions` for what the process waits on; the new requests' TaskDefs are
+    /// moved into them.
     async fn next_actions(
         &self,
         run_id: &str,
-        report: &DriveReport,
+        report: &mut DriveReport,
         requested_at: &str,
     ) -> Result<Vec<Value>, EngineError> {
+        let mut task_defs: Vec<Option<Value>> = report
+            .requests
+            .iter_mut()
+            .map(|r| r.task_def.take())
+            .collect();
+        let new: HashMap<&str, usize> = report
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.effect_id.as_str(), i))
+            .collect();
         let known: Vec<&String> = report
             .blocked
             .iter()
-            .filter(|id| !report.requests.iter().any(|r| &r.effect_id == *id))
+            .filter(|id| !new.contains_key(id.as_str()))
             .collect();
         let records: HashMap<String, Arc<EffectRecord>> = if known.is_empty() {
             HashMap::new()
@@ -538,18 +551,14 @@ impl Engine {
                 })
                 .await?
         };
-        let new: HashMap<&str, &Request> = report
-            .requests
-            .iter()
-            .map(|r| (r.effect_id.as_str(), r))
-            .collect();
         let mut seen = HashSet::new();
         let mut actions = Vec::new();
         for id in &report.blocked {
-            if !seen.insert(id.clone()) {
+            if !seen.insert(id.as_str()) {
                 continue;
             }
-            if let Some(r) = new.get(id.as_str()) {
+            if let Some(&i) = new.get(id.as_str()) {
+                let r = &report.requests[i];
                 // Built field by field: `json!` would re-serialise the TaskDef value by value.
                 let text = |s: &str| Value::String(s.to_owned());
                 let mut a = Map::new();
@@ -561,7 +570,7 @@ impl Engine {
                     "labels".into(),
                     Value::Array(r.labels.iter().map(|l| text(l)).collect()),
                 );
-                a.insert("taskDef".into(), r.task_def.clone().unwrap_or(Value::Null));
+                a.insert("taskDef".into(), task_defs[i].take().unwrap_or(Value::Null));
                 a.insert("taskId".into(), text(&r.task_id));
                 a.insert("stepId".into(), text(&r.step_id));
                 a.insert(
