@@ -32,7 +32,16 @@ pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env = babysitter_common::EnvMap::from_process();
-    match args.first().map(String::as_str) {
+    // `up` sets up the services' telemetry; every other command logs warnings on stderr (a
+    // library's warning was dropped before: no subscriber).
+    let first = args.first().map(String::as_str);
+    if first != Some("up") {
+        babysitter_common::telemetry::init_command_logging(
+            babysitter_common::telemetry::command_log_level(env.get("BABYSITTER_LOG_LEVEL")),
+            first == Some("warm"),
+        );
+    }
+    match first {
         Some("run") => run::main(&args[1..], &env),
         Some("up") => up::main(&args[1..]),
         Some("warm") => compat::warm::main(&args[1..], &env),

@@ -168,6 +168,43 @@ pub fn init_telemetry(
     })
 }
 
+/// The level a babysitter CLI process logs at: babysitter's `BABYSITTER_LOG_LEVEL` (`debug`,
+/// `info`, `warn`, `error`, `silent`, any case); unset, empty or unknown → `warn` (`health`
+/// reports an unknown value).
+pub fn command_log_level(level: Option<&str>) -> tracing_subscriber::filter::LevelFilter {
+    use tracing_subscriber::filter::LevelFilter;
+    match level.map(|l| l.trim().to_ascii_lowercase()).as_deref() {
+        Some("debug") => LevelFilter::DEBUG,
+        Some("info") => LevelFilter::INFO,
+        Some("error") => LevelFilter::ERROR,
+        Some("silent") => LevelFilter::OFF,
+        _ => LevelFilter::WARN,
+    }
+}
+
+/// Logging for the `babysitter` CLI's commands, which are not services: what the libraries log
+/// at `level` and above — a snapshot that could not be used, a stale `run.lock` taken over, a
+/// process's `console.warn` / `console.error` — as plain lines on stderr (stdout carries the
+/// commands' JSON), with timestamps for long-lived ones (`warm serve`). No exporter, no filter
+/// parsing: it runs on every CLI call. Nothing is installed at `OFF`; a second call is a no-op.
+pub fn init_command_logging(level: tracing_subscriber::filter::LevelFilter, timestamps: bool) {
+    use std::io::IsTerminal as _;
+    if level == tracing_subscriber::filter::LevelFilter::OFF {
+        return;
+    }
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let layer = if timestamps {
+        layer.boxed()
+    } else {
+        layer.without_time().boxed()
+    };
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(level))
+        .try_init();
+}
+
 fn parse_filter(directives: &str) -> Result<EnvFilter, TelemetryError> {
     EnvFilter::try_new(directives).map_err(|e| TelemetryError::InvalidFilter {
         filter: directives.to_owned(),
