@@ -34,7 +34,7 @@ mod session_start;
 
 pub use facts::ObservedState;
 use facts::prior_fires;
-pub(super) use facts::{RunFacts, run_facts};
+pub(super) use facts::{RunFacts, facts_from, run_facts};
 
 const HOOK_TYPES: &str = "stop, session-end, session-start, user-prompt-submit, pre-tool-use";
 

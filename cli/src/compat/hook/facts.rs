@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use babysitter_journal::StoredEvent;
 use babysitter_journal::index::EffectRecord;
 use serde_json::Value;
 
@@ -53,6 +54,14 @@ pub(in crate::compat) struct RunFacts {
 /// Reads the journal and derives the observed state and pending facts.
 pub(in crate::compat) async fn run_facts(run: &Run) -> anyhow::Result<RunFacts> {
     let evs = run.events().await?;
+    facts_from(run, &evs).await
+}
+
+/// [`run_facts`] over the run's events, already read by the caller.
+pub(in crate::compat) async fn facts_from(
+    run: &Run,
+    evs: &[StoredEvent],
+) -> anyhow::Result<RunFacts> {
     let pending: Vec<EffectRecord> = run
         .inspect(|_, idx| idx.pending().cloned().collect())
         .await?;

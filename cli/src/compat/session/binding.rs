@@ -25,7 +25,7 @@ use babysitter_common::EnvMap;
 use serde_json::{Map, Value, json};
 
 use super::{SessionFile, SessionState, session_file_path};
-use crate::compat::hook::{ObservedState, run_facts};
+use crate::compat::hook::{ObservedState, facts_from, run_facts};
 use crate::compat::runs::Run;
 
 /// One harness adapter's session behaviour.
@@ -478,9 +478,9 @@ pub async fn adoptable(
             .is_some_and(|s| s != session_id)
     });
     if other_session
-        || run_state(&run_dir)
+        || facts_from(&run, &events)
             .await
-            .is_none_or(ObservedState::terminal)
+            .map_or(true, |f| f.state.terminal())
     {
         return None;
     }
