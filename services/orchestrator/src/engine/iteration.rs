@@ -512,11 +512,9 @@ impl Engine {
         })
     }
 
-    /// babysitter's `nextActions` for the effects the process is blocked on. Effects requested
-    /// by this iteration were journaled at `requested_at` (their `requestedAt`, as `task:list`
-    /// reports it later from the journal).
-    /// babysitter's `nextActions` for what the process waits on; the new requests' TaskDefs are
-    /// moved into them.
+    /// babysitter's `nextActions` for the effects the process is blocked on; the TaskDefs of
+    /// this iteration's requests are moved into them. Those effects were journaled at
+    /// `requested_at` (their `requestedAt`, as `task:list` reports it later from the journal).
     async fn next_actions(
         &self,
         run_id: &str,
