@@ -210,25 +210,24 @@ async fn main() {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10, 50, 200]);
-    // Our CLI twice: every call a fresh process working on the run directory (local), and the
-    // same calls sent to `babysitter warm serve` (BABYSITTER_WARM_SOCKET), which keeps the
-    // run's JS session and journal index between calls.
+    // Our CLI twice: as it runs by default — the first call runs locally and starts this
+    // build's warm server in the background, which the next calls use (it keeps the run's JS
+    // session and journal index between calls) — and with BABYSITTER_WARM=0, every call a fresh
+    // process working on the run directory alone. The default's server lives in a directory of
+    // the bench's own and is stopped by its pid at the end.
     let warm_dir = tempfile::tempdir().unwrap();
-    let socket = warm_dir.path().join("warm.sock");
-    let mut server = Command::new(&ours[0])
-        .args(["warm", "serve", "--socket"])
-        .arg(&socket)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the warm server");
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    let local: Vec<(String, String)> = vec![("BABYSITTER_WARM_SOCKET".into(), String::new())];
-    let warm: Vec<(String, String)> = vec![(
-        "BABYSITTER_WARM_SOCKET".into(),
-        socket.display().to_string(),
-    )];
+    let local: Vec<(String, String)> = vec![
+        ("BABYSITTER_WARM".into(), "0".into()),
+        ("BABYSITTER_WARM_SOCKET".into(), String::new()),
+    ];
+    let default: Vec<(String, String)> = vec![
+        ("BABYSITTER_WARM".into(), String::new()),
+        ("BABYSITTER_WARM_SOCKET".into(), String::new()),
+        (
+            "XDG_RUNTIME_DIR".into(),
+            warm_dir.path().display().to_string(),
+        ),
+    ];
     println!(
         "{:<30} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
         "scenario",
@@ -267,12 +266,12 @@ async fn main() {
     };
     for (name, src, n) in cases {
         let ours_local = keep(drive(root.path(), &ours, src, n, &local));
-        let ours_warm = keep(drive(root.path(), &ours, src, n, &warm));
+        let ours_warm = keep(drive(root.path(), &ours, src, n, &default));
         let b = reference
             .as_ref()
             .map(|r| keep(drive(root.path(), r, src, n, &[])));
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        for (mode, a) in [("local", ours_local), ("warm server", ours_warm)] {
+        for (mode, a) in [("default", ours_warm), ("WARM=0", ours_local)] {
             let label = format!("{name} ({mode})");
             match &b {
                 Some(b) => println!(
@@ -300,8 +299,16 @@ async fn main() {
             }
         }
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    // The auto-started server(s), by pid.
+    let pids = std::fs::read_dir(warm_dir.path().join("babysitter"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pid"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok());
+    for pid in pids {
+        let _ = Command::new("kill").arg(pid.trim()).status();
+    }
     drop(dirs);
     drop(root);
     rustix::fs::sync();

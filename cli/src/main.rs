@@ -32,13 +32,14 @@ pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env = babysitter_common::EnvMap::from_process();
-    // `up` sets up the services' telemetry; every other command logs warnings on stderr (a
-    // library's warning was dropped before: no subscriber).
+    // `up` sets up the services' telemetry and `warm serve` its own (each command's logs go to
+    // its client); every other command logs warnings on stderr (a library's warning was
+    // dropped before: no subscriber).
     let first = args.first().map(String::as_str);
-    if first != Some("up") {
+    let serving = first == Some("warm") && args.get(1).map(String::as_str) == Some("serve");
+    if first != Some("up") && !serving {
         babysitter_common::telemetry::init_command_logging(
             babysitter_common::telemetry::command_log_level(env.get("BABYSITTER_LOG_LEVEL")),
-            first == Some("warm"),
         );
     }
     match first {

@@ -1,8 +1,9 @@
 //! The warm server (`babysitter warm serve`) beside other writers: runs it drives meet local
 //! commands and the reference's kind of outside changes and still come out exactly as a run
-//! driven only by local calls; without a server, commands run locally; `BABYSITTER_WARM=1`
-//! starts one on first use. (The compatibility scenarios run through it too, in
-//! `compat_scenario.rs`.)
+//! driven only by local calls; without a server, commands run locally; by default this build's
+//! server starts on first use; a busy server never makes a client wait; a served command sees
+//! the client's environment, per-user files and log level. (The compatibility scenarios run
+//! through it too, in `compat_scenario.rs`.)
 
 mod compat_support;
 
@@ -101,40 +102,71 @@ fn without_a_server_commands_run_locally() {
     );
 }
 
+/// Stops a server by its pid, also when an assertion fails.
+struct Stop(i32);
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
+/// The auto-started servers under `xdg`: (socket, pid), once each listens.
+fn servers_in(xdg: &std::path::Path, count: usize) -> Vec<(std::path::PathBuf, i32)> {
+    let dir = xdg.join("babysitter");
+    let sockets = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+            .collect();
+        v.sort();
+        v
+    };
+    wait_until("the auto-started servers", || {
+        let s = sockets();
+        s.len() == count
+            && s.iter()
+                .all(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
+    });
+    sockets()
+        .into_iter()
+        .map(|sock| {
+            let pid = std::fs::read_to_string(sock.with_extension("pid"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            (sock, pid)
+        })
+        .collect()
+}
+
 #[test]
-fn babysitter_warm_1_starts_a_server_on_first_use() {
+fn by_default_this_builds_server_starts_on_first_use() {
     let s = Sandbox::new();
     seq_run(&s, "auto");
     let xdg = s.tmp.path().join("xdg");
     std::fs::create_dir_all(&xdg).unwrap();
     let xdg_s = xdg.display().to_string();
-    let env: &[(&str, &str)] = &[("BABYSITTER_WARM", "1"), ("XDG_RUNTIME_DIR", &xdg_s)];
+    // The sandbox turns the server off; an empty BABYSITTER_WARM is the default.
+    let env: &[(&str, &str)] = &[("BABYSITTER_WARM", ""), ("XDG_RUNTIME_DIR", &xdg_s)];
     // First call: runs locally and starts the server in the background.
     let first = s
         .cmd_env(&["run:iterate", "auto", "--json"], env)
         .ok()
         .json();
     assert_eq!(first["status"], "waiting");
-    let pid_file = xdg.join("babysitter").join("warm.pid");
-    let socket = xdg.join("babysitter").join("warm.sock");
-    wait_until("the auto-started server", || {
-        std::os::unix::net::UnixStream::connect(&socket).is_ok()
-    });
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // Stopped by its pid, also when an assertion below fails.
-    struct Stop(i32);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .arg(self.0.to_string())
-                .status();
-        }
-    }
+    let (socket, pid) = servers_in(&xdg, 1).remove(0);
     let server = Stop(pid);
+    let name = socket.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("warm-") && name.len() == "warm-.sock".len() + 16,
+        "{name}"
+    );
     let status = s
         .cmd_env(&["run:status", "auto", "--json"], env)
         .ok()
@@ -146,14 +178,40 @@ fn babysitter_warm_1_starts_a_server_on_first_use() {
         "{}",
         report.stdout
     );
+    // Another build of babysitter (here: the same program in another file) never talks to
+    // this server: it starts one of its own.
+    let copy = s.tmp.path().join("babysitter-copy");
+    std::fs::copy(env!("CARGO_BIN_EXE_babysitter"), &copy).unwrap();
+    let other = s
+        .exec(&copy, &["run:status", "auto", "--json"], env)
+        .ok()
+        .json();
+    assert_eq!(other["state"], "waiting", "{other}");
+    // The copy's own server (the first is stopped by `server`).
+    let others: Vec<Stop> = servers_in(&xdg, 2)
+        .into_iter()
+        .filter(|(sock, _)| *sock != socket)
+        .map(|(_, pid)| Stop(pid))
+        .collect();
+    assert_eq!(others.len(), 1);
+    let report = s.cmd_env(&["warm", "status"], env).ok();
+    assert!(
+        report.stdout.contains("served: 1 commands"),
+        "the copy's call did not go to this build's server: {}",
+        report.stdout
+    );
+    drop(others);
     drop(server);
-    wait_until("the server to stop", || {
-        !socket.try_exists().unwrap_or(true)
+    wait_until("the servers to stop", || {
+        std::fs::read_dir(xdg.join("babysitter"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .all(|e| e.path().extension().is_none_or(|x| x != "sock"))
     });
 }
 
 #[test]
-fn concurrent_clients_are_served_one_command_at_a_time() {
+fn concurrent_clients_all_get_their_answer_once() {
     let s = Sandbox::new().warm();
     seq_run(&s, "conc");
     s.iterate("conc");
@@ -167,7 +225,8 @@ fn concurrent_clients_are_served_one_command_at_a_time() {
         let v = o.ok().json();
         assert_eq!(v["status"], "waiting", "{v}");
     }
-    // Nine iterations, each journaled once, one pending effect.
+    // Nine iterations (served, or run locally while the server was busy), each journaled once,
+    // one pending effect.
     let events = s.event_types("conc");
     assert_eq!(
         events.iter().filter(|t| *t == "RUN_ITERATION").count(),
@@ -175,7 +234,113 @@ fn concurrent_clients_are_served_one_command_at_a_time() {
         "{events:?}"
     );
     assert_eq!(s.pending("conc").len(), 1);
-    assert!(s.warm_served() >= 9);
+    assert!(s.warm_served() >= 2);
+}
+
+const WARNS: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('warm.step', (args) => ({ kind: 'node', title: 'step ' + args.i, node: { entry: 'noop.js' } }));\n\
+export async function process(inputs, ctx) { for (let i = 0; i < 3; i++) { const r = await ctx.task(step, { i }); console.warn('got ' + r.value); } return {}; }\n";
+
+/// A command the server is running holds up nobody: while one client's `run:iterate` waits in
+/// a hook, another client's command is answered (run locally). The hook sees the environment of
+/// the client whose command it belongs to, not the server's.
+#[test]
+fn a_slow_command_holds_up_no_other_client_and_hooks_get_the_clients_environment() {
+    let s = Sandbox::new().warm();
+    seq_run(&s, "slow");
+    seq_run(&s, "other");
+    s.write(
+        ".a5c/hooks/on-iteration-start/wait.sh",
+        "echo \"$CLIENT_MARK\" > hook-env.txt\ntouch started\n\
+         i=0; while [ ! -e release ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done\n",
+    );
+    let before = s.warm_served();
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            s.cmd_env(
+                &["run:iterate", "slow", "--json"],
+                &[
+                    ("CLIENT_MARK", "from-the-client"),
+                    ("BABYSITTER_HOOK_TIMEOUT", "300000"),
+                ],
+            )
+        });
+        wait_until("the hook to start", || {
+            s.project.join("started").try_exists().unwrap()
+        });
+        let listed = s.cmd(&["task:list", "other", "--json"]).ok().json();
+        assert!(listed["tasks"].is_array(), "{listed}");
+        assert!(!slow.is_finished(), "the slow command is still in its hook");
+        s.write("release", "");
+        let it = slow.join().unwrap().ok().json();
+        assert_eq!(it["status"], "waiting", "{it}");
+    });
+    assert_eq!(
+        std::fs::read_to_string(s.project.join("hook-env.txt"))
+            .unwrap()
+            .trim(),
+        "from-the-client"
+    );
+    assert_eq!(
+        s.warm_served(),
+        before + 1,
+        "the slow command was served; the other ran locally"
+    );
+}
+
+/// What a served command logs reaches its client's stderr, at the client's level; `ctx.log`
+/// lines go to the client's log directory, not the server's.
+#[test]
+fn a_served_command_logs_to_its_client_and_writes_the_clients_files() {
+    let s = Sandbox::new().warm();
+    s.write("processes/warns.mjs", WARNS);
+    s.write("inputs.json", "{}");
+    s.create("warns", "processes/warns.mjs#process");
+    s.iterate("warns");
+    let post = |i: usize| {
+        let effect = s.pending("warns")[0]["effectId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        s.post_inline("warns", &effect, &format!("{{\"value\": {i}}}"))
+            .ok();
+    };
+    post(1);
+    let out = s.cmd(&["run:iterate", "warns", "--json"]).ok();
+    assert!(out.stderr.contains("got 1"), "{}", out.stderr);
+    post(2);
+    let quiet = s
+        .cmd_env(
+            &["run:iterate", "warns", "--json"],
+            &[("BABYSITTER_LOG_LEVEL", "error")],
+        )
+        .ok();
+    assert!(!quiet.stderr.contains("got 2"), "{}", quiet.stderr);
+    assert!(s.warm_served() >= 4, "the iterations were served");
+
+    let demo = Sandbox::with_demo().warm();
+    let id = demo.create("logged", "processes/demo.mjs#process");
+    let mine = demo.tmp.path().join("client-logs");
+    demo.cmd_env(
+        &["run:iterate", &id, "--json"],
+        &[("BABYSITTER_LOG_DIR", &mine.display().to_string())],
+    )
+    .ok();
+    assert!(
+        mine.join(&id).join("process.log").is_file(),
+        "the client's log directory"
+    );
+    assert!(
+        !demo
+            .tmp
+            .path()
+            .join("home/.a5c/logs")
+            .join(&id)
+            .try_exists()
+            .unwrap(),
+        "not the server's"
+    );
+    assert!(demo.warm_served() >= 1);
 }
 
 /// The server writes a command's state cache after answering, and before its next request: by

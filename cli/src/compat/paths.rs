@@ -111,7 +111,7 @@ pub fn home(env: &EnvMap, cwd: &Path) -> Option<PathBuf> {
 }
 
 /// Per-user files an iteration reads or writes, under `~/.a5c` as babysitter keeps them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct UserFiles {
     /// Structured logs (`BABYSITTER_LOG_DIR`, else `~/.a5c/logs`).
     pub logs: Option<PathBuf>,

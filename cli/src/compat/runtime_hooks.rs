@@ -22,7 +22,14 @@ use super::{Cli, paths};
 /// The hooks of the run at `run_dir` (made absolute against the cwd).
 pub fn for_run(cli: &Cli<'_>, run_dir: &Path) -> Hooks {
     let dir = paths::resolve(&cli.cwd, run_dir);
-    Hooks::for_run_dir(&dir, |k| cli.env.get(k).map(str::to_owned))
+    let hooks = Hooks::for_run_dir(&dir, |k| cli.env.get(k).map(str::to_owned));
+    // The warm server runs a client's command: the scripts get the client's environment, not
+    // the server's (a local call's hooks inherit the caller's as they are).
+    if super::warm::serving() {
+        hooks.with_env(cli.env.iter())
+    } else {
+        hooks
+    }
 }
 
 /// Calls `hook_type`; `payload` is built only when some hook would run.

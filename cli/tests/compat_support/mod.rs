@@ -123,6 +123,8 @@ impl Sandbox {
                 tmp.path().join("tmp").display().to_string(),
             ),
             ("BABYSITTER_RUNS_SCOPE".into(), "repo".into()),
+            // No auto-started warm server (it would outlive the test); `warm()` names one.
+            ("BABYSITTER_WARM".into(), "0".into()),
         ];
         Sandbox {
             tmp,
@@ -212,7 +214,7 @@ impl Sandbox {
         self.exec(reference, args, &[("PATH", &path)])
     }
 
-    fn exec(&self, program: &Path, args: &[&str], extra: &[(&str, &str)]) -> Out {
+    pub fn exec(&self, program: &Path, args: &[&str], extra: &[(&str, &str)]) -> Out {
         self.exec_input(program, args, extra, None)
     }
 

@@ -185,21 +185,33 @@ pub fn command_log_level(level: Option<&str>) -> tracing_subscriber::filter::Lev
 /// Logging for the `babysitter` CLI's commands, which are not services: what the libraries log
 /// at `level` and above — a snapshot that could not be used, a stale `run.lock` taken over, a
 /// process's `console.warn` / `console.error` — as plain lines on stderr (stdout carries the
-/// commands' JSON), with timestamps for long-lived ones (`warm serve`). No exporter, no filter
-/// parsing: it runs on every CLI call. Nothing is installed at `OFF`; a second call is a no-op.
-pub fn init_command_logging(level: tracing_subscriber::filter::LevelFilter, timestamps: bool) {
+/// commands' JSON). No exporter, no filter parsing: it runs on every CLI call. Nothing is
+/// installed at `OFF`; a second call is a no-op.
+pub fn init_command_logging(level: tracing_subscriber::filter::LevelFilter) {
     use std::io::IsTerminal as _;
+    init_command_lines(level, std::io::stderr, std::io::stderr().is_terminal());
+}
+
+/// [`init_command_logging`]'s lines, written through `writer` (the warm server's sends each
+/// command's to its client), without colours.
+pub fn init_command_logging_to<W>(level: tracing_subscriber::filter::LevelFilter, writer: W)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    init_command_lines(level, writer, false);
+}
+
+fn init_command_lines<W>(level: tracing_subscriber::filter::LevelFilter, writer: W, ansi: bool)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     if level == tracing_subscriber::filter::LevelFilter::OFF {
         return;
     }
     let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let layer = if timestamps {
-        layer.boxed()
-    } else {
-        layer.without_time().boxed()
-    };
+        .with_writer(writer)
+        .with_ansi(ansi)
+        .without_time();
     let _ = tracing_subscriber::registry()
         .with(layer.with_filter(level))
         .try_init();

@@ -41,6 +41,9 @@ pub struct Hooks {
     /// Plugin `hooks/` directories that exist: the plugin root's, then those up the tree.
     plugin_dirs: Vec<PathBuf>,
     timeout: Duration,
+    /// The scripts' whole environment, when it is not this process's (the warm server runs a
+    /// client's command with the client's environment).
+    env: Option<Vec<(String, String)>>,
 }
 
 /// One hook script that ran.
@@ -208,6 +211,7 @@ impl Hooks {
             dirs,
             plugin_dirs,
             timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+            env: None,
         }
     }
 
@@ -240,6 +244,26 @@ impl Hooks {
         let root =
             babysitter_common::project::find_root(run_dir).unwrap_or_else(|| run_dir.to_path_buf());
         Hooks::from_env(root, var)
+    }
+
+    /// The same hooks, with `vars` as the scripts' whole environment instead of this process's.
+    pub fn with_env<'a>(mut self, vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> Hooks {
+        self.env = Some(
+            vars.into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        );
+        self
+    }
+
+    /// A `bash` running `script` from the hooks' directory, with their environment.
+    fn bash(&self, script: &Path) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script).current_dir(&self.cwd);
+        if let Some(env) = &self.env {
+            cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        }
+        cmd
     }
 
     /// The same hooks with another time limit per script.
@@ -334,8 +358,8 @@ impl Hooks {
         let input = payload.to_string().into_bytes();
         let stop = CancellationToken::new();
         if let Some(dispatcher) = &self.dispatcher {
-            let mut cmd = Command::new("bash");
-            cmd.arg(dispatcher).arg(hook_type).current_dir(&self.cwd);
+            let mut cmd = self.bash(dispatcher);
+            cmd.arg(hook_type);
             let what = format!("{} {hook_type}", dispatcher.display());
             return Some(
                 match run_command(cmd, &what, Some(input), self.timeout, &stop).await {
@@ -368,8 +392,7 @@ impl Hooks {
         }
         let mut executed = Vec::with_capacity(scripts.len());
         for (path, name, location) in scripts {
-            let mut cmd = Command::new("bash");
-            cmd.arg(&path).current_dir(&self.cwd);
+            let cmd = self.bash(&path);
             let ran = run_command(cmd, &name, Some(input.clone()), self.timeout, &stop).await;
             let (success, exit_code) = match ran {
                 Ok(r) if !r.timed_out => (r.code == Some(0), r.code),

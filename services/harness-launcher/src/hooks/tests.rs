@@ -163,3 +163,25 @@ fn summary_lines_follow_the_reference_pattern() {
         ("b.sh", Some(7), false)
     );
 }
+
+#[tokio::test]
+async fn scripts_get_the_given_environment_instead_of_this_process() {
+    let p = place();
+    let seen = p.cwd.join("env.txt");
+    script(
+        &p.cwd.join(".a5c/hooks/on-run-start/env.sh"),
+        &format!(
+            "echo \"client=${{CLIENT_VAR:-unset}} home=${{HOME:-unset}}\" > {}\n",
+            seen.display()
+        ),
+    );
+    let path = std::env::var("PATH").unwrap_or_default();
+    let h = hooks(&p, None).with_env([("CLIENT_VAR", "from-client"), ("PATH", path.as_str())]);
+    let r = h.call("on-run-start", json!({"runId": "r"})).await;
+    assert!(r.success, "{:?}", r.error);
+    // Only what was given: this process's HOME is not passed on.
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap().trim(),
+        "client=from-client home=unset"
+    );
+}
