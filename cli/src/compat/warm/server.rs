@@ -2,10 +2,12 @@
 //! commands, the accept loop, and where a command's logs go.
 //!
 //! One command runs at a time. A client that arrives while one runs is told so at once and
-//! runs its command itself: the server never queues, so a slow command (a hook near its time
-//! limit, a wait for a run lock) never holds up another run's calls, and since the server holds
-//! no lock between commands a local run is exactly as safe as a served one. The deferred work
-//! of a command (its state cache) runs after its answer and before the next command.
+//! runs its command itself: the server never queues behind a command, so a slow one (a hook
+//! near its time limit, a wait for a run lock) never holds up another run's calls, and since
+//! the server holds no lock between commands a local run is exactly as safe as a served one.
+//! The deferred work of a command (its state cache) runs after its answer and before the next
+//! command; a client that arrives meanwhile waits for it (it is short, and the calls of a
+//! plugin's loop follow each other that closely).
 //!
 //! Shutting down (idle, a signal, `warm stop`) first removes the socket, so no new client can
 //! connect; clients already queued in the listen backlog are answered "not run" and run
@@ -210,6 +212,12 @@ pub(super) struct Server {
     served: AtomicU64,
     /// Held while a command runs, and its deferred work after it.
     busy: tokio::sync::Mutex<()>,
+    /// Set while the holder of `busy` does deferred work (short: a client waits for it).
+    deferring: std::sync::atomic::AtomicBool,
+    /// Woken each time `busy` is released.
+    released: tokio::sync::Notify,
+    /// Clients waiting for their turn (see [`Server::take_turn`]).
+    waiting: AtomicUsize,
     /// Connections being handled.
     open: AtomicUsize,
     stop: tokio::sync::Notify,
@@ -223,6 +231,9 @@ impl Server {
             verbose,
             served: AtomicU64::new(0),
             busy: tokio::sync::Mutex::new(()),
+            deferring: std::sync::atomic::AtomicBool::new(false),
+            released: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
             stop: tokio::sync::Notify::new(),
         }
@@ -325,12 +336,14 @@ impl Server {
                 let _ = write_response(&mut stream, &Response::NotRun(why.into())).await;
             }
             Request::Run { argv, env, cwd, .. } => {
-                let Ok(_busy) = self.busy.try_lock() else {
+                let Some(busy) = self.take_turn().await else {
                     let why = "the warm server is busy with another command";
                     let _ = write_response(&mut stream, &Response::NotRun(why.into())).await;
                     return;
                 };
                 let response = self.execute(argv, env.into_iter().collect(), cwd).await;
+                // From here on a client that arrives waits its turn instead of going local.
+                self.deferring.store(true, Ordering::Release);
                 let _ = write_response(&mut stream, &response).await;
                 drop(stream);
                 // The command's deferred work (state caches), before the next command.
@@ -340,7 +353,30 @@ impl Server {
                 for work in deferred {
                     work.await;
                 }
+                self.deferring.store(false, Ordering::Release);
+                drop(busy);
+                self.released.notify_waiters();
             }
+        }
+    }
+
+    /// The turn to run a command: at once when the server is free, after the deferred work of
+    /// the previous command when it is doing that; `None` while another command runs.
+    async fn take_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            // Registered before the check: a release between the two is not missed.
+            released.as_mut().enable();
+            if let Ok(turn) = self.busy.try_lock() {
+                return Some(turn);
+            }
+            if !self.deferring.load(Ordering::Acquire) {
+                return None;
+            }
+            self.waiting.fetch_add(1, Ordering::AcqRel);
+            released.await;
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -543,6 +579,22 @@ mod tests {
         );
         drop(busy);
         assert_eq!(server.served.load(Ordering::Acquire), 0, "neither ran");
+        // Deferred work of the previous command: the client waits for it, then runs.
+        let turn = server.busy.lock().await;
+        server.deferring.store(true, Ordering::Release);
+        let waiter = {
+            let (socket, cwd) = (socket.clone(), tmp.path().to_path_buf());
+            tokio::spawn(async move { ask(&socket, list("this-build", &cwd)).await })
+        };
+        while server.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        server.deferring.store(false, Ordering::Release);
+        drop(turn);
+        server.released.notify_waiters();
+        let after = waiter.await.unwrap();
+        assert!(matches!(after, Response::Ran { code: 1, .. }), "{after:?}");
+        assert_eq!(server.served.load(Ordering::Acquire), 1);
         // Now it runs: the missing run is the command's own error, on the client's stderr.
         match ask(&socket, list("this-build", tmp.path())).await {
             Response::Ran { code, err, .. } => {
@@ -554,7 +606,7 @@ mod tests {
             }
             r => panic!("{r:?}"),
         }
-        assert_eq!(server.served.load(Ordering::Acquire), 1);
+        assert_eq!(server.served.load(Ordering::Acquire), 2);
         assert_eq!(
             ask(&socket, Request::Stop).await,
             Response::Ran {
