@@ -1,7 +1,10 @@
 //! `babysitter` CLI vs the reference's published CLI (npm `@a5c-ai/babysitter-sdk`), side by
 //! side in one run: per-command latency of `run:iterate`, `task:list`, `task:post`, and the whole
 //! CLI-driven loop for N = 10, 50, 200 sequential tasks and a parallel fan-out of 200.
-//! Prints its figures (`cargo bench -p babysitter-cli --bench vs_reference`).
+//! Prints its figures (`cargo bench -p babysitter-cli --bench vs_reference`). Ours runs twice
+//! per scenario: as it runs by default ("default": the run loop's commands go to this build's
+//! warm server, which the bench's first call starts, that call included) and with
+//! `BABYSITTER_WARM=0` ("WARM=0": every call a process of its own on the run directory).
 //!
 //! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
 //! `BABYSITTER_BENCH_N` (e.g. `10,50`) to shorten the run — the reference's N = 200 loop takes

@@ -92,9 +92,9 @@ impl Run {
         Ok(v)
     }
 
-    /// An engine over this run's runs root: the warm server's (with the server's own user
-    /// files), or one for this call only, with `user`'s (`ctx.log` lines to its log directory,
-    /// breakpoint advice from its rules; none when `None`).
+    /// An engine over this run's runs root: the warm server's (kept per client's user files,
+    /// see `warm::shared`), or one for this call only, with `user`'s (`ctx.log` lines to its log
+    /// directory, breakpoint advice from its rules; none when `None`).
     pub fn engine(&self, user: Option<UserFiles>) -> anyhow::Result<Engine> {
         if let Some(e) = &self.warm_engine {
             return Ok(e.clone());

@@ -131,7 +131,7 @@ fn build_id() -> Option<String> {
 /// The socket a client uses and whether to start a server there when none answers:
 /// `BABYSITTER_WARM_SOCKET` (never started), else this build's per-user socket unless
 /// `BABYSITTER_WARM` turns the server off; `None`: commands run locally.
-fn client_socket(env: &EnvMap) -> Option<(PathBuf, bool)> {
+fn client_socket(env: &EnvMap, build: &str) -> Option<(PathBuf, bool)> {
     if let Some(p) = env.get_non_empty("BABYSITTER_WARM_SOCKET") {
         return Some((PathBuf::from(p), false));
     }
@@ -142,7 +142,7 @@ fn client_socket(env: &EnvMap) -> Option<(PathBuf, bool)> {
     if off {
         return None;
     }
-    Some((default_socket(env, &build_id()?), true))
+    Some((default_socket(env, build), true))
 }
 
 /// `$XDG_RUNTIME_DIR/babysitter/warm-<build>.sock`, else
@@ -168,7 +168,8 @@ pub fn forward(argv: &[String], env: &EnvMap) -> Option<ExitCode> {
     if level > LevelFilter::WARN {
         return None;
     }
-    let (socket, auto) = client_socket(env)?;
+    let build = build_id()?;
+    let (socket, auto) = client_socket(env, &build)?;
     let cwd = std::env::current_dir().ok()?;
     let mut stream = match UnixStream::connect(&socket) {
         Ok(s) => s,
@@ -180,7 +181,7 @@ pub fn forward(argv: &[String], env: &EnvMap) -> Option<ExitCode> {
         }
     };
     let request = Request::Run {
-        build: build_id()?,
+        build,
         argv: argv.to_vec(),
         env: env
             .iter()
@@ -427,14 +428,14 @@ mod tests {
         let env = EnvMap::new().with("BABYSITTER_WARM_SOCKET", "/nonexistent/warm.sock");
         // No server there: every command runs locally, and a named socket starts nothing.
         assert!(forward(&["run:iterate".into(), "x".into()], &env).is_none());
+        let build = build_id().unwrap();
         assert_eq!(
-            client_socket(&env),
+            client_socket(&env, &build),
             Some((PathBuf::from("/nonexistent/warm.sock"), false))
         );
-        let build = build_id().unwrap();
         let xdg = EnvMap::new().with("XDG_RUNTIME_DIR", "/run/user/7");
         assert_eq!(
-            client_socket(&xdg),
+            client_socket(&xdg, &build),
             Some((
                 PathBuf::from(format!("/run/user/7/babysitter/warm-{build}.sock")),
                 true
@@ -442,16 +443,19 @@ mod tests {
         );
         for on in ["1", "true", "auto", "yes"] {
             let env = xdg.clone().with("BABYSITTER_WARM", on);
-            assert!(client_socket(&env).is_some_and(|(_, auto)| auto), "{on}");
+            assert!(
+                client_socket(&env, &build).is_some_and(|(_, auto)| auto),
+                "{on}"
+            );
         }
         for off in ["0", "false", "OFF", "no"] {
             let env = xdg.clone().with("BABYSITTER_WARM", off);
-            assert!(client_socket(&env).is_none(), "{off}");
+            assert!(client_socket(&env, &build).is_none(), "{off}");
         }
         let tmp = EnvMap::new().with("TMPDIR", "/var/tmp");
         let uid = rustix::process::getuid().as_raw();
         assert_eq!(
-            client_socket(&tmp).map(|(p, _)| p),
+            client_socket(&tmp, &build).map(|(p, _)| p),
             Some(PathBuf::from(format!(
                 "/var/tmp/babysitter-{uid}/warm-{build}.sock"
             )))

@@ -218,8 +218,6 @@ pub(super) struct Server {
     released: tokio::sync::Notify,
     /// Clients waiting for their turn (see [`Server::take_turn`]).
     waiting: AtomicUsize,
-    /// Connections being handled.
-    open: AtomicUsize,
     stop: tokio::sync::Notify,
 }
 
@@ -234,7 +232,6 @@ impl Server {
             deferring: std::sync::atomic::AtomicBool::new(false),
             released: tokio::sync::Notify::new(),
             waiting: AtomicUsize::new(0),
-            open: AtomicUsize::new(0),
             stop: tokio::sync::Notify::new(),
         }
     }
@@ -266,7 +263,8 @@ impl Server {
                 _ = int.recv() => break,
                 () = self.stop.notified() => break,
                 () = sleep_until(idle_at) => {
-                    if self.open.load(Ordering::Acquire) == 0 {
+                    // No connection in hand (its permit is dropped even if its task panics).
+                    if limit.available_permits() == MAX_CONNECTIONS {
                         eprintln!("babysitter warm: idle, exiting");
                         break;
                     }
@@ -290,11 +288,9 @@ impl Server {
                 handlers.spawn(refuse(stream, "too many clients at once"));
                 continue;
             };
-            self.open.fetch_add(1, Ordering::AcqRel);
             let server = self.clone();
             handlers.spawn(async move {
                 server.handle(stream).await;
-                server.open.fetch_sub(1, Ordering::AcqRel);
                 drop(permit);
             });
         }
@@ -336,14 +332,14 @@ impl Server {
                 let _ = write_response(&mut stream, &Response::NotRun(why.into())).await;
             }
             Request::Run { argv, env, cwd, .. } => {
-                let Some(busy) = self.take_turn().await else {
+                let Some(turn) = self.take_turn().await else {
                     let why = "the warm server is busy with another command";
                     let _ = write_response(&mut stream, &Response::NotRun(why.into())).await;
                     return;
                 };
                 let response = self.execute(argv, env.into_iter().collect(), cwd).await;
                 // From here on a client that arrives waits its turn instead of going local.
-                self.deferring.store(true, Ordering::Release);
+                turn.deferring();
                 let _ = write_response(&mut stream, &response).await;
                 drop(stream);
                 // The command's deferred work (state caches), before the next command.
@@ -353,23 +349,24 @@ impl Server {
                 for work in deferred {
                     work.await;
                 }
-                self.deferring.store(false, Ordering::Release);
-                drop(busy);
-                self.released.notify_waiters();
+                drop(turn);
             }
         }
     }
 
     /// The turn to run a command: at once when the server is free, after the deferred work of
     /// the previous command when it is doing that; `None` while another command runs.
-    async fn take_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    async fn take_turn(&self) -> Option<Turn<'_>> {
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
             // Registered before the check: a release between the two is not missed.
             released.as_mut().enable();
-            if let Ok(turn) = self.busy.try_lock() {
-                return Some(turn);
+            if let Ok(lock) = self.busy.try_lock() {
+                return Some(Turn {
+                    server: self,
+                    lock: Some(lock),
+                });
             }
             if !self.deferring.load(Ordering::Acquire) {
                 return None;
@@ -414,6 +411,28 @@ impl Server {
                 ran(1, Vec::new(), msg.into_bytes())
             }
         }
+    }
+}
+
+/// A command's turn: while it is held no other command runs. Given back when dropped, also
+/// when the command's deferred work panics.
+struct Turn<'a> {
+    server: &'a Server,
+    lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+}
+
+impl Turn<'_> {
+    /// The command is done; what is left is its answer and deferred work.
+    fn deferring(&self) {
+        self.server.deferring.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.server.deferring.store(false, Ordering::Release);
+        self.lock.take();
+        self.server.released.notify_waiters();
     }
 }
 
