@@ -372,15 +372,9 @@ fn serve(
         );
         return ExitCode::SUCCESS;
     }
-    // Commands' logs go back to their clients, the server's own at its BABYSITTER_LOG_LEVEL.
-    babysitter_common::telemetry::init_command_logging_to(
-        LevelFilter::WARN.max(babysitter_common::telemetry::command_log_level(
-            env.get("BABYSITTER_LOG_LEVEL"),
-        )),
-        server::logs::Router {
-            own: babysitter_common::telemetry::command_log_level(env.get("BABYSITTER_LOG_LEVEL")),
-        },
-    );
+    server::logs::install(babysitter_common::telemetry::command_log_level(
+        env.get("BABYSITTER_LOG_LEVEL"),
+    ));
     let _ = std::fs::write(
         socket.with_extension("pid"),
         format!("{}\n", std::process::id()),

@@ -142,6 +142,15 @@ pub mod logs {
         CURRENT.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The server's subscriber: commands' logs to their clients (at `warn` at least, which a
+    /// client's level narrows), the server's own at `own`.
+    pub fn install(own: LevelFilter) {
+        babysitter_common::telemetry::init_command_logging_to(
+            LevelFilter::WARN.max(own),
+            Router { own },
+        );
+    }
+
     /// From now until [`end`], logs go to the command's client, at `level`.
     pub fn begin(level: LevelFilter) {
         *current() = Some((level, Vec::new()));
