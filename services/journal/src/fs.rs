@@ -28,7 +28,9 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{StoredEvent, parse_file_name_ref};
 use crate::index::ChainCheck;
 use crate::jsjson;
-use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
+use crate::store::{
+    BlobRef, JournalStore, Layout, RunFile, RunFileWriter, RunFiles, SNAPSHOT_FORMAT, Snapshot,
+};
 use crate::{Head, validate_id};
 
 mod lock;
@@ -39,7 +41,7 @@ pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_hol
 use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
 pub use write::write_atomic;
 use write::{
-    fsync_dir, join_background, write_all_atomic, write_derived, write_events,
+    StreamedFiles, fsync_dir, join_background, write_all_atomic, write_derived, write_events,
     write_for_commit_background,
 };
 
@@ -699,6 +701,11 @@ impl JournalStore for FsStore {
             write_for_commit_background(dir, files)
         })
         .await
+    }
+
+    fn run_file_writer(&self, run_id: &str) -> Result<Option<Box<dyn RunFileWriter>>> {
+        let dir = self.existing_run_dir(run_id)?;
+        Ok(Some(Box::new(StreamedFiles::new(dir)?)))
     }
 
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {

@@ -25,8 +25,10 @@ use crate::{Head, jsjson, state_cache, validate_id};
 
 mod append;
 mod run_files;
+mod stream;
 mod whole;
 pub use run_files::RunFileContent;
+pub use stream::RunFileStream;
 use whole::spawn_whole;
 
 /// Tunables of the journal service.

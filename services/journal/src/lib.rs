@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{JournalError, Location, Result};
 pub use event::{EventBody, EventType, StoredEvent};
-pub use journal::{Journal, JournalOptions, NewEvent, RunFileContent, UlidSource};
+pub use journal::{Journal, JournalOptions, NewEvent, RunFileContent, RunFileStream, UlidSource};
 pub use store::JournalStore;
 
 /// The last committed event of a run: `seq` 0 (and an empty ULID) for an empty journal.

@@ -261,8 +261,14 @@ mod tests {
         j.put_run_files("r1", vec![(as_bytes.clone(), Bytes::from(doc.to_string()))])
             .await
             .unwrap();
+        let streamed = RunFile::task("e3", "task.json").unwrap();
+        let mut stream = j.stream_run_json_files("r1").unwrap();
+        stream.push(streamed.clone(), doc.clone());
+        let returned = stream.finish().await.unwrap();
         let stored = j.get_run_file("r1", &as_doc).await.unwrap();
         assert_eq!(stored, j.get_run_file("r1", &as_bytes).await.unwrap());
+        assert_eq!(stored, j.get_run_file("r1", &streamed).await.unwrap());
+        assert_eq!(returned, vec![stored.clone()]);
         let text = String::from_utf8(stored.to_vec()).unwrap();
         assert!(
             text.contains("[REDACTED:API_KEY]") && !text.contains("sk-live"),

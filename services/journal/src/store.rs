@@ -159,6 +159,25 @@ impl fmt::Display for RunFile {
     }
 }
 
+/// Writes run files as they are produced, from a thread of its own ([`JournalStore::run_file_writer`]);
+/// its calls block. Nothing it writes is referred to before [`RunFileWriter::close`] hands the
+/// files to the run's next commit; dropped without being closed, it removes what it wrote.
+pub trait RunFileWriter: Send {
+    /// Writes one file (a new file of the run, or one that replaces an existing file).
+    fn write(&mut self, file: &RunFile, content: &[u8]) -> Result<()>;
+
+    /// Nothing more is to be written for now: a moment to start making what was written durable
+    /// ahead of the commit, while its producer goes on (the default does nothing).
+    fn idle(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every file is written: the run's next commit makes them durable before any of its events
+    /// becomes visible, as for [`JournalStore::put_run_files_for_commit`]. On error nothing
+    /// written is left for an event to refer to.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
 /// Which integrity scheme a store's events carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
@@ -239,6 +258,17 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
         files: Vec<(RunFile, Bytes)>,
     ) -> Result<()> {
         self.put_run_files(run_id, files).await
+    }
+
+    /// A writer for run files the run's next commit will refer to, fed one file at a time as
+    /// they are produced — the engine streams a fan-out's `task.json`s while the process is
+    /// still running, so their directories and files are made meanwhile instead of after it.
+    /// The files have [`JournalStore::put_run_files_for_commit`]'s standing once the writer is
+    /// closed. `None` (the default): the store has no such writer, and the caller hands the
+    /// files to `put_run_files_for_commit` instead.
+    fn run_file_writer(&self, run_id: &str) -> Result<Option<Box<dyn RunFileWriter>>> {
+        let _ = run_id;
+        Ok(None)
     }
 
     /// Reads a run file; [`JournalError::RunFileNotFound`] when absent.

@@ -30,6 +30,7 @@ pub mod pool;
 mod process_file;
 pub mod process_log;
 pub mod session;
+pub mod task_files;
 pub mod views;
 
 use std::path::PathBuf;

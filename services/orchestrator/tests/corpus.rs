@@ -4,7 +4,7 @@
 
 mod support;
 
-use babysitter_orchestrator::engine::IterationStatus;
+use babysitter_orchestrator::engine::{Iteration, IterationStatus};
 use serde_json::{Value, json};
 use support::{Answer, Harness, both_modes, echo};
 
@@ -539,22 +539,7 @@ async fn eviction_between_iterations_replays_cold_to_the_same_journal() {
     let b = Harness::new(&[("main.mjs", s.as_str())], None, true).await;
     let ra = a.drive(20, echo).await;
     // b: evict before every other iteration.
-    let mut rb = Vec::new();
-    for i in 0..20 {
-        if i % 2 == 1 {
-            b.engine.evict(support::RUN).await.unwrap();
-        }
-        let it = b.engine.iterate(support::RUN).await.unwrap();
-        rb.push(it.clone());
-        if it.status != IterationStatus::Waiting {
-            break;
-        }
-        for act in &it.next_actions {
-            if let Answer::Ok(v) = echo(act) {
-                b.post(act["effectId"].as_str().unwrap(), Ok(v)).await;
-            }
-        }
-    }
+    let rb = drive_evicting(&b, 20, |i| i % 2 == 1).await;
     assert_eq!(a.journal(), b.journal());
     assert_eq!(ra.last().unwrap().output, rb.last().unwrap().output);
     assert_eq!(ra.last().unwrap().output, Some(json!(8)));
@@ -711,4 +696,58 @@ async fn cold_replay_follows_result_refs_and_names_a_missing_result() {
     let done = h.engine.iterate(support::RUN).await.unwrap();
     assert_eq!(done.status, IterationStatus::Completed);
     assert_eq!(done.output, Some(json!([0, "by ref", 2])));
+}
+
+/// A fan-out past the point where a drive streams its `task.json`s (to the journal's writer,
+/// while the process runs): every file is stored as the iteration reports it (checked by
+/// `drive` for every iteration), the events refer to them, and a run continued warm and one
+/// replayed cold after every iteration journal the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_fan_out_journals_what_a_batch_would() {
+    let s = src(
+        "export async function process(inputs, ctx) { const a = await ctx.parallel.all(Array.from({ length: 40 }, (_, i) => () => ctx.task(work, { i }))); const b = await ctx.parallel.all(Array.from({ length: 3 }, (_, i) => () => ctx.task(sh, { n: i }))); return a.length + b.length; }",
+    );
+    let a = Harness::new(&[("main.mjs", s.as_str())], None, true).await;
+    let b = Harness::new(&[("main.mjs", s.as_str())], None, true).await;
+    let ra = a.drive(10, echo).await;
+    assert_eq!(ra.first().unwrap().requested.len(), 40);
+    assert_eq!(ra.last().unwrap().output, Some(json!(43)));
+    let rb = drive_evicting(&b, 10, |_| true).await;
+    assert_eq!(a.journal(), b.journal());
+    assert_eq!(rb.last().unwrap().output, Some(json!(43)));
+    let requested: Vec<String> = a
+        .journal()
+        .iter()
+        .filter(|(t, _)| t == "EFFECT_REQUESTED")
+        .map(|(_, d)| d["effectId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(requested.len(), 43);
+    for id in &requested {
+        assert_eq!(a.task_json(id)["effectId"], json!(id), "{id}");
+    }
+    for (x, y) in ra[0].requested_tasks.iter().zip(&rb[0].requested_tasks) {
+        assert_eq!(x, y, "the same task.json either way");
+    }
+}
+
+/// [`Harness::drive`] with `echo`, evicting the run's warm session before the iterations
+/// `evict` picks (they replay cold).
+async fn drive_evicting(h: &Harness, max: usize, evict: impl Fn(usize) -> bool) -> Vec<Iteration> {
+    let mut out = Vec::new();
+    for i in 0..max {
+        if evict(i) {
+            h.engine.evict(support::RUN).await.unwrap();
+        }
+        let it = h.engine.iterate(support::RUN).await.unwrap();
+        out.push(it.clone());
+        if it.status != IterationStatus::Waiting {
+            break;
+        }
+        for act in &it.next_actions {
+            if let Answer::Ok(v) = echo(act) {
+                h.post(act["effectId"].as_str().unwrap(), Ok(v)).await;
+            }
+        }
+    }
+    out
 }

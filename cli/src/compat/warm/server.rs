@@ -65,6 +65,17 @@ struct Root {
 }
 
 impl Context {
+    /// Waits for the journals' background writes (snapshots) to end.
+    pub(super) async fn flush(&self) {
+        let journals: Vec<Journal> = {
+            let roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+            roots.values().map(|r| r.journal.clone()).collect()
+        };
+        for journal in journals {
+            journal.flush().await;
+        }
+    }
+
     /// The journal and warm engine for `run_id` under `root`, for a client whose per-user files
     /// are `user` (its `ctx.log` directory and breakpoint rules: two clients with different
     /// homes never share an engine).
@@ -99,7 +110,12 @@ impl Context {
             }
             let journal = Journal::new(
                 Arc::new(FsStore::new(root).inline_io()),
-                crate::cli_journal_options(),
+                babysitter_journal::JournalOptions {
+                    // A long-lived process: snapshots are written after the command has
+                    // answered, not while its client waits (flushed before the server exits).
+                    background_snapshots: true,
+                    ..crate::cli_journal_options()
+                },
             );
             let mut opts = EngineOptions::new(root);
             opts.js_threads = 1;
@@ -312,6 +328,7 @@ impl Server {
             handlers.spawn(refuse(stream, "the warm server is stopping"));
         }
         while handlers.join_next().await.is_some() {}
+        self.ctx.flush().await;
         0
     }
 

@@ -83,6 +83,7 @@ pub(super) fn syncfs(path: &Path) -> Result<()> {
 }
 
 /// How one file of a batch was staged.
+#[derive(Debug)]
 enum Staged {
     /// Written in place, in a directory this batch created.
     InPlace(PathBuf),
@@ -421,8 +422,14 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
             return Err(e);
         }
     };
+    place_for_commit(run_dir, &staged)
+}
+
+/// Puts staged files where they go — new ones by name, existing ones replaced durably — and
+/// notes them for the run's next commit to make durable ([`write_for_commit`]).
+fn place_for_commit(run_dir: &Path, staged: &[Staged]) -> Result<()> {
     let done = (|| {
-        let replacing = rename_new(&staged)?;
+        let replacing = rename_new(staged)?;
         if let Some((tmp, _)) = replacing.first() {
             syncfs(tmp)?;
             for (tmp, path) in &replacing {
@@ -432,7 +439,7 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
         Ok(())
     })();
     if done.is_err() {
-        discard_tmps(&staged);
+        discard_tmps(staged);
     }
     let placed = staged
         .iter()
@@ -584,6 +591,8 @@ fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
 }
 
 mod deferred;
+mod streamed;
+pub(super) use streamed::StreamedFiles;
 
 /// Events up to which a commit with few deferred files ([`deferred::PER_FILE_MAX`]) writes them
 /// one by one (durable temp file, rename) instead of staging them for one `syncfs`.

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::{Journal, spawn_whole};
 use crate::error::{JournalError, Result};
+use crate::redact::Redactor;
 use crate::store::RunFile;
 use crate::{jsjson, validate_id};
 
@@ -94,17 +95,8 @@ impl Journal {
         for (file, content) in files {
             let stored = match content {
                 RunFileContent::Bytes(b) => self.stored_form(&file, b)?,
-                RunFileContent::Json(mut doc) => {
-                    if !file.name().ends_with(".json") {
-                        return Err(JournalError::invalid(
-                            "run file",
-                            format!("{file} is not a .json file"),
-                        ));
-                    }
-                    if let Some(r) = &self.inner.options.redactor {
-                        r.value(&mut doc);
-                    }
-                    Bytes::from(jsjson::to_file_string(&doc))
+                RunFileContent::Json(doc) => {
+                    json_file_form(&file, doc, self.inner.options.redactor.as_deref())?
                 }
             };
             out.push((file, stored));
@@ -113,4 +105,23 @@ impl Journal {
         self.store_run_files(run_id, out).await?;
         Ok(stored)
     }
+}
+
+/// What is stored for a `.json` run file given as a document: redacted, serialised once as
+/// babysitter writes it.
+pub(super) fn json_file_form(
+    file: &RunFile,
+    mut doc: Value,
+    redactor: Option<&Redactor>,
+) -> Result<Bytes> {
+    if !file.name().ends_with(".json") {
+        return Err(JournalError::invalid(
+            "run file",
+            format!("{file} is not a .json file"),
+        ));
+    }
+    if let Some(r) = redactor {
+        r.value(&mut doc);
+    }
+    Ok(Bytes::from(jsjson::to_file_string(&doc)))
 }

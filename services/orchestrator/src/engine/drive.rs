@@ -14,6 +14,7 @@ use crate::engine::host::{HostConfig, HostError};
 use crate::engine::iteration::{RunInfo, cannot_open, run_info};
 use crate::engine::pool::Warm;
 use crate::engine::session::{DriveReport, Session, Shared, StartSpec};
+use crate::engine::task_files::TaskFiles;
 use crate::engine::views::{self, EffectView};
 use crate::engine::{Engine, EngineError, identity};
 
@@ -107,6 +108,11 @@ impl Engine {
             && let Some(updates) = self.warm_updates(run_id, consumed, head).await?
         {
             let deliver = prepare(&session, wall, updates);
+            session
+                .shared()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .task_files = Some(TaskFiles::new(self.journal(), run_id));
             match self.pool().inline_slice(heavy, last_js) {
                 Some(slice) => {
                     let outcome = {
@@ -123,6 +129,17 @@ impl Engine {
                         }
                         Err(EngineError::Host(HostError::SliceExpired)) => {
                             reuse_ids = session.take_issued_ids();
+                            // The replay asks for the same effects (same ids): what the cut-off
+                            // continuation wrote is gone before it does.
+                            let files = session
+                                .shared()
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .task_files
+                                .take();
+                            if let Some(files) = files {
+                                files.abandon().await;
+                            }
                             self.pool().mark_heavy(run_id);
                             tracing::debug!(
                                 run_id,
@@ -165,6 +182,7 @@ impl Engine {
             id_source: self.options().ids.clone(),
             breakpoint_rules: self.options().breakpoint_rules.clone().map(Arc::new),
             next_ids: reuse_ids,
+            task_files: Some(TaskFiles::new(journal, run_id)),
             ..Shared::default()
         };
         let keep = self.options().warm;

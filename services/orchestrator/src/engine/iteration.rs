@@ -22,6 +22,7 @@ use crate::engine::drive::Driven;
 use crate::engine::host::HostError;
 use crate::engine::pool::Warm;
 use crate::engine::session::{DriveReport, LogLine, ProcessState, Request};
+use crate::engine::task_files::Streamed;
 use crate::engine::views;
 use crate::engine::{Engine, EngineError, identity, iso};
 
@@ -301,18 +302,23 @@ impl Engine {
         let mut events: Vec<NewEvent> = marker.into_iter().collect();
         // task.json first (all of them, one durability sync), then the request events: a reader
         // never finds a request without its task.
-        let mut task_files = Vec::with_capacity(report.requests.len());
+        // Streamed during the drive (a fan-out), or stored now.
+        let streamed = std::mem::take(&mut report.task_files);
+        let mut task_files = Vec::new();
         for r in &mut report.requests {
-            task_files.push((
-                RunFile::task(&r.effect_id, "task.json")?,
-                std::mem::take(&mut r.task_doc),
-            ));
+            if matches!(streamed, Streamed::No) {
+                task_files.push((
+                    RunFile::task(&r.effect_id, "task.json")?,
+                    std::mem::take(&mut r.task_doc),
+                ));
+            }
             events.push(self.event(EventType::EffectRequested, request_data(r), now));
         }
-        let requested_tasks = if task_files.is_empty() {
-            Vec::new()
-        } else {
-            journal.put_run_json_files(run_id, task_files).await?
+        let requested_tasks = match streamed {
+            Streamed::Yes(stream) => stream.finish().await?,
+            Streamed::Failed(e) => return Err(e.into()),
+            Streamed::No if task_files.is_empty() => Vec::new(),
+            Streamed::No => journal.put_run_json_files(run_id, task_files).await?,
         };
         let logs = self.emit_logs(run_id, info, &report).await?;
         let requested: Vec<String> = report

@@ -17,6 +17,7 @@ use crate::engine::host::{HostConfig, HostError, JsHost, precompiled, set_slot, 
 use crate::engine::identity;
 use crate::engine::js_json;
 use crate::engine::js_shape;
+use crate::engine::task_files::{Streamed, TaskFiles};
 use crate::engine::views::EffectView;
 use crate::engine::{EngineError, FastMap, FastSet};
 
@@ -59,7 +60,7 @@ pub enum ProcessState {
 }
 
 /// What one drive produced.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DriveReport {
     /// Time spent in the JS engine for this drive (start or delivery through quiescence).
     pub js_time: std::time::Duration,
@@ -70,6 +71,8 @@ pub struct DriveReport {
     pub logs: Vec<LogLine>,
     /// Invocation keys of journaled effects the process has reached in this session.
     pub reached: FastSet<String>,
+    /// Whether the requests' `task.json`s went to the journal during the drive.
+    pub task_files: Streamed,
 }
 
 /// Rust-side state the host functions read and write during a drive.
@@ -97,6 +100,9 @@ pub struct Shared {
     pub reached: FastSet<String>,
     /// Where breakpoint auto-approval rules are read from ([`super::breakpoints`]).
     pub breakpoint_rules: Option<Arc<std::path::PathBuf>>,
+    /// Where this drive's new `task.json`s go as they are asked for (`None`: they stay in the
+    /// requests); taken by the drive's report.
+    pub task_files: Option<TaskFiles>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -238,7 +244,13 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
                     rules.as_deref().map(|p| p.as_path()),
                     call,
                 ) {
-                    Ok(r) => s.requests.push(r),
+                    Ok(r) => {
+                        let s = &mut *s;
+                        s.requests.push(r);
+                        if let Some(files) = &mut s.task_files {
+                            files.requested(&mut s.requests);
+                        }
+                    }
                     Err(e) => s.errors.push(e),
                 }
                 Ok(())
@@ -638,6 +650,11 @@ impl Session {
             return Err(EngineError::Engine(e.clone()));
         }
         let requests = std::mem::take(&mut s.requests);
+        let task_files = s
+            .task_files
+            .take()
+            .map(TaskFiles::into_streamed)
+            .unwrap_or_default();
         let blocked = waiting;
         let logs = std::mem::take(&mut s.logs);
         // Only a finished process needs the set (for the unreached report).
@@ -656,6 +673,7 @@ impl Session {
             blocked,
             logs,
             reached,
+            task_files,
         })
     }
 

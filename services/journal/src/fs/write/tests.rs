@@ -222,3 +222,62 @@ fn a_large_batch_over_new_directories_is_written_in_place() {
         assert_eq!(&fs::read(path).unwrap(), bytes);
     }
 }
+
+/// Streamed files are written as they come; enough of them get an early sync of their own
+/// (on its thread, the writer going on), after which they are durable and no longer the
+/// commit's to sync; the rest are noted for the commit as a batch would be.
+#[test]
+fn streamed_files_are_synced_early_or_left_to_the_commit() {
+    use crate::store::{RunFile, RunFileWriter};
+    let (dir, journal, _) = run_with_tasks(0);
+    let run = dir.path();
+    fs::create_dir(run.join("tasks")).unwrap();
+    let mut w = streamed::StreamedFiles::new(run.to_path_buf()).unwrap();
+    let n = streamed::EARLY_SYNC_MIN;
+    for i in 0..n {
+        let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
+        w.write(&file, b"{}\n").unwrap();
+        assert_eq!(
+            fs::read(run.join(format!("tasks/E{i}/task.json"))).unwrap(),
+            b"{}\n",
+            "written as it came"
+        );
+    }
+    // The sync began with the last of them; the writer learns its outcome when next idle.
+    while !w.early_synced_all() {
+        w.idle().unwrap();
+        std::thread::yield_now();
+    }
+    let last = RunFile::task("Elast", "task.json").unwrap();
+    w.write(&last, b"{}\n").unwrap();
+    Box::new(w).close().unwrap();
+    let pending = deferred::of(run).expect("the last file is the commit's");
+    assert!(!pending.many, "{pending:?}");
+    assert_eq!(pending.files, vec![run.join("tasks/Elast/task.json")]);
+    write_events(run, &journal, &borrowed(&batch(&journal, 1))).unwrap();
+    assert_eq!(deferred::of(run), None);
+}
+
+/// A writer dropped unclosed removes what it wrote — durable or not, with the directories it
+/// made — and leaves a file it would have replaced as it was, with no temp file beside it.
+#[test]
+fn an_unclosed_streamed_writer_removes_what_it_wrote() {
+    use crate::store::{RunFile, RunFileWriter};
+    let (dir, _journal, _) = run_with_tasks(0);
+    let run = dir.path();
+    fs::create_dir_all(run.join("tasks/OLD")).unwrap();
+    fs::write(run.join("tasks/OLD/task.json"), b"old").unwrap();
+    let mut w = streamed::StreamedFiles::new(run.to_path_buf()).unwrap();
+    for i in 0..(streamed::EARLY_SYNC_MIN + 5) {
+        let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
+        w.write(&file, b"{}\n").unwrap();
+    }
+    w.write(&RunFile::task("OLD", "task.json").unwrap(), b"new")
+        .unwrap();
+    w.idle().unwrap();
+    drop(w);
+    assert_eq!(names(&run.join("tasks")), vec!["OLD"]);
+    assert_eq!(names(&run.join("tasks/OLD")), vec!["task.json"]);
+    assert_eq!(fs::read(run.join("tasks/OLD/task.json")).unwrap(), b"old");
+    assert_eq!(deferred::of(run), None, "nothing left for a commit");
+}
