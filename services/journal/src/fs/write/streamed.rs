@@ -2,9 +2,10 @@
 //! fan-out's `task.json`s are written while the process that asks for them is still running,
 //! on the writer's own thread, instead of all at once after it. Each file is staged as
 //! [`super::write_for_commit`] stages it (in place in a directory made for it, else through a
-//! temp file). Whenever its producer pauses with enough new files written, the writer makes them
-//! durable with one `syncfs` (the wait is the disk's, not the CPU's, and it overlaps the
-//! process), so the commit's own sync is left with its events and the last few files. Closing
+//! temp file). Each time [`EARLY_SYNC_MIN`] new files are written and no such sync is under way,
+//! a `syncfs` starts on a thread of its own (the wait is the disk's, not the CPU's: it overlaps
+//! the process and the writer), so the commit's own sync is left with its events and the files
+//! written last. A sync still under way at closing is not waited for. Closing
 //! places and notes the rest for the run's next commit, which makes them durable before its
 //! events become visible. A writer dropped unclosed removes what it wrote: nothing refers to
 //! those files.
@@ -25,7 +26,8 @@ pub(in crate::fs) struct StreamedFiles {
     run_dir: PathBuf,
     /// Staged and not yet durable (or temp files still to be renamed).
     staged: Vec<Staged>,
-    /// Written in place and made durable by an early sync.
+    /// Written in place and covered by an early sync that ended (durable, unless the sync
+    /// failed: then the writer fails and removes them with the rest).
     durable: Vec<PathBuf>,
     /// An early sync under way, and the files it covers.
     syncing: Option<(std::thread::JoinHandle<Result<()>>, Vec<PathBuf>)>,
@@ -62,8 +64,9 @@ impl StreamedFiles {
                 let e = std::io::Error::other("sync thread panicked");
                 Err(crate::error::JournalError::io(self.run_dir.display(), e))
             });
-            synced?;
+            // Kept either way: a failed sync fails the writer, which then removes them.
             self.durable.extend(covered);
+            synced?;
         }
         let in_place = self
             .staged
