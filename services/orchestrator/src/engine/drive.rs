@@ -107,12 +107,8 @@ impl Engine {
             && consumed <= head.seq
             && let Some(updates) = self.warm_updates(run_id, consumed, head).await?
         {
-            let deliver = prepare(&session, wall, updates);
-            session
-                .shared()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .task_files = Some(TaskFiles::new(self.journal(), run_id));
+            let files = TaskFiles::new(self.journal(), run_id);
+            let deliver = prepare(&session, wall, updates, files);
             match self.pool().inline_slice(heavy, last_js) {
                 Some(slice) => {
                     let outcome = {
@@ -264,12 +260,19 @@ impl Engine {
     }
 }
 
-/// Hands the session the new views and the wall clock; returns the resolutions to deliver (the
-/// ones its pending promises wait on), in resolution order.
-fn prepare(session: &Session, wall: i64, updates: Vec<(String, EffectView)>) -> Vec<EffectView> {
+/// Hands the session the new views, the wall clock and where the drive's new `task.json`s go;
+/// returns the resolutions to deliver (the ones its pending promises wait on), in resolution
+/// order.
+fn prepare(
+    session: &Session,
+    wall: i64,
+    updates: Vec<(String, EffectView)>,
+    files: TaskFiles,
+) -> Vec<EffectView> {
     {
         let mut s = session.shared().lock().unwrap_or_else(|p| p.into_inner());
         s.wall_now_ms = wall;
+        s.task_files = Some(files);
         s.issued.clear();
         s.legacy_views |= updates.iter().any(|(k, _)| identity::may_be_legacy_key(k));
     }
