@@ -55,6 +55,8 @@ pub struct FsStore {
     lock_attempts: u32,
     /// File I/O in the calling thread instead of tokio's blocking pool ([`FsStore::inline_io`]).
     inline_io: bool,
+    /// Large batches commit through the run's commit log ([`FsStore::commit_log`]).
+    commit_log: bool,
 }
 
 impl FsStore {
@@ -63,7 +65,19 @@ impl FsStore {
             root: root.into(),
             lock_attempts: 6000,
             inline_io: false,
+            commit_log: false,
         }
+    }
+
+    /// For a long-lived process (the warm server): a large batch of events (a fan-out's) is
+    /// committed with one durable write of the run's commit log (`state/commit.log`) and its
+    /// event files are made durable in the background, instead of two syncs of the filesystem
+    /// while the caller waits (see `fs/write/commit_log.rs`). Such a process calls
+    /// [`settle_commit_logs`] before it exits. Every store reads runs with a commit log,
+    /// whether it writes them or not.
+    pub fn commit_log(mut self) -> Self {
+        self.commit_log = true;
+        self
     }
 
     /// For a process that runs one command and has nothing else for its runtime to do (the
@@ -147,12 +161,21 @@ fn list_settled(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
     }
 }
 
+/// How long a reader that must restore a commit log's events waits for the run's lock.
+const RECOVERY_LOCK_ATTEMPTS: u32 = 6000;
+
+/// Waits for the commit logs this process is settling (see [`FsStore::commit_log`]).
+pub fn settle_commit_logs() {
+    write::commit_log::settle_all();
+}
+
 /// The journal for readers: the listing taken under this process's hold of the run when there
 /// is one (see [`lock`]), else a fresh settled listing (kept if the run is held).
 fn listing(run_id: &str, run_dir: &Path) -> Result<std::sync::Arc<Vec<Entry>>> {
     if let Some(l) = held_listing(run_dir) {
         return Ok(l);
     }
+    write::commit_log::recover(run_id, run_dir, false, RECOVERY_LOCK_ATTEMPTS)?;
     let l = std::sync::Arc::new(list_settled(run_id, &run_dir.join("journal"))?);
     remember_listing(run_dir, &l);
     Ok(l)
@@ -258,6 +281,8 @@ pub fn replace_journal(
     backup_name: &str,
 ) -> Result<PathBuf> {
     forget_listing(run_dir);
+    // Its sequence numbers would name other events after the swap.
+    write::commit_log::discard(run_dir)?;
     let journal = run_dir.join("journal");
     let staging = run_dir.join(staging_name);
     let backup = run_dir.join(backup_name);
@@ -445,6 +470,7 @@ impl JournalStore for FsStore {
                 }
             };
             let journal_dir = dir.join("journal");
+            write::commit_log::recover(&run_id, &dir, true, this.lock_attempts)?;
             // Always listed afresh (not the held listing): see `lock`.
             let mut entries = list_entries(&run_id, &journal_dir)?;
             let head = head_of(&entries);
@@ -462,7 +488,7 @@ impl JournalStore for FsStore {
                 .iter()
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
-            write_events(&dir, &journal_dir, &staged)?;
+            write_events(&dir, &journal_dir, &staged, this.commit_log)?;
             for (name, _) in &files {
                 let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {
@@ -693,19 +719,19 @@ impl JournalStore for FsStore {
         files: Vec<(RunFile, Bytes)>,
     ) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        self.blocking(move |_| {
+        self.blocking(move |this| {
             let files = files
                 .into_iter()
                 .map(|(file, bytes)| (dir.join(file.path()), bytes))
                 .collect();
-            write_for_commit_background(dir, files)
+            write_for_commit_background(dir, files, this.commit_log)
         })
         .await
     }
 
     fn run_file_writer(&self, run_id: &str) -> Result<Option<Box<dyn RunFileWriter>>> {
         let dir = self.existing_run_dir(run_id)?;
-        Ok(Some(Box::new(StreamedFiles::new(dir)?)))
+        Ok(Some(Box::new(StreamedFiles::new(dir, self.commit_log)?)))
     }
 
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {

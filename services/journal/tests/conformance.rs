@@ -73,6 +73,19 @@ async fn suite_filesystem_babysitter_layout_inline_io() {
     .await;
 }
 
+/// The layout with large batches committed through the run's commit log (the warm server's
+/// store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suite_filesystem_babysitter_layout_commit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(".a5c").join("runs");
+    testsuite::run_all(Arc::new(move || {
+        Arc::new(FsStore::new(root.clone()).commit_log()) as Arc<dyn JournalStore>
+    }))
+    .await;
+    babysitter_journal::fs::settle_commit_logs();
+}
+
 /// In-place I/O really is in place: with no tokio runtime at all (where a trip to the blocking
 /// pool would panic), a run is created, appended to and read.
 #[test]

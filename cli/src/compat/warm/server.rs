@@ -74,6 +74,7 @@ impl Context {
         for journal in journals {
             journal.flush().await;
         }
+        babysitter_journal::fs::settle_commit_logs();
     }
 
     /// The journal and warm engine for `run_id` under `root`, for a client whose per-user files
@@ -109,7 +110,9 @@ impl Context {
                 roots.remove(&oldest);
             }
             let journal = Journal::new(
-                Arc::new(FsStore::new(root).inline_io()),
+                // A long-lived process: a fan-out's events commit through the run's commit
+                // log (one durable write; settled in the background, waited for at exit).
+                Arc::new(FsStore::new(root).inline_io().commit_log()),
                 babysitter_journal::JournalOptions {
                     // A long-lived process: snapshots are written after the command has
                     // answered, not while its client waits (flushed before the server exits).

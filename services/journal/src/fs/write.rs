@@ -410,10 +410,20 @@ pub(super) fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
 /// the commit, which syncs the filesystem before its events become visible. A file that replaces
 /// an existing one is made durable before the rename (a file an event may already refer to is
 /// never torn), as in [`write_all_atomic`].
-pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<()> {
+pub(super) fn write_for_commit(
+    run_dir: &Path,
+    files: &[(PathBuf, &[u8])],
+    log: bool,
+) -> Result<()> {
     if files.is_empty() {
         return Ok(());
     }
+    let contents = log.then(|| {
+        files
+            .iter()
+            .map(|(p, b)| (p.clone(), std::sync::Arc::<[u8]>::from(*b)))
+            .collect()
+    });
     let staged = match stage_all(files) {
         Ok(staged) => staged,
         Err(e) => {
@@ -422,12 +432,13 @@ pub(super) fn write_for_commit(run_dir: &Path, files: &[(PathBuf, &[u8])]) -> Re
             return Err(e);
         }
     };
-    place_for_commit(run_dir, &staged)
+    place_for_commit(run_dir, &staged, contents)
 }
 
 /// Puts staged files where they go — new ones by name, existing ones replaced durably — and
-/// notes them for the run's next commit to make durable ([`write_for_commit`]).
-fn place_for_commit(run_dir: &Path, staged: &[Staged]) -> Result<()> {
+/// notes them for the run's next commit to make durable ([`write_for_commit`]), with their
+/// bytes when the run's commits go through its commit log (which then carries them).
+fn place_for_commit(run_dir: &Path, staged: &[Staged], contents: Option<Contents>) -> Result<()> {
     let done = (|| {
         let replacing = rename_new(staged)?;
         if let Some((tmp, _)) = replacing.first() {
@@ -448,9 +459,15 @@ fn place_for_commit(run_dir: &Path, staged: &[Staged]) -> Result<()> {
             path.as_path()
         })
         .collect();
-    deferred::note(run_dir, done.is_ok().then_some(placed));
+    match &done {
+        Ok(()) => deferred::note_with(run_dir, Some(placed), contents),
+        Err(_) => deferred::note(run_dir, None),
+    }
     done
 }
+
+/// Files' paths and bytes, for a commit log.
+pub(super) type Contents = Vec<(PathBuf, std::sync::Arc<[u8]>)>;
 
 /// Large [`write_for_commit`] batches being written in the background, by run directory: the
 /// commit that refers to them stages its own events meanwhile and joins them before its sync
@@ -465,16 +482,17 @@ static BACKGROUND: Mutex<Vec<(PathBuf, std::thread::JoinHandle<Result<()>>)>> =
 pub(super) fn write_for_commit_background(
     run_dir: PathBuf,
     files: Vec<(PathBuf, bytes::Bytes)>,
+    log: bool,
 ) -> Result<()> {
     join_background(&run_dir)?;
     if files.len() < PARALLEL_MIN {
-        return write_for_commit(&run_dir, &borrowed(&files));
+        return write_for_commit(&run_dir, &borrowed(&files), log);
     }
     let files = std::sync::Arc::new(files);
     let (dir, batch) = (run_dir.clone(), files.clone());
     match std::thread::Builder::new()
         .name("journal-files".into())
-        .spawn(move || write_for_commit(&dir, &borrowed(&batch)))
+        .spawn(move || write_for_commit(&dir, &borrowed(&batch), log))
     {
         Ok(handle) => {
             BACKGROUND
@@ -484,7 +502,7 @@ pub(super) fn write_for_commit_background(
             Ok(())
         }
         // No thread to be had: write them here.
-        Err(_) => write_for_commit(&run_dir, &borrowed(&files)),
+        Err(_) => write_for_commit(&run_dir, &borrowed(&files), log),
     }
 }
 
@@ -534,6 +552,7 @@ pub(super) fn write_events(
     run_dir: &Path,
     journal_dir: &Path,
     files: &[(PathBuf, &[u8])],
+    commit_log: bool,
 ) -> Result<()> {
     let background = BACKGROUND
         .lock()
@@ -553,6 +572,9 @@ pub(super) fn write_events(
             deferred::settle(run_dir, d.generation);
         }
         return Ok(());
+    }
+    if commit_log && files.len() >= PARALLEL_MIN {
+        return write_events_logged(run_dir, journal_dir, files);
     }
     if let Some(anonymous) = stage_anonymous(journal_dir, files)? {
         join_background(run_dir)?;
@@ -580,6 +602,61 @@ pub(super) fn write_events(
     done
 }
 
+/// A large batch committed through the run's commit log ([`commit_log`]): the files the events
+/// refer to made durable first (as for any batch), the events staged, the log written and
+/// synced (the commit point), then the events named; their own durability follows in the
+/// background. Falls back to [`write_events`]' own path where anonymous files cannot be made.
+fn write_events_logged(
+    run_dir: &Path,
+    journal_dir: &Path,
+    files: &[(PathBuf, &[u8])],
+) -> Result<()> {
+    join_background(run_dir)?;
+    commit_log::settle_previous(run_dir, journal_dir)?;
+    // The files the events refer to: carried by the log when their bytes are known, else made
+    // durable first, as for any batch.
+    let pending = deferred::of(run_dir);
+    let carried = match pending.as_ref().map(|d| (d, &d.contents)) {
+        Some((d, Some(contents))) if contents.len() <= commit_log::MAX_CARRIED => {
+            Some((d.generation, contents))
+        }
+        Some((d, _)) => {
+            if d.many {
+                sync_with_deferred(run_dir, journal_dir)?;
+            } else {
+                deferred::sync_each(d)?;
+                deferred::settle(run_dir, d.generation);
+            }
+            None
+        }
+        None => None,
+    };
+    let Some(anonymous) = stage_anonymous(journal_dir, files)? else {
+        return write_events(run_dir, journal_dir, files, false);
+    };
+    let mut logged: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), *b)).collect();
+    if let Some((_, contents)) = carried {
+        logged.extend(contents.iter().map(|(p, b)| (p.as_path(), &b[..])));
+    }
+    let digest = commit_log::write(run_dir, &logged)?;
+    if let Some((generation, _)) = carried {
+        deferred::settle(run_dir, generation);
+    }
+    let linked = files
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, (path, _))| anonymous.link(i, path));
+    if let Err(e) = linked {
+        // Not named whole: the log must not complete it later; the events named so far are
+        // committed (a prefix), as without a log.
+        commit_log::void(run_dir)?;
+        syncfs(journal_dir)?;
+        return Err(e);
+    }
+    commit_log::settle_later(run_dir, journal_dir, digest);
+    Ok(())
+}
+
 /// One `syncfs` of `dir`'s filesystem, settling `run_dir`'s deferred writes noted before it.
 fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
     let pending = deferred::of(run_dir);
@@ -590,6 +667,7 @@ fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+pub(super) mod commit_log;
 mod deferred;
 mod streamed;
 pub(super) use streamed::StreamedFiles;

@@ -31,6 +31,9 @@ pub(super) struct Deferred {
     /// More than [`PER_FILE_MAX`] files, or a batch whose outcome is unknown: sync the
     /// filesystem.
     pub many: bool,
+    /// Every file's bytes, where each batch gave them (a commit log carries them instead of a
+    /// sync); `None` once one did not.
+    pub contents: Option<super::Contents>,
 }
 
 static DEFERRED: Mutex<BTreeMap<PathBuf, Deferred>> = Mutex::new(BTreeMap::new());
@@ -43,10 +46,28 @@ fn registry() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, Deferred>> {
 /// Notes a batch of `run_dir`'s files as written, not durable: `files` where they now are, or
 /// `None` when the batch failed part way (whatever it left is synced the thorough way).
 pub(super) fn note(run_dir: &Path, files: Option<Vec<&Path>>) {
+    note_with(run_dir, files, None);
+}
+
+/// [`note`], with the files' bytes (`None`: not kept).
+pub(super) fn note_with(
+    run_dir: &Path,
+    files: Option<Vec<&Path>>,
+    contents: Option<super::Contents>,
+) {
     let generation = GENERATION.fetch_add(1, Ordering::SeqCst) + 1;
     let mut all = registry();
-    let entry = all.entry(run_dir.to_path_buf()).or_default();
+    let entry = all
+        .entry(run_dir.to_path_buf())
+        .or_insert_with(|| Deferred {
+            contents: Some(Vec::new()),
+            ..Deferred::default()
+        });
     entry.generation = generation;
+    match (&mut entry.contents, contents) {
+        (Some(kept), Some(new)) => kept.extend(new),
+        (kept, _) => *kept = None,
+    }
     match files {
         Some(files) if !entry.many && entry.files.len() + files.len() <= PER_FILE_MAX => {
             for file in files {

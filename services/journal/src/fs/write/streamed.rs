@@ -5,7 +5,8 @@
 //! temp file). Each time [`EARLY_SYNC_MIN`] new files are written and no such sync is under way,
 //! a `syncfs` starts on a thread of its own (the wait is the disk's, not the CPU's: it overlaps
 //! the process and the writer), so the commit's own sync is left with its events and the files
-//! written last. A sync still under way at closing is not waited for. Closing
+//! written last. For a store whose commits go through the run's commit log there are no early
+//! syncs: the writer keeps the files' bytes and the log carries them. A sync still under way at closing is not waited for. Closing
 //! places and notes the rest for the run's next commit, which makes them durable before its
 //! events become visible. A writer dropped unclosed removes what it wrote: nothing refers to
 //! those files.
@@ -31,18 +32,22 @@ pub(in crate::fs) struct StreamedFiles {
     durable: Vec<PathBuf>,
     /// An early sync under way, and the files it covers.
     syncing: Option<(std::thread::JoinHandle<Result<()>>, Vec<PathBuf>)>,
+    /// The run's commits go through its commit log, which carries these files' bytes: no early
+    /// syncs, the bytes kept for it.
+    contents: Option<super::Contents>,
     closed: bool,
 }
 
 impl StreamedFiles {
     /// A writer for `run_dir` (which exists), after its earlier background writes are done.
-    pub(in crate::fs) fn new(run_dir: PathBuf) -> Result<Self> {
+    pub(in crate::fs) fn new(run_dir: PathBuf, commit_log: bool) -> Result<Self> {
         join_background(&run_dir)?;
         Ok(Self {
             run_dir,
             staged: Vec::new(),
             durable: Vec::new(),
             syncing: None,
+            contents: commit_log.then(Vec::new),
             closed: false,
         })
     }
@@ -72,7 +77,7 @@ impl StreamedFiles {
             .staged
             .iter()
             .filter(|s| matches!(s, Staged::InPlace(_)));
-        if self.syncing.is_some() || in_place.count() < EARLY_SYNC_MIN {
+        if self.contents.is_some() || self.syncing.is_some() || in_place.count() < EARLY_SYNC_MIN {
             return Ok(());
         }
         // Files written in place in their new directories, durable with their directories'
@@ -106,6 +111,9 @@ impl RunFileWriter for StreamedFiles {
     fn write(&mut self, file: &RunFile, content: &[u8]) -> Result<()> {
         let path = self.run_dir.join(file.path());
         self.staged.push(stage(&path, content, &mut None)?);
+        if let Some(contents) = &mut self.contents {
+            contents.push((path, content.into()));
+        }
         self.sync_early()
     }
 
@@ -129,7 +137,8 @@ impl RunFileWriter for StreamedFiles {
         if self.staged.is_empty() {
             return Ok(());
         }
-        place_for_commit(&self.run_dir, &self.staged)
+        let contents = self.contents.take();
+        place_for_commit(&self.run_dir, &self.staged, contents)
     }
 }
 

@@ -14,7 +14,7 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-fn batch(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
+pub(super) fn batch(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
     (0..n)
         .map(|i| {
             (
@@ -25,7 +25,7 @@ fn batch(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-fn borrowed(files: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, &[u8])> {
+pub(super) fn borrowed(files: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, &[u8])> {
     files
         .iter()
         .map(|(p, b)| (p.clone(), b.as_slice()))
@@ -112,7 +112,7 @@ fn run_with_tasks(n: usize) -> (tempfile::TempDir, PathBuf, Vec<(PathBuf, Vec<u8
 fn deferred_files_are_synced_by_the_next_commit() {
     let (dir, journal, tasks) = run_with_tasks(3);
     let run = dir.path();
-    write_for_commit(run, &borrowed(&tasks)).unwrap();
+    write_for_commit(run, &borrowed(&tasks), false).unwrap();
     let pending = deferred::of(run).expect("pending a sync");
     assert!(!pending.many);
     assert_eq!(
@@ -137,7 +137,7 @@ fn deferred_files_are_synced_by_the_next_commit() {
         "{pending:?}"
     );
     let events = batch(&journal, 2);
-    write_events(run, &journal, &borrowed(&events)).unwrap();
+    write_events(run, &journal, &borrowed(&events), false).unwrap();
     assert_eq!(deferred::of(run), None, "settled by the commit");
     assert_eq!(
         names(&journal),
@@ -154,18 +154,18 @@ fn deferred_files_are_synced_by_the_next_commit() {
 fn many_or_failed_deferred_files_take_the_filesystem_sync() {
     let (dir, journal, tasks) = run_with_tasks(deferred::PER_FILE_MAX + 1);
     let run = dir.path();
-    write_for_commit(run, &borrowed(&tasks)).unwrap();
+    write_for_commit(run, &borrowed(&tasks), false).unwrap();
     let pending = deferred::of(run).unwrap();
     assert!(pending.many && pending.files.is_empty(), "{pending:?}");
-    write_events(run, &journal, &borrowed(&batch(&journal, 1))).unwrap();
+    write_events(run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
     assert_eq!(deferred::of(run), None);
     // A file under a regular file cannot be written: the batch fails, its account says so.
     fs::write(run.join("blocker"), b"x").unwrap();
     let bad = vec![(run.join("blocker/E0/task.json"), b"{}".to_vec())];
-    assert!(write_for_commit(run, &borrowed(&bad)).is_err());
+    assert!(write_for_commit(run, &borrowed(&bad), false).is_err());
     assert!(deferred::of(run).unwrap().many);
     // A later small batch does not make the run's account small again.
-    write_for_commit(run, &borrowed(&tasks[..1])).unwrap();
+    write_for_commit(run, &borrowed(&tasks[..1]), false).unwrap();
     assert!(deferred::of(run).unwrap().many);
 }
 
@@ -177,10 +177,10 @@ fn deferred_files_are_kept_by_run() {
     for run in [&a, &b] {
         fs::create_dir_all(run.join("journal")).unwrap();
         let files = vec![(run.join("tasks/E1/task.json"), b"{}".to_vec())];
-        write_for_commit(run, &borrowed(&files)).unwrap();
+        write_for_commit(run, &borrowed(&files), false).unwrap();
     }
     let events = batch(&a.join("journal"), 1);
-    write_events(&a, &a.join("journal"), &borrowed(&events)).unwrap();
+    write_events(&a, &a.join("journal"), &borrowed(&events), false).unwrap();
     assert_eq!(deferred::of(&a), None);
     assert_eq!(
         deferred::of(&b).unwrap().files,
@@ -197,7 +197,7 @@ fn an_existing_file_is_replaced_whole() {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(&path, b"{\"torn").unwrap();
     let new = vec![(path.clone(), b"{\"whole\": true}\n".to_vec())];
-    write_for_commit(dir.path(), &borrowed(&new)).unwrap();
+    write_for_commit(dir.path(), &borrowed(&new), false).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"{\"whole\": true}\n");
     assert_eq!(names(path.parent().unwrap()), vec!["task.json"]);
 }
@@ -232,7 +232,7 @@ fn streamed_files_are_synced_early_or_left_to_the_commit() {
     let (dir, journal, _) = run_with_tasks(0);
     let run = dir.path();
     fs::create_dir(run.join("tasks")).unwrap();
-    let mut w = streamed::StreamedFiles::new(run.to_path_buf()).unwrap();
+    let mut w = streamed::StreamedFiles::new(run.to_path_buf(), false).unwrap();
     let n = streamed::EARLY_SYNC_MIN;
     for i in 0..n {
         let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
@@ -254,7 +254,7 @@ fn streamed_files_are_synced_early_or_left_to_the_commit() {
     let pending = deferred::of(run).expect("the last file is the commit's");
     assert!(!pending.many, "{pending:?}");
     assert_eq!(pending.files, vec![run.join("tasks/Elast/task.json")]);
-    write_events(run, &journal, &borrowed(&batch(&journal, 1))).unwrap();
+    write_events(run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
     assert_eq!(deferred::of(run), None);
 }
 
@@ -267,7 +267,7 @@ fn an_unclosed_streamed_writer_removes_what_it_wrote() {
     let run = dir.path();
     fs::create_dir_all(run.join("tasks/OLD")).unwrap();
     fs::write(run.join("tasks/OLD/task.json"), b"old").unwrap();
-    let mut w = streamed::StreamedFiles::new(run.to_path_buf()).unwrap();
+    let mut w = streamed::StreamedFiles::new(run.to_path_buf(), false).unwrap();
     for i in 0..(streamed::EARLY_SYNC_MIN + 5) {
         let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
         w.write(&file, b"{}\n").unwrap();
