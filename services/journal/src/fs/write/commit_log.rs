@@ -268,14 +268,20 @@ pub(super) fn settle_later(run_dir: &Path, journal_dir: &Path, digest: Digest) {
                 .and_then(|n| n.to_str())
                 .unwrap_or_default()
                 .to_owned();
-            if let Ok(_lock) = super::super::lock_run(&run_id, &dir, 200)
+            // One try: a writer holding the run now (possibly waiting for this very thread)
+            // settles the log itself before it writes the next one; readers compare meanwhile.
+            if let Ok(_lock) = super::super::lock_run(&run_id, &dir, 1)
                 && matches!(read_live(&dir), Ok(Some((d, _))) if d == digest)
+                && set_state(&dir, SETTLED, false).is_ok()
             {
-                let _ = set_state(&dir, SETTLED, false);
+                lock(&COMPLETE).retain(|(d, g)| !(*d == dir && *g == digest));
             }
         });
     if let Ok(handle) = spawned {
-        lock(&SETTLING).push((run_dir.to_path_buf(), handle, now));
+        let mut all = lock(&SETTLING);
+        // Settlings that ended are forgotten here (a long-lived process commits many runs).
+        all.retain(|(_, h, _)| !h.is_finished());
+        all.push((run_dir.to_path_buf(), handle, now));
     }
 }
 
