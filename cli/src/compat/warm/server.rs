@@ -418,10 +418,13 @@ impl Server {
         logs::begin(babysitter_common::telemetry::command_log_level(
             env.get("BABYSITTER_LOG_LEVEL"),
         ));
-        let task = tokio::spawn(output::captured(WARM.scope(scope, async move {
+        // Awaited here, not spawned: a spawned task's end wakes this handler behind whatever
+        // else the command left ready (a journal's background snapshot), before its answer.
+        let task = output::captured(WARM.scope(scope, async move {
             crate::compat::execute(&argv, &env, cwd).await
-        })));
-        let done = task.await;
+        }));
+        let done =
+            futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(Box::pin(task))).await;
         let mut logged = logs::end();
         if self.verbose {
             eprintln!(
@@ -434,8 +437,13 @@ impl Server {
                 logged.extend_from_slice(&cap.stderr);
                 ran(code, cap.stdout, logged)
             }
-            Err(e) => {
+            Err(panic) => {
                 self.ctx.clear();
+                let e = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a command panicked".to_owned());
                 let msg = format!("[babysitter] internal error in the warm server: {e}\n");
                 ran(1, Vec::new(), msg.into_bytes())
             }
