@@ -50,9 +50,13 @@ pub fn object_to_file_string(members: &[(&str, &Value)]) -> String {
 }
 
 fn write_indent(out: &mut String, depth: usize) {
-    for _ in 0..depth {
-        out.push_str("  ");
+    const SPACES: &str = "                                                                ";
+    let mut n = depth * 2;
+    while n > SPACES.len() {
+        out.push_str(SPACES);
+        n -= SPACES.len();
     }
+    out.push_str(&SPACES[..n]);
 }
 
 fn write_value(out: &mut String, value: &Value, depth: usize) {
@@ -88,16 +92,24 @@ fn write_object(out: &mut String, map: &Map<String, Value>, depth: usize) {
         return;
     }
     out.push_str("{\n");
-    let mut first = true;
-    for (key, value) in js_key_order(map) {
+    let mut member = |first: bool, key: &str, value: &Value| {
         if !first {
             out.push_str(",\n");
         }
-        first = false;
         write_indent(out, depth + 1);
         write_string(out, key);
         out.push_str(": ");
         write_value(out, value, depth + 1);
+    };
+    // Most objects have no array-index keys: their insertion order is the JS order, no copy.
+    if map.keys().any(|k| array_index(k).is_some()) {
+        for (i, (key, value)) in js_key_order(map).into_iter().enumerate() {
+            member(i == 0, key, value);
+        }
+    } else {
+        for (i, (key, value)) in map.iter().enumerate() {
+            member(i == 0, key, value);
+        }
     }
     out.push('\n');
     write_indent(out, depth);
@@ -257,6 +269,19 @@ mod tests {
             to_file_string(&json!({"type": "T", "data": data}))
         );
         assert_eq!(object_to_file_string(&[]), to_file_string(&json!({})));
+    }
+
+    /// Indentation past the spaces kept at hand (depth 40: 80 spaces) is still two per level.
+    #[test]
+    fn deep_nesting_indents_two_spaces_per_level() {
+        let mut v = json!(1);
+        for _ in 0..40 {
+            v = json!([v]);
+        }
+        let text = to_string_pretty(&v);
+        let deepest = text.lines().find(|l| l.trim() == "1").unwrap();
+        assert_eq!(deepest.len() - 1, 80, "{deepest:?}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
     }
 
     #[test]
