@@ -617,7 +617,12 @@ fn write_events_logged(
     // durable first, as for any batch.
     let pending = deferred::of(run_dir);
     let carried = match pending.as_ref().map(|d| (d, &d.contents)) {
-        Some((d, Some(contents))) if contents.len() <= commit_log::MAX_CARRIED => {
+        Some((d, Some(contents)))
+            if contents.len() <= commit_log::MAX_CARRIED
+                && contents
+                    .iter()
+                    .all(|(p, _)| commit_log::loggable(run_dir, p)) =>
+        {
             Some((d.generation, contents))
         }
         Some((d, _)) => {

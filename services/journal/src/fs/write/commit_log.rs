@@ -184,6 +184,14 @@ fn read_live(run_dir: &Path) -> Result<Option<(Digest, Entries)>> {
     Ok(Some((digest, entries)))
 }
 
+/// Whether the log can carry `path` (see [`valid_name`]); other deferred files are synced.
+pub(super) fn loggable(run_dir: &Path, path: &Path) -> bool {
+    path.strip_prefix(run_dir)
+        .ok()
+        .and_then(|n| n.to_str())
+        .is_some_and(valid_name)
+}
+
 /// A log names only `journal/<file>` and `tasks/<effect>/<file>` (relative, plain segments):
 /// a damaged or foreign log can never make recovery write anywhere else.
 fn valid_name(name: &str) -> bool {

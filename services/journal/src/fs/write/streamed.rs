@@ -5,11 +5,11 @@
 //! temp file). Each time [`EARLY_SYNC_MIN`] new files are written and no such sync is under way,
 //! a `syncfs` starts on a thread of its own (the wait is the disk's, not the CPU's: it overlaps
 //! the process and the writer), so the commit's own sync is left with its events and the files
-//! written last. For a store whose commits go through the run's commit log there are no early
-//! syncs: the writer keeps the files' bytes and the log carries them. A sync still under way at closing is not waited for. Closing
-//! places and notes the rest for the run's next commit, which makes them durable before its
-//! events become visible. A writer dropped unclosed removes what it wrote: nothing refers to
-//! those files.
+//! written last. A sync still under way at closing is not waited for. Closing places and notes
+//! the rest for the run's next commit, which makes them durable before its events become
+//! visible. For a store whose commits go through the run's commit log there are no early syncs:
+//! the writer keeps the files' bytes and the log carries them. A writer dropped unclosed
+//! removes what it wrote: nothing refers to those files.
 
 use std::fs;
 use std::path::PathBuf;

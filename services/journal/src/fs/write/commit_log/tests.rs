@@ -50,6 +50,23 @@ fn a_large_batch_commits_through_the_log_and_settles() {
     assert!(read_live(&run).unwrap().is_none());
 }
 
+/// A file the log cannot name (outside `tasks/<effect>/`) is not carried: it is synced as for
+/// any batch, and the commit goes through.
+#[test]
+fn files_a_log_cannot_name_are_synced_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let other = vec![(run.join("state/extra.json"), b"{}".to_vec())];
+    write_for_commit(&run, &borrowed(&other), true).unwrap();
+    let evs = events(&journal, 40);
+    write_events(&run, &journal, &borrowed(&evs), true).unwrap();
+    assert_eq!(deferred::of(&run), None, "synced");
+    let (_, logged) = read_live(&run).unwrap().expect("live until settled");
+    assert_eq!(logged.len(), 40, "events only");
+    assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
+    settle_all();
+}
+
 /// A machine crash after the log's sync: events named or not, an event's blocks lost (empty),
 /// a task file gone. A reader (through the store's listing) restores all of it, byte for byte,
 /// and the log is settled; the journal then lists whole.
