@@ -367,3 +367,62 @@ fn the_state_cache_is_current_before_the_next_request() {
         Some(s.journal_len("cache") as u64)
     );
 }
+
+const FAN: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+export const step = defineTask('warm.fan', (args) => ({ kind: 'node', title: 'fan ' + args.i, node: { entry: 'noop.js' } }));\n\
+export async function process(inputs, ctx) { const rs = await ctx.parallel.all(Array.from({ length: 40 }, (_, i) => () => ctx.task(step, { i }))); return { sum: rs.reduce((a, r) => a + r.value, 0) }; }\n";
+
+/// A fan-out's 40 requests commit through the server's commit log (`state/commit.log`); a
+/// local process reads all of them and their task files, and the run ends with the journal a
+/// purely local run writes (the log is the server's alone: a local call writes none).
+#[test]
+fn a_fan_out_commits_through_the_servers_commit_log() {
+    let drive = |s: &Sandbox, id: &str| -> Value {
+        s.write("processes/fan.mjs", FAN);
+        s.write("inputs.json", "{}");
+        s.create(id, "processes/fan.mjs#process");
+        let first = s.iterate(id);
+        assert_eq!(first["status"], "waiting", "{first}");
+        let listed = s
+            .cmd_env(&["task:list", id, "--pending", "--json"], LOCAL)
+            .ok()
+            .json();
+        let pending = listed["tasks"].as_array().unwrap().clone();
+        assert_eq!(pending.len(), 40, "{listed}");
+        for t in &pending {
+            let effect = t["effectId"].as_str().unwrap();
+            let task = s.run_dir(id).join("tasks").join(effect).join("task.json");
+            assert_eq!(read_json(&task)["kind"], "node", "{}", task.display());
+            s.cmd(&[
+                "task:post",
+                id,
+                effect,
+                "--status",
+                "ok",
+                "--value-inline",
+                "{\"value\": 1}",
+                "--json",
+            ])
+            .ok();
+        }
+        s.iterate(id)
+    };
+    let local = Sandbox::new();
+    let done_local = drive(&local, "fan-local");
+    assert_eq!(done_local["status"], "completed", "{done_local}");
+    let warm = Sandbox::new().warm();
+    let done_warm = drive(&warm, "fan-warm");
+    assert_eq!(done_warm["status"], "completed", "{done_warm}");
+    assert_eq!(warm.event_types("fan-warm"), local.event_types("fan-local"));
+    let log = |s: &Sandbox, id: &str| std::fs::metadata(s.run_dir(id).join("state/commit.log"));
+    assert!(
+        log(&warm, "fan-warm").is_ok(),
+        "the server committed through its log"
+    );
+    assert!(
+        log(&local, "fan-local").is_err(),
+        "a local call writes no log"
+    );
+    let out = read_json(&warm.run_dir("fan-warm").join("state/output.json"));
+    assert_eq!(out["sum"], 40, "{out}");
+}
