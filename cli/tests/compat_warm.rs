@@ -393,17 +393,7 @@ fn a_fan_out_commits_through_the_servers_commit_log() {
             let effect = t["effectId"].as_str().unwrap();
             let task = s.run_dir(id).join("tasks").join(effect).join("task.json");
             assert_eq!(read_json(&task)["kind"], "node", "{}", task.display());
-            s.cmd(&[
-                "task:post",
-                id,
-                effect,
-                "--status",
-                "ok",
-                "--value-inline",
-                "{\"value\": 1}",
-                "--json",
-            ])
-            .ok();
+            s.post_inline(id, effect, "{\"value\": 1}").ok();
         }
         s.iterate(id)
     };
