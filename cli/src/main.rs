@@ -7,11 +7,10 @@
 
 use std::process::ExitCode;
 
-/// mimalloc instead of glibc's malloc: the warm server and long `run`s allocate and free many
-/// small objects (glibc's malloc was ~20% of the warm server's CPU). QuickJS keeps libc's
-/// malloc: its memory limit needs it.
+/// mimalloc, or the system's allocator in a thin client of the warm server (see
+/// [`babysitter_cli_alloc`]). QuickJS keeps libc's malloc: its memory limit needs it.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: babysitter_cli_alloc::Chosen = babysitter_cli_alloc::Chosen;
 
 mod compat;
 mod remote;
@@ -32,24 +31,31 @@ pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env = babysitter_common::EnvMap::from_process();
+    let first = args.first().map(String::as_str);
+    let remote = match first {
+        Some(cmd) if remote::COMMANDS.contains(&cmd) => remote::server_of(&args[1..], &env),
+        _ => None,
+    };
+    // A command the warm server runs needs nothing set up here: it goes first.
+    if remote.is_none()
+        && let Some(code) = compat::warm::forward(&args, &env)
+    {
+        return code;
+    }
     // `up` sets up the services' telemetry and `warm serve` its own (each command's logs go to
     // its client); every other command logs warnings on stderr (a library's warning was
     // dropped before: no subscriber).
-    let first = args.first().map(String::as_str);
     let serving = first == Some("warm") && args.get(1).map(String::as_str) == Some("serve");
     if first != Some("up") && !serving {
         babysitter_common::telemetry::init_command_logging(
             babysitter_common::telemetry::command_log_level(env.get("BABYSITTER_LOG_LEVEL")),
         );
     }
-    match first {
-        Some("run") => run::main(&args[1..], &env),
-        Some("up") => up::main(&args[1..]),
-        Some("warm") => compat::warm::main(&args[1..], &env),
-        Some(cmd) if remote::COMMANDS.contains(&cmd) => match remote::server_of(&args[1..], &env) {
-            Some((url, rest)) => remote::main(cmd, &url, &rest, &env),
-            None => compat::warm::forward(&args, &env).unwrap_or_else(|| compat::main(&args, &env)),
-        },
-        _ => compat::warm::forward(&args, &env).unwrap_or_else(|| compat::main(&args, &env)),
+    match (first, remote) {
+        (Some("run"), _) => run::main(&args[1..], &env),
+        (Some("up"), _) => up::main(&args[1..]),
+        (Some("warm"), _) => compat::warm::main(&args[1..], &env),
+        (Some(cmd), Some((url, rest))) => remote::main(cmd, &url, &rest, &env),
+        _ => compat::main(&args, &env),
     }
 }

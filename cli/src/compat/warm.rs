@@ -51,15 +51,9 @@ mod wire;
 use wire::{Request, Response};
 
 /// The commands a client sends to the server: the run loop's commands, none of which reads
-/// stdin (a `-` argument keeps the call local).
-pub const FORWARDED: &[&str] = &[
-    "run:iterate",
-    "run:status",
-    "run:events",
-    "task:list",
-    "task:show",
-    "task:post",
-];
+/// stdin (a `-` argument keeps the call local). Their processes use the system allocator (see
+/// `babysitter_cli_alloc`).
+pub const FORWARDED: &[&str] = babysitter_cli_alloc::THIN_CLIENT_COMMANDS;
 
 /// Idle time after which an auto-started server exits.
 const AUTO_IDLE: Duration = Duration::from_secs(600);
@@ -191,7 +185,7 @@ pub fn forward(argv: &[String], env: &EnvMap) -> Option<ExitCode> {
     };
     // Nothing was run yet if the request did not go out whole: run locally.
     wire::write_request(&mut stream, &request).ok()?;
-    match wire::read_response(&mut stream) {
+    match wire::read_response(&mut std::io::BufReader::with_capacity(64 << 10, &stream)) {
         Ok(Response::Ran { code, out, err }) => {
             use std::io::Write as _;
             let _ = std::io::stdout().lock().write_all(&out);

@@ -375,8 +375,16 @@ impl Server {
                 let deferred = std::mem::take(
                     &mut *self.ctx.deferred.lock().unwrap_or_else(|p| p.into_inner()),
                 );
+                let started = tokio::time::Instant::now();
+                let works = deferred.len();
                 for work in deferred {
                     work.await;
+                }
+                if self.verbose && works > 0 {
+                    eprintln!(
+                        "babysitter warm: deferred work {:.2} ms",
+                        started.elapsed().as_secs_f64() * 1000.0
+                    );
                 }
                 drop(turn);
             }

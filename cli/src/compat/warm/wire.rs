@@ -44,11 +44,13 @@ const NOT_RUN: u8 = 1;
 
 /// A request frame (client side).
 pub fn write_request(w: &mut impl std::io::Write, request: &Request) -> std::io::Result<()> {
-    let body = serde_json::to_vec(request).map_err(std::io::Error::other)?;
-    let len =
-        u32::try_from(body.len()).map_err(|_| std::io::Error::other("frame larger than 4 GiB"))?;
-    w.write_all(&len.to_be_bytes())?;
-    w.write_all(&body)?;
+    // One write: the length goes in front of the body once it is known.
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, request).map_err(std::io::Error::other)?;
+    let len = u32::try_from(frame.len() - 4)
+        .map_err(|_| std::io::Error::other("frame larger than 4 GiB"))?;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    w.write_all(&frame)?;
     w.flush()
 }
 
