@@ -55,7 +55,7 @@ pub struct FsStore {
     lock_attempts: u32,
     /// File I/O in the calling thread instead of tokio's blocking pool ([`FsStore::inline_io`]).
     inline_io: bool,
-    /// Large batches commit through the run's commit log ([`FsStore::commit_log`]).
+    /// Commits go through the run's commit log ([`FsStore::commit_log`]).
     commit_log: bool,
 }
 
@@ -69,10 +69,11 @@ impl FsStore {
         }
     }
 
-    /// For a long-lived process (the warm server): a large batch of events (a fan-out's) is
-    /// committed with one durable write of the run's commit log (`state/commit.log`) and its
-    /// event files are made durable in the background, instead of two syncs of the filesystem
-    /// while the caller waits (see `fs/write/commit_log.rs`). Such a process calls
+    /// For a long-lived process (the warm server): a batch of events is committed with one
+    /// durable append to the run's commit log (`state/commit.log`: the events and the task
+    /// files they refer to), and its files are made durable in the background, instead of an
+    /// `fsync` per file and directory (or, for a fan-out's hundreds of files, two syncs of the
+    /// filesystem) while the caller waits (see `fs/write/commit_log.rs`). Such a process calls
     /// [`settle_commit_logs`] before it exits. Every store reads runs with a commit log,
     /// whether it writes them or not.
     pub fn commit_log(mut self) -> Self {

@@ -540,11 +540,12 @@ pub(super) fn join_background(run_dir: &Path) -> Result<()> {
 /// visible before the files it refers to (`run_dir`'s deferred [`write_for_commit`] files) are
 /// durable; a crash leaves a committed prefix of whole events.
 ///
-/// A small commit — a few events, a few deferred files — is made durable one file at a time:
-/// the deferred files and their directories, then each event through a durable temp file
-/// renamed into place, then the journal directory. A large one stages its events (anonymous or
-/// temp files), makes them and the deferred files durable with one `syncfs`, then names them in
-/// order and syncs the names.
+/// With `commit_log`, every batch commits through the run's commit log
+/// ([`write_events_logged`]). Otherwise a small commit — a few events, a few deferred files —
+/// is made durable one file at a time: the deferred files and their directories, then each
+/// event through a durable temp file renamed into place, then the journal directory. A large
+/// one stages its events (anonymous or temp files), makes them and the deferred files durable
+/// with one `syncfs`, then names them in order and syncs the names.
 ///
 /// `run_dir`'s background writes ([`write_for_commit_background`]) are joined after the events
 /// are staged and before the sync; if one failed, no event is named.
@@ -554,6 +555,9 @@ pub(super) fn write_events(
     files: &[(PathBuf, &[u8])],
     commit_log: bool,
 ) -> Result<()> {
+    if commit_log {
+        return write_events_logged(run_dir, journal_dir, files);
+    }
     let background = BACKGROUND
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -572,9 +576,6 @@ pub(super) fn write_events(
             deferred::settle(run_dir, d.generation);
         }
         return Ok(());
-    }
-    if commit_log && files.len() >= PARALLEL_MIN {
-        return write_events_logged(run_dir, journal_dir, files);
     }
     if let Some(anonymous) = stage_anonymous(journal_dir, files)? {
         join_background(run_dir)?;
@@ -602,19 +603,17 @@ pub(super) fn write_events(
     done
 }
 
-/// A large batch committed through the run's commit log ([`commit_log`]): the files the events
-/// refer to made durable first (as for any batch), the events staged, the log written and
-/// synced (the commit point), then the events named; their own durability follows in the
-/// background. Falls back to [`write_events`]' own path where anonymous files cannot be made.
+/// A batch committed through the run's commit log ([`commit_log`]): the events staged unnamed
+/// (anonymous files for a large batch, temp files otherwise, none of them synced), one record —
+/// the events and the files they refer to, when their bytes are known (else those are made
+/// durable first, as for any batch) — appended to the log and synced (the commit point), then
+/// the events named in order; their own durability follows in the background.
 fn write_events_logged(
     run_dir: &Path,
     journal_dir: &Path,
     files: &[(PathBuf, &[u8])],
 ) -> Result<()> {
     join_background(run_dir)?;
-    commit_log::settle_previous(run_dir, journal_dir)?;
-    // The files the events refer to: carried by the log when their bytes are known, else made
-    // durable first, as for any batch.
     let pending = deferred::of(run_dir);
     let carried = match pending.as_ref().map(|d| (d, &d.contents)) {
         Some((d, Some(contents)))
@@ -636,29 +635,84 @@ fn write_events_logged(
         }
         None => None,
     };
-    let Some(anonymous) = stage_anonymous(journal_dir, files)? else {
-        return write_events(run_dir, journal_dir, files, false);
+    let anonymous = match files.len() >= PARALLEL_MIN {
+        true => stage_anonymous(journal_dir, files)?,
+        false => None,
+    };
+    let staged = match anonymous {
+        Some(_) => Vec::new(),
+        None => stage_unnamed(files)?,
     };
     let mut logged: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), *b)).collect();
     if let Some((_, contents)) = carried {
         logged.extend(contents.iter().map(|(p, b)| (p.as_path(), &b[..])));
     }
-    let digest = commit_log::write(run_dir, &logged)?;
+    let guard = commit_log::guard(run_dir);
+    let _guard = guard.lock().unwrap_or_else(|p| p.into_inner());
+    let record = match commit_log::append(run_dir, &logged) {
+        Ok(record) => record,
+        Err(e) => {
+            discard_tmps(&staged);
+            return Err(e);
+        }
+    };
     if let Some((generation, _)) = carried {
         deferred::settle(run_dir, generation);
     }
-    let linked = files
-        .iter()
-        .enumerate()
-        .try_for_each(|(i, (path, _))| anonymous.link(i, path));
-    if let Err(e) = linked {
+    let named = match &anonymous {
+        Some(anonymous) => files
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, (path, _))| anonymous.link(i, path)),
+        None => rename_each_new(&staged),
+    };
+    if let Err(e) = named {
         // Not named whole: the log must not complete it later; the events named so far are
         // committed (a prefix), as without a log.
-        commit_log::void(run_dir)?;
+        discard_tmps(&staged);
+        commit_log::void(run_dir, record)?;
         syncfs(journal_dir)?;
         return Err(e);
     }
-    commit_log::settle_later(run_dir, journal_dir, digest);
+    commit_log::committed(run_dir, journal_dir, record);
+    Ok(())
+}
+
+/// Writes each file to a temp file beside it (not synced): staged for a commit log's batch.
+fn stage_unnamed(files: &[(PathBuf, &[u8])]) -> Result<Vec<Staged>> {
+    let mut staged = Vec::with_capacity(files.len());
+    for (path, bytes) in files {
+        let tmp = tmp_path(path);
+        let written = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(bytes));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            discard_tmps(&staged);
+            return Err(JournalError::io(path.display(), e));
+        }
+        staged.push(Staged::Tmp(tmp, path.clone()));
+    }
+    Ok(staged)
+}
+
+/// Renames each staged temp file to its path, in order, failing on a name that is taken.
+fn rename_each_new(staged: &[Staged]) -> Result<()> {
+    for s in staged {
+        let Staged::Tmp(tmp, path) = s else { continue };
+        let cwd = rustix::fs::CWD;
+        match rustix::fs::renameat_with(cwd, tmp, cwd, path, rustix::fs::RenameFlags::NOREPLACE) {
+            Ok(()) => {}
+            // This filesystem cannot refuse to replace: a link can.
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                fs::hard_link(tmp, path).map_err(|e| JournalError::io(path.display(), e))?;
+                let _ = fs::remove_file(tmp);
+            }
+            Err(e) => return Err(JournalError::io(path.display(), e.into())),
+        }
+    }
     Ok(())
 }
 

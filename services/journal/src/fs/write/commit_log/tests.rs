@@ -8,46 +8,90 @@ use super::super::tests::{batch as events, borrowed};
 use super::super::{deferred, write_events, write_for_commit};
 use super::*;
 
+const RUN: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+
 fn run_dir(dir: &Path) -> (PathBuf, PathBuf) {
-    let run = dir.join("01ARZ3NDEKTSV4RRFFQ69G5FAV");
+    let run = dir.join(RUN);
     let journal = run.join("journal");
     fs::create_dir_all(&journal).unwrap();
     fs::write(run.join("run.json"), "{}").unwrap();
     (run, journal)
 }
 
-fn state_byte(run: &Path) -> u8 {
-    fs::read(path(run)).unwrap()[STATE_AT as usize]
+/// The log's live records, as another process would read them.
+fn live(run: &Path) -> Vec<Entries> {
+    let Some((f, Kind::Current(h), len)) = open(run, false).unwrap() else {
+        return Vec::new();
+    };
+    read_records(run, &f, h, len).unwrap().records
 }
 
-/// A large batch through the log: every event named with its bytes, the task files it refers
-/// to carried by the log (no longer pending a sync), and the log settled once its settling ran.
-#[test]
-fn a_large_batch_commits_through_the_log_and_settles() {
-    let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
-    let tasks: Vec<(PathBuf, Vec<u8>)> = (0..3)
+fn header(run: &Path) -> Header {
+    match open(run, false).unwrap() {
+        Some((_, Kind::Current(h), _)) => h,
+        _ => panic!("no current log"),
+    }
+}
+
+fn log_len(run: &Path) -> u64 {
+    fs::metadata(path(run)).unwrap().len()
+}
+
+fn refs(files: &[(PathBuf, Vec<u8>)]) -> Vec<(&Path, &[u8])> {
+    files.iter().map(|(p, b)| (p.as_path(), &b[..])).collect()
+}
+
+fn tasks(run: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
+    (0..n)
         .map(|i| {
             (
                 run.join(format!("tasks/E{i}/task.json")),
                 format!("{{\"t\": {i}}}").into_bytes(),
             )
         })
-        .collect();
-    write_for_commit(&run, &borrowed(&tasks), true).unwrap();
-    assert!(deferred::of(&run).is_some_and(|d| d.contents.is_some_and(|c| c.len() == 3)));
-    let evs = events(&journal, 40);
-    write_events(&run, &journal, &borrowed(&evs), true).unwrap();
-    assert_eq!(deferred::of(&run), None, "the log carried the task files");
-    for (p, b) in evs.iter().chain(&tasks) {
+        .collect()
+}
+
+/// A small batch (a `task:post`'s) and a large one (a fan-out's) through the log: every event
+/// named with its bytes, the task files they refer to carried (no longer pending a sync), one
+/// record each; the settling empties the log.
+#[test]
+fn batches_commit_through_the_log_and_settle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let result = vec![(run.join("tasks/E9/result.json"), b"{\"ok\": 1}".to_vec())];
+    write_for_commit(&run, &borrowed(&result), true).unwrap();
+    let small = events(&journal, 2);
+    write_events(&run, &journal, &borrowed(&small), true).unwrap();
+    assert_eq!(deferred::of(&run), None, "the log carried the result file");
+    let files = tasks(&run, 3);
+    write_for_commit(&run, &borrowed(&files), true).unwrap();
+    let large: Vec<_> = events(&journal, 42).split_off(2);
+    write_events(&run, &journal, &borrowed(&large), true).unwrap();
+    assert_eq!(deferred::of(&run), None);
+    for (p, b) in small.iter().chain(&large).chain(&files).chain(&result) {
         assert_eq!(fs::read(p).unwrap(), *b, "{}", p.display());
     }
-    let (_, logged) = read_live(&run).unwrap().expect("live until settled");
-    assert_eq!(logged.len(), 43);
-    assert!(logged.iter().any(|(n, _)| n == "tasks/E2/task.json"));
+    let records = live(&run);
+    assert_eq!(
+        records.iter().map(Vec::len).collect::<Vec<_>>(),
+        [3, 43],
+        "events and carried files, one record per batch"
+    );
+    assert!(records[0].iter().any(|(n, _)| n == "tasks/E9/result.json"));
+    assert!(
+        fs::read_dir(&journal).unwrap().all(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".json")),
+        "no temp file left"
+    );
+    let epoch = header(&run).epoch;
     settle_all();
-    assert_eq!(state_byte(&run), SETTLED);
-    assert!(read_live(&run).unwrap().is_none());
+    assert_eq!(log_len(&run), HEADER, "emptied once settled");
+    assert_ne!(header(&run).epoch, epoch, "a new epoch");
+    assert!(live(&run).is_empty());
 }
 
 /// A file the log cannot name (outside `tasks/<effect>/`) is not carried: it is synced as for
@@ -58,85 +102,171 @@ fn files_a_log_cannot_name_are_synced_instead() {
     let (run, journal) = run_dir(dir.path());
     let other = vec![(run.join("state/extra.json"), b"{}".to_vec())];
     write_for_commit(&run, &borrowed(&other), true).unwrap();
-    let evs = events(&journal, 40);
+    let evs = events(&journal, 3);
     write_events(&run, &journal, &borrowed(&evs), true).unwrap();
     assert_eq!(deferred::of(&run), None, "synced");
-    let (_, logged) = read_live(&run).unwrap().expect("live until settled");
-    assert_eq!(logged.len(), 40, "events only");
+    assert_eq!(live(&run)[0].len(), 3, "events only");
     assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
     settle_all();
 }
 
-/// A machine crash after the log's sync: events named or not, an event's blocks lost (empty),
-/// a task file gone. A reader (through the store's listing) restores all of it, byte for byte,
-/// and the log is settled; the journal then lists whole.
+/// A machine crash after the commit points of two records: events named or not, an event's
+/// blocks lost (empty) or cut short, a task file gone. A reader in another process (through
+/// the store's listing) restores all of it, byte for byte, and empties the log; a file another
+/// writer changed since is left as it is.
 #[tokio::test]
 async fn a_crash_after_the_commit_point_loses_nothing() {
     use crate::store::JournalStore as _;
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let evs = events(&journal, 40);
-    let task = (run.join("tasks/E0/task.json"), b"{\"t\": 0}".to_vec());
-    let mut logged: Vec<(&Path, &[u8])> = evs.iter().map(|(p, b)| (p.as_path(), &b[..])).collect();
-    logged.push((task.0.as_path(), &task.1[..]));
-    write(&run, &logged).unwrap();
+    let task = tasks(&run, 2);
+    let mut first = refs(&evs[..30]);
+    first.push((task[0].0.as_path(), &task[0].1[..]));
+    append(&run, &first).unwrap();
+    let mut second = refs(&evs[30..]);
+    second.push((task[1].0.as_path(), &task[1].1[..]));
+    append(&run, &second).unwrap();
     for (i, (p, b)) in evs.iter().enumerate() {
         match i {
-            0..20 => fs::write(p, b).unwrap(),
+            0..20 | 31..35 => fs::write(p, b).unwrap(),
             20 => fs::write(p, b"").unwrap(),
+            21 => fs::write(p, &b[..3]).unwrap(),
             _ => {}
         }
     }
+    fs::create_dir_all(task[1].0.parent().unwrap()).unwrap();
+    fs::write(&task[1].0, b"{\"t\": \"rewritten\"}").unwrap();
     let store = crate::fs::FsStore::new(dir.path());
-    let head = store
-        .head("01ARZ3NDEKTSV4RRFFQ69G5FAV", None)
-        .await
-        .unwrap();
+    let head = store.head(RUN, None).await.unwrap();
     assert_eq!(head.seq, 40);
-    for (p, b) in evs.iter().chain(std::iter::once(&task)) {
+    for (p, b) in evs.iter().chain(&task[..1]) {
         assert_eq!(fs::read(p).unwrap(), *b, "{}", p.display());
     }
-    assert_eq!(state_byte(&run), SETTLED);
+    assert_eq!(fs::read(&task[1].0).unwrap(), b"{\"t\": \"rewritten\"}");
+    assert!(live(&run).is_empty(), "settled");
+    assert_eq!(log_len(&run), HEADER);
 }
 
-/// A log torn while it was written (its checksum fails) was never a commit point: nothing is
-/// restored from it.
+/// A record torn while it was written (its checksum fails) was never a commit point: nothing is
+/// restored from it, while the whole record before it is; a commit after it cuts it off.
 #[test]
-fn a_torn_log_is_ignored() {
+fn a_torn_record_is_ignored_and_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
-    let evs = events(&journal, 40);
-    let logged: Vec<(&Path, &[u8])> = evs.iter().map(|(p, b)| (p.as_path(), &b[..])).collect();
-    write(&run, &logged).unwrap();
+    let evs = events(&journal, 6);
+    append(&run, &refs(&evs[..3])).unwrap();
+    append(&run, &refs(&evs[3..])).unwrap();
     let mut bytes = fs::read(path(&run)).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     fs::write(path(&run), &bytes).unwrap();
-    assert!(read_live(&run).unwrap().is_none());
-    recover("01ARZ3NDEKTSV4RRFFQ69G5FAV", &run, false, 10).unwrap();
-    assert_eq!(fs::read_dir(&journal).unwrap().count(), 0);
+    settle::forget_known(&run);
+    assert_eq!(live(&run).len(), 1);
+    recover(RUN, &run, false, 10).unwrap();
+    assert!(evs[..3].iter().all(|(p, _)| p.try_exists().unwrap()));
+    assert!(evs[3..].iter().all(|(p, _)| !p.try_exists().unwrap()));
+    // Torn again, and a commit appends: its record goes where the torn one was.
+    fs::write(path(&run), &bytes).unwrap();
+    let next = events(&journal, 9).split_off(6);
+    append(&run, &refs(&next)).unwrap();
+    settle::forget_known(&run);
+    let records = live(&run);
+    assert_eq!(records.len(), 2);
+    assert_eq!(
+        records[1][0].0,
+        "journal/000007.01ARZ3NDEKTSV4RRFFQ69G5F06.json"
+    );
 }
 
-/// A batch that could not be named whole (a name taken) fails, and its log is void: a later
-/// recovery does not complete what the caller was told failed.
+/// A record of another epoch (left behind after the log was emptied) ends the log.
 #[test]
-fn a_batch_not_named_whole_voids_its_log() {
+fn a_record_of_another_epoch_ends_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
-    let evs = events(&journal, 40);
-    fs::write(&evs[30].0, b"someone else's").unwrap();
-    assert!(write_events(&run, &journal, &borrowed(&evs), true).is_err());
-    assert_eq!(state_byte(&run), SETTLED);
-    forget(&run);
-    recover("01ARZ3NDEKTSV4RRFFQ69G5FAV", &run, false, 10).unwrap();
-    assert!(
-        evs[..30].iter().all(|(p, _)| p.try_exists().unwrap()),
-        "the prefix is committed"
-    );
-    assert!(
-        evs[31..].iter().all(|(p, _)| !p.try_exists().unwrap()),
-        "the rest never appears"
-    );
+    let evs = events(&journal, 2);
+    append(&run, &refs(&evs[..1])).unwrap();
+    let stale = fs::read(path(&run)).unwrap();
+    // Emptied (new epoch), then the old record's bytes seen again after the header.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path(&run))
+        .unwrap();
+    let h = reset(&f, &path(&run), header(&run).epoch, true).unwrap();
+    f.write_all_at(&stale[HEADER as usize..], HEADER).unwrap();
+    settle::forget_known(&run);
+    assert!(live(&run).is_empty());
+    // A commit of the new epoch overwrites it and is read.
+    append(&run, &refs(&evs[1..])).unwrap();
+    assert_eq!(header(&run), h);
+    assert_eq!(live(&run).len(), 1);
+}
+
+/// A batch that could not be named whole (a name taken) fails, and its record is void: a later
+/// recovery does not complete what the caller was told failed, and still reads the records
+/// after it.
+#[test]
+fn a_batch_not_named_whole_voids_its_record() {
+    for n in [3, 40] {
+        let dir = tempfile::tempdir().unwrap();
+        let (run, journal) = run_dir(dir.path());
+        let evs = events(&journal, n + 1);
+        fs::write(&evs[n - 1].0, b"someone else's").unwrap();
+        assert!(write_events(&run, &journal, &borrowed(&evs[..n]), true).is_err());
+        assert!(live(&run).is_empty(), "void");
+        write_events(&run, &journal, &borrowed(&evs[n..]), true).unwrap();
+        fs::remove_file(&evs[n].0).unwrap();
+        settle::forget(&run);
+        recover(RUN, &run, false, 10).unwrap();
+        assert!(
+            evs[..n - 1].iter().all(|(p, _)| p.try_exists().unwrap()),
+            "the prefix is committed"
+        );
+        assert_eq!(fs::read(&evs[n - 1].0).unwrap(), b"someone else's");
+        assert_eq!(
+            fs::read(&evs[n].0).unwrap(),
+            evs[n].1,
+            "the later record restored"
+        );
+        let tmps = fs::read_dir(&journal)
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count();
+        assert_eq!(tmps, 0, "no temp file left");
+    }
+}
+
+/// A first-version log (one batch, as the previous build wrote it), live after a crash, is
+/// still restored from; the next commit replaces it with a current one.
+#[test]
+fn a_first_version_log_is_still_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let evs = events(&journal, 3);
+    let mut body = Vec::new();
+    let count = encode_entries(&run, &refs(&evs), &mut body).unwrap();
+    let mut log = vec![0u8; HEADER as usize];
+    log[..8].copy_from_slice(MAGIC_V1);
+    log[8] = 1;
+    log[16..20].copy_from_slice(&count.to_le_bytes());
+    log[24..32].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    log[32..64].copy_from_slice(&digest_of(None, count, &body));
+    log.extend_from_slice(&body);
+    fs::create_dir_all(run.join("state")).unwrap();
+    fs::write(path(&run), &log).unwrap();
+    recover(RUN, &run, false, 10).unwrap();
+    assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
+    assert!(matches!(
+        open(&run, false).unwrap(),
+        Some((_, Kind::Current(_), HEADER))
+    ));
 }
 
 /// A log never makes recovery write outside `journal/<file>` and `tasks/<effect>/<file>`.
@@ -160,5 +290,5 @@ fn log_names_stay_inside_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let (run, _) = run_dir(dir.path());
     let outside = dir.path().join("outside.json");
-    assert!(write(&run, &[(outside.as_path(), b"x".as_slice())]).is_err());
+    assert!(append(&run, &[(outside.as_path(), b"x".as_slice())]).is_err());
 }
