@@ -235,8 +235,9 @@ fn read_records(run_dir: &Path, f: &File, header: Header, len: u64) -> Result<Li
     if from >= len {
         return Ok(live);
     }
-    let mut bytes = vec![0u8; (len - from) as usize];
-    f.read_exact_at(&mut bytes, from).map_err(io(&p))?;
+    // What is there: the log may have been emptied by its settling since `len` was read (a
+    // reader takes no lock), and a short read ends the records like a torn one.
+    let bytes = read_upto(f, from, len - from).map_err(io(&p))?;
     let mut at = 0usize;
     while let Some(head) = bytes.get(at..at + RECORD_HEADER) {
         let state = head[0];
@@ -263,19 +264,33 @@ fn read_records(run_dir: &Path, f: &File, header: Header, len: u64) -> Result<Li
     Ok(live)
 }
 
+/// Up to `n` bytes of `f` from `at`: fewer when the file ends first.
+fn read_upto(f: &File, at: u64, n: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; usize::try_from(n).map_err(|_| ErrorKind::FileTooLarge)?];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
 /// A first-version log (one batch), if live and whole.
 fn read_v1(run_dir: &Path, f: &File, len: u64) -> Result<Option<Entries>> {
     let p = path(run_dir);
-    let mut header = [0u8; HEADER as usize];
-    f.read_exact_at(&mut header, 0).map_err(io(&p))?;
-    let count = le4(&header[16..]);
-    let body_len = le8(&header[24..]);
-    if body_len > len.saturating_sub(HEADER) {
+    let header = read_upto(f, 0, HEADER).map_err(io(&p))?;
+    let body_len = le8(header.get(24..).unwrap_or_default());
+    if header.len() < HEADER as usize || body_len > len.saturating_sub(HEADER) {
         return Ok(None);
     }
-    let mut body = vec![0u8; body_len as usize];
-    f.read_exact_at(&mut body, HEADER).map_err(io(&p))?;
-    if digest_of(None, count, &body)[..] != header[32..64] {
+    let count = le4(&header[16..]);
+    let body = read_upto(f, HEADER, body_len).map_err(io(&p))?;
+    if body.len() as u64 != body_len || digest_of(None, count, &body)[..] != header[32..64] {
         return Ok(None);
     }
     decode_entries(run_dir, count, &body).map(Some)

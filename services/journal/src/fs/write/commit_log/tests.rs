@@ -292,3 +292,19 @@ fn log_names_stay_inside_the_run() {
     let outside = dir.path().join("outside.json");
     assert!(append(&run, &[(outside.as_path(), b"x".as_slice())]).is_err());
 }
+
+/// A reader takes no lock: the log may be emptied (settled) between its length and its read.
+/// It then reads no record, and no error.
+#[test]
+fn a_reader_racing_the_log_being_emptied_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let evs = events(&journal, 2);
+    append(&run, &refs(&evs)).unwrap();
+    let Some((f, Kind::Current(h), len)) = open(&run, false).unwrap() else {
+        panic!("a current log");
+    };
+    let w = OpenOptions::new().write(true).open(path(&run)).unwrap();
+    reset(&w, &path(&run), h.epoch, false).unwrap();
+    assert!(read_records(&run, &f, h, len).unwrap().records.is_empty());
+}
