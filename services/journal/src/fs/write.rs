@@ -647,8 +647,7 @@ fn write_events_logged(
     if let Some((_, contents)) = carried {
         logged.extend(contents.iter().map(|(p, b)| (p.as_path(), &b[..])));
     }
-    let guard = commit_log::guard(run_dir);
-    let _guard = guard.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = commit_log::guard();
     let record = match commit_log::append(run_dir, &logged) {
         Ok(record) => record,
         Err(e) => {

@@ -469,8 +469,7 @@ pub(in crate::fs) fn recover(
         true => None,
         false => Some(super::super::lock_run(run_id, run_dir, attempts)?),
     };
-    let g = guard(run_dir);
-    let _g = g.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = guard();
     restore(run_id, run_dir)
 }
 
@@ -519,8 +518,7 @@ fn restore(run_id: &str, run_dir: &Path) -> Result<()> {
 /// would name other events after).
 pub(in crate::fs) fn discard(run_dir: &Path) -> Result<()> {
     settle::forget(run_dir);
-    let guard = guard(run_dir);
-    let _guard = guard.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = guard();
     let p = path(run_dir);
     match OpenOptions::new().read(true).write(true).open(&p) {
         Ok(f) => {

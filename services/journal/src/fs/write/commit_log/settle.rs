@@ -10,14 +10,13 @@
 //! and lets one sync cover a run loop's several commits.
 //!
 //! In-process exclusion: the warm server holds a run's lock for a whole command, and this
-//! thread, in the same process, would be let through by it; a per-run [`guard`] orders it with
-//! the process's own commits (taken after the run's lock by a commit, and before a single
+//! thread, in the same process, would be let through by it; a [`guard`] orders it with the
+//! process's own commits (taken after the run's lock by a commit, and before a single
 //! non-blocking try of it here, so no one waits on the other in a cycle).
 
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -32,16 +31,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-static GUARDS: Mutex<Option<HashMap<PathBuf, Arc<Mutex<()>>>>> = Mutex::new(None);
+/// Orders this process's log writes with its settling (see the module docs). One for every
+/// run: a run reached by two spellings of its path (a symlink) must not get two, and the
+/// process that commits through logs (the warm server) runs one command at a time.
+static GUARD: Mutex<()> = Mutex::new(());
 
-/// The run's guard against this process's settling (see the module docs).
-pub(in crate::fs::write) fn guard(run_dir: &Path) -> Arc<Mutex<()>> {
-    let mut all = lock(&GUARDS);
-    let all = all.get_or_insert_with(HashMap::new);
-    if all.len() > 64 {
-        all.retain(|_, g| Arc::strong_count(g) > 1);
-    }
-    all.entry(run_dir.to_path_buf()).or_default().clone()
+/// The guard against this process's settling (see the module docs), for any run.
+pub(in crate::fs::write) fn guard() -> MutexGuard<'static, ()> {
+    lock(&GUARD)
 }
 
 /// Per run with records this process committed and did not settle yet: the log's epoch and
@@ -190,8 +187,7 @@ fn settle_round(round: Vec<Due>) -> Vec<Due> {
 /// Marks `d`'s log settled up to `d.end` (emptied when nothing came after it); `false` when
 /// the run's lock was busy.
 fn settle_one(d: &Due) -> Result<bool> {
-    let g = guard(&d.run_dir);
-    let _g = lock(&g);
+    let _g = guard();
     let run_id = d
         .run_dir
         .file_name()
