@@ -3,7 +3,7 @@
 //! CLI-driven loop for N = 10, 50, 200 sequential tasks and a parallel fan-out of 200.
 //! Prints its figures (`cargo bench -p babysitter-cli --bench vs_reference`). Ours runs twice
 //! per scenario: as it runs by default ("default": the run loop's commands go to this build's
-//! warm server, which the bench's first call starts, that call included) and with
+//! warm server, which the bench's first `run:create` starts) and with
 //! `BABYSITTER_WARM=0` ("WARM=0": every call a process of its own on the run directory).
 //!
 //! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
@@ -213,8 +213,8 @@ async fn main() {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10, 50, 200]);
-    // Our CLI twice: as it runs by default — the first call runs locally and starts this
-    // build's warm server in the background, which the next calls use (it keeps the run's JS
+    // Our CLI twice: as it runs by default — the first `run:create` starts this build's warm
+    // server, which the run loop's calls use (it keeps the run's JS
     // session and journal index between calls) — and with BABYSITTER_WARM=0, every call a fresh
     // process working on the run directory alone. The default's server lives in a directory of
     // the bench's own and is stopped by its pid at the end.

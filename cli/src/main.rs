@@ -42,6 +42,12 @@ fn main() -> ExitCode {
     {
         return code;
     }
+    if remote.is_none() && first == Some("run:create") {
+        compat::warm::prestart(&env);
+    }
+    // Still one thread: the journal's large batches need a descriptor table that will not grow
+    // under several threads (see `reserve_descriptors`).
+    babysitter_journal::fs::reserve_descriptors();
     // `up` sets up the services' telemetry and `warm serve` its own (each command's logs go to
     // its client); every other command logs warnings on stderr (a library's warning was
     // dropped before: no subscriber).

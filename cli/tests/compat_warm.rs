@@ -1,7 +1,7 @@
 //! The warm server (`babysitter warm serve`) beside other writers: runs it drives meet local
 //! commands and the reference's kind of outside changes and still come out exactly as a run
 //! driven only by local calls; without a server, commands run locally; by default this build's
-//! server starts on first use; a busy server never makes a client wait; a served command sees
+//! server starts on first use (or at `run:create`) and serves that use; a busy server never makes a client wait; a served command sees
 //! the client's environment, per-user files and log level. (The compatibility scenarios run
 //! through it too, in `compat_scenario.rs`.)
 
@@ -154,7 +154,7 @@ fn by_default_this_builds_server_starts_on_first_use() {
     let xdg_s = xdg.display().to_string();
     // The sandbox turns the server off; an empty BABYSITTER_WARM is the default.
     let env: &[(&str, &str)] = &[("BABYSITTER_WARM", ""), ("XDG_RUNTIME_DIR", &xdg_s)];
-    // First call: runs locally and starts the server in the background.
+    // First call: starts the server and, once it listens, has it run the command.
     let first = s
         .cmd_env(&["run:iterate", "auto", "--json"], env)
         .ok()
@@ -174,8 +174,8 @@ fn by_default_this_builds_server_starts_on_first_use() {
     assert_eq!(status["state"], "waiting", "{status}");
     let report = s.cmd_env(&["warm", "status"], env).ok();
     assert!(
-        report.stdout.contains("served: 1 commands"),
-        "{}",
+        report.stdout.contains("served: 2 commands"),
+        "the first call and the next went to the server it started: {}",
         report.stdout
     );
     // Another build of babysitter (here: the same program in another file) never talks to
@@ -196,7 +196,7 @@ fn by_default_this_builds_server_starts_on_first_use() {
     assert_eq!(others.len(), 1);
     let report = s.cmd_env(&["warm", "status"], env).ok();
     assert!(
-        report.stdout.contains("served: 1 commands"),
+        report.stdout.contains("served: 2 commands"),
         "the copy's call did not go to this build's server: {}",
         report.stdout
     );
@@ -208,6 +208,50 @@ fn by_default_this_builds_server_starts_on_first_use() {
             .filter_map(Result::ok)
             .all(|e| e.path().extension().is_none_or(|x| x != "sock"))
     });
+}
+
+/// `run:create` begins a run loop: it starts this build's server (when none runs), so the
+/// loop's first command is served; with the server off or named by hand it starts none.
+#[test]
+fn run_create_starts_the_server_for_the_loop() {
+    let s = Sandbox::new();
+    s.write("processes/seq.mjs", SEQ);
+    s.write("inputs.json", "{}");
+    let xdg = s.tmp.path().join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let xdg_s = xdg.display().to_string();
+    let create = |id: &str, env: &[(&str, &str)]| {
+        s.create_env(id, "processes/seq.mjs#process", env);
+    };
+    // Off, or a socket named by hand: nothing is started.
+    create("off", &[("XDG_RUNTIME_DIR", &xdg_s)]);
+    let named = s.tmp.path().join("named").join("warm.sock");
+    create(
+        "named",
+        &[
+            ("BABYSITTER_WARM", ""),
+            ("XDG_RUNTIME_DIR", &xdg_s),
+            ("BABYSITTER_WARM_SOCKET", &named.display().to_string()),
+        ],
+    );
+    assert!(!xdg.join("babysitter").try_exists().unwrap());
+    assert!(!named.try_exists().unwrap());
+    // By default: the server comes up and serves the loop from its first command.
+    let env: &[(&str, &str)] = &[("BABYSITTER_WARM", ""), ("XDG_RUNTIME_DIR", &xdg_s)];
+    create("auto", env);
+    let (_, pid) = servers_in(&xdg, 1).remove(0);
+    let _server = Stop(pid);
+    let it = s
+        .cmd_env(&["run:iterate", "auto", "--json"], env)
+        .ok()
+        .json();
+    assert_eq!(it["status"], "waiting", "{it}");
+    let report = s.cmd_env(&["warm", "status"], env).ok();
+    assert!(
+        report.stdout.contains("served: 1 commands"),
+        "{}",
+        report.stdout
+    );
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //!
 //! It is on by default, as a compiler's or a build tool's daemon is: the run and task commands
 //! in [`FORWARDED`] go to the per-user server of this very build (its socket's name carries the
-//! build, see [`build_id`]); when none answers, the command runs locally and a server is started
-//! in the background for the next call, which exits after [`AUTO_IDLE`] without a command.
+//! build, see [`build_id`]); when none answers, the client starts one and waits for it to listen
+//! ([`STARTUP_WAIT`] at most, else it runs the command locally); `run:create` starts one ahead
+//! of the loop ([`prestart`]). An auto-started server exits after [`AUTO_IDLE`] without a
+//! command.
 //! `BABYSITTER_WARM=0` turns it off; `BABYSITTER_WARM_SOCKET=<path>` names a server started by
 //! hand (`babysitter warm serve --socket <path>`) and starts none. The request carries argv,
 //! environment and working directory; the server runs the command with exactly the code a local
@@ -167,12 +169,11 @@ pub fn forward(argv: &[String], env: &EnvMap) -> Option<ExitCode> {
     let cwd = std::env::current_dir().ok()?;
     let mut stream = match UnixStream::connect(&socket) {
         Ok(s) => s,
-        Err(_) => {
-            if auto {
-                start_in_background(&socket);
-            }
-            return None;
-        }
+        // None answers: start one and wait for it (it listens within milliseconds; running
+        // this call locally would cost a cold start of its own, and the server's run state
+        // would start from the next call).
+        Err(_) if auto => started(&socket)?,
+        Err(_) => return None,
     };
     let request = Request::Run {
         build,
@@ -204,25 +205,59 @@ pub fn forward(argv: &[String], env: &EnvMap) -> Option<ExitCode> {
     }
 }
 
-/// Starts `warm serve` on `socket`, detached, unless its directory cannot be the server's or a
-/// server holds the socket's lock already (one is starting).
-fn start_in_background(socket: &Path) {
-    use std::os::unix::process::CommandExt as _;
-    let Some(dir) = socket.parent() else {
-        return;
-    };
-    if private_dir(dir).is_err() {
-        return;
-    }
-    if let Ok(lock) = std::fs::File::open(socket.with_extension("lock"))
-        && rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
+/// How long a client waits for a server that is starting before it runs its command itself.
+const STARTUP_WAIT: Duration = Duration::from_millis(250);
+
+/// `run:create` begins a run loop: it starts this build's server, when none runs, for the loop's
+/// commands to come (without waiting for it; the first of them does if it must).
+pub fn prestart(env: &EnvMap) {
+    if let Some(build) = build_id()
+        && let Some((socket, true)) = client_socket(env, &build)
     {
-        return;
+        let _ = start_in_background(&socket);
     }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let _ = std::process::Command::new(exe)
+}
+
+/// Starts a server on `socket` (see [`start_in_background`]) and connects to it once it
+/// listens; `None` (run locally) when no server comes within [`STARTUP_WAIT`], or none is
+/// coming: the one started exited (another took the socket's lock first and is not listening,
+/// or it failed) and no other holds the lock.
+fn started(socket: &Path) -> Option<UnixStream> {
+    let mut child = start_in_background(socket)?;
+    let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
+    loop {
+        if let Ok(stream) = UnixStream::connect(socket) {
+            return Some(stream);
+        }
+        let exited = match &mut child {
+            Some(c) => !matches!(c.try_wait(), Ok(None)),
+            None => true,
+        };
+        if tokio::time::Instant::now() >= deadline || (exited && !lock_held(socket)) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Whether a server holds `socket`'s lock (it is running, starting or stopping).
+fn lock_held(socket: &Path) -> bool {
+    std::fs::File::open(socket.with_extension("lock")).is_ok_and(|lock| {
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
+    })
+}
+
+/// Starts `warm serve` on `socket`, detached: `Some(Some(child))`; `Some(None)` when a server
+/// holds the socket's lock already (one is starting, running or stopping); `None` when the
+/// directory cannot be the server's or the program cannot be started.
+fn start_in_background(socket: &Path) -> Option<Option<std::process::Child>> {
+    use std::os::unix::process::CommandExt as _;
+    private_dir(socket.parent()?).ok()?;
+    if lock_held(socket) {
+        return Some(None);
+    }
+    let exe = std::env::current_exe().ok()?;
+    std::process::Command::new(exe)
         .args(["warm", "serve", "--socket"])
         .arg(socket)
         .args(["--idle-timeout", &AUTO_IDLE.as_secs().to_string()])
@@ -232,7 +267,9 @@ fn start_in_background(socket: &Path) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .process_group(0)
-        .spawn();
+        .spawn()
+        .ok()
+        .map(Some)
 }
 
 /// `babysitter warm serve [--socket PATH] [--idle-timeout SECS] [--verbose]` | `warm status` |

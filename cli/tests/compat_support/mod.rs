@@ -298,21 +298,29 @@ impl Sandbox {
 
     /// `run:create` of `processes/<file>` with the fixture inputs; returns the run id.
     pub fn create(&self, id: &str, entry: &str) -> String {
+        self.create_env(id, entry, &[])
+    }
+
+    /// [`Sandbox::create`] with `extra` added to the environment.
+    pub fn create_env(&self, id: &str, entry: &str, extra: &[(&str, &str)]) -> String {
         let out = self
-            .cmd(&[
-                "run:create",
-                "--process-id",
-                "golden/demo",
-                "--entry",
-                entry,
-                "--inputs",
-                "inputs.json",
-                "--run-id",
-                id,
-                "--prompt",
-                "golden sample",
-                "--json",
-            ])
+            .cmd_env(
+                &[
+                    "run:create",
+                    "--process-id",
+                    "golden/demo",
+                    "--entry",
+                    entry,
+                    "--inputs",
+                    "inputs.json",
+                    "--run-id",
+                    id,
+                    "--prompt",
+                    "golden sample",
+                    "--json",
+                ],
+                extra,
+            )
             .ok();
         assert_eq!(out.json()["runId"], id);
         id.to_owned()

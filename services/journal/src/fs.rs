@@ -39,11 +39,11 @@ mod write;
 
 pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
 use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
-pub use write::write_atomic;
 use write::{
     StreamedFiles, fsync_dir, join_background, write_all_atomic, write_derived, write_events,
     write_for_commit_background,
 };
+pub use write::{reserve_descriptors, write_atomic};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 

@@ -36,6 +36,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before the runtime's threads (see `reserve_descriptors`).
+    babysitter_journal::fs::reserve_descriptors();
     let args = Args::parse();
     let flags = json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}});
     service_main(

@@ -41,7 +41,8 @@ fn ev(kind: &str, data: Value) -> NewEvent {
     NewEvent::new(EventType::parse(kind), data)
 }
 
-fn requested(effect: &str) -> NewEvent {
+/// An `EFFECT_REQUESTED` event for `effect` (a shell task), as the engine writes one.
+pub fn requested(effect: &str) -> NewEvent {
     ev(
         "EFFECT_REQUESTED",
         json!({"effectId": effect, "invocationKey": format!("p:{effect}:t"), "invocationHash": "h", "stepId": effect,

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::{RunFile, RunFiles};
-use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
+use babysitter_journal::testsuite::requested;
+use babysitter_journal::{Journal, JournalOptions};
 use serde_json::{Value, json};
 
 const RUN: &str = "fanout";
@@ -37,15 +38,6 @@ async fn created(root: &Path) -> Journal {
 
 fn task_doc(effect: &str) -> Value {
     json!({"effectId": effect, "kind": "node", "title": format!("step {effect}")})
-}
-
-fn requested(effect: &str) -> NewEvent {
-    NewEvent::new(
-        EventType::EffectRequested,
-        json!({"effectId": effect, "invocationKey": format!("p:{effect}:t"), "invocationHash": "h",
-               "stepId": effect, "taskId": "t", "kind": "node", "label": "l",
-               "taskDefRef": format!("tasks/{effect}/task.json")}),
-    )
 }
 
 /// What an iteration of a fan-out writes: `n` task files, then the events that request them.

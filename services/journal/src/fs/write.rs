@@ -228,11 +228,50 @@ fn stage_pipelined(files: &[(PathBuf, &[u8])], staged: &mut Vec<Staged>) -> Resu
     })
 }
 
+/// The most files [`stage_anonymous`] holds open at once: half this process's descriptor limit.
+/// A larger batch is staged by name, one file open at a time: a fan-out wider than the limit
+/// (1,024 by default on many systems) is written, not refused with "too many open files".
+fn anonymous_cap() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(usize::MAX, |l| usize::try_from(l / 2).unwrap_or(usize::MAX))
+}
+
+/// The largest descriptor table [`reserve_descriptors`] sets up (32 KiB of pointers).
+const RESERVED_MAX: usize = 4096;
+
+/// Grows this process's descriptor table now to hold a large batch's anonymous files (up to
+/// [`anonymous_cap`], at most [`RESERVED_MAX`]). Call it while the process has one thread:
+/// the kernel grows a table that several threads share only after an RCU grace period, and
+/// a first 200-task fan-out in a young warm server spent ~30 ms in two such waits (measured);
+/// with one thread the growth is a plain reallocation, and a table never shrinks. Best effort.
+pub fn reserve_descriptors() {
+    let Some(limit) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current else {
+        return;
+    };
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let want = anonymous_cap()
+        .saturating_add(64)
+        .min(RESERVED_MAX)
+        .min(limit.saturating_sub(1));
+    let Ok(at) = i32::try_from(want) else {
+        return;
+    };
+    if let Ok(fd) = rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+        // The lowest free descriptor at or above `at`: the table grows to hold it.
+        let _ = rustix::io::fcntl_dupfd_cloexec(&fd, at - 1);
+    }
+}
+
 /// Writes `files` (all in `dir`, which exists) as anonymous files (`O_TMPFILE`), from two
 /// threads for a large batch: an anonymous file takes no directory lock to create. `None` when
-/// the filesystem or the system cannot (no `O_TMPFILE`, no `/proc` to link them through).
+/// the filesystem or the system cannot (no `O_TMPFILE`, no `/proc` to link them through), or
+/// the batch would hold more descriptors open than this process may ([`anonymous_cap`]; also
+/// when opening them runs out of descriptors after all: those opened are closed, and so gone).
 fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Anonymous>> {
-    if files.len() < PARALLEL_MIN || !Path::new("/proc/self/fd").is_dir() {
+    if files.len() < PARALLEL_MIN
+        || files.len() > anonymous_cap()
+        || !Path::new("/proc/self/fd").is_dir()
+    {
         return Ok(None);
     }
     let io = |e: rustix::io::Errno| JournalError::io(dir.display(), e.into());
@@ -262,14 +301,23 @@ fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Anon
             rustix::io::Errno::OPNOTSUPP
             | rustix::io::Errno::ISDIR
             | rustix::io::Errno::INVAL
-            | rustix::io::Errno::NOENT,
+            | rustix::io::Errno::NOENT
+            | rustix::io::Errno::MFILE
+            | rustix::io::Errno::NFILE,
         ) => return Ok(None),
         Err(e) => return Err(io(e)),
     };
+    // Out of descriptors part way: `None` from here, the batch is staged by name instead.
+    let out_of_fds = AtomicBool::new(false);
     let half = |part: &[(PathBuf, &[u8])]| -> Result<Vec<OwnedFd>> {
         part.iter()
             .map(|(path, bytes)| {
-                anonymous(bytes).map_err(|e| JournalError::io(path.display(), e.into()))
+                anonymous(bytes).map_err(|e| {
+                    if matches!(e, rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) {
+                        out_of_fds.store(true, Ordering::Relaxed);
+                    }
+                    JournalError::io(path.display(), e.into())
+                })
             })
             .collect()
     };
@@ -288,6 +336,9 @@ fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<Option<Anon
         };
         (a, b)
     });
+    if out_of_fds.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     let mut fds = vec![first];
     fds.extend(a?);
     fds.extend(b?);
