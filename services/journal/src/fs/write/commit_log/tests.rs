@@ -243,6 +243,29 @@ fn a_batch_not_named_whole_voids_its_record() {
     }
 }
 
+/// A batch whose events could not be staged (here: its journal directory is gone), small or
+/// large (then staged while its record is appended, see `write_events_logged`), fails with its
+/// record void: a later recovery restores none of it.
+#[test]
+fn a_batch_not_staged_voids_its_record() {
+    for n in [3, 40] {
+        let dir = tempfile::tempdir().unwrap();
+        let (run, journal) = run_dir(dir.path());
+        let evs = events(&journal, n);
+        fs::remove_dir(&journal).unwrap();
+        assert!(write_events(&run, &journal, &borrowed(&evs), true).is_err());
+        assert!(live(&run).is_empty(), "void ({n} events)");
+        fs::create_dir(&journal).unwrap();
+        settle::forget(&run);
+        recover(RUN, &run, false, 10).unwrap();
+        assert_eq!(
+            fs::read_dir(&journal).unwrap().count(),
+            0,
+            "nothing restored"
+        );
+    }
+}
+
 /// A first-version log (one batch, as the previous build wrote it), live after a crash, is
 /// still restored from; the next commit replaces it with a current one.
 #[test]
