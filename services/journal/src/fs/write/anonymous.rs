@@ -164,7 +164,11 @@ impl Anonymous {
         self.link_through_proc(i, name).map_err(io)
     }
 
-    pub(super) fn link_through_proc(&self, i: usize, name: &std::ffi::OsStr) -> rustix::io::Result<()> {
+    pub(super) fn link_through_proc(
+        &self,
+        i: usize,
+        name: &std::ffi::OsStr,
+    ) -> rustix::io::Result<()> {
         rustix::fs::linkat(
             rustix::fs::CWD,
             format!("/proc/self/fd/{}", self.fds[i].as_raw_fd()),
