@@ -534,20 +534,12 @@ fn write_events_logged(
     // and syncs it on a thread of its own while the events are staged (the sync is mostly a
     // wait for the disk). A small batch does both here, the record first.
     let (record, staging) = if files.len() >= PARALLEL_MIN {
-        std::thread::scope(|s| {
-            let logging = std::thread::Builder::new()
-                .name("journal-log".into())
-                .spawn_scoped(s, || commit_log::append(run_dir, &logged));
-            let staging = stage_events(journal_dir, files);
-            let record = match logging {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    let e = std::io::Error::other("commit log thread panicked");
-                    Err(JournalError::io(run_dir.display(), e))
-                }),
-                Err(_) => commit_log::append(run_dir, &logged),
-            };
-            (record, staging)
-        })
+        beside(
+            "journal-log",
+            run_dir,
+            || commit_log::append(run_dir, &logged),
+            || stage_events(journal_dir, files),
+        )
     } else {
         let record = commit_log::append(run_dir, &logged);
         let staging = match record {
@@ -598,14 +590,47 @@ fn stage_events(
     journal_dir: &Path,
     files: &[(PathBuf, &[u8])],
 ) -> Result<(Option<Anonymous>, Vec<Staged>)> {
-    let anonymous = match files.len() >= PARALLEL_MIN {
-        true => stage_anonymous(journal_dir, files)?,
-        false => None,
-    };
-    match anonymous {
+    match stage_anonymous(journal_dir, files)? {
         Some(a) => Ok((Some(a), Vec::new())),
         None => Ok((None, stage_unnamed(files)?)),
     }
+}
+
+/// Runs `other` on a thread of its own named `name` while this thread runs `here`; both
+/// results. When no thread can be had, `other` runs here after `here`; a panic on its thread is
+/// an I/O error at `at`.
+pub(super) fn beside<A, B, F>(
+    name: &str,
+    at: &Path,
+    other: F,
+    here: impl FnOnce() -> B,
+) -> (Result<A>, B)
+where
+    A: Send,
+    F: FnOnce() -> Result<A> + Send,
+{
+    // Taken by whichever thread runs it: a failed spawn leaves it here.
+    let slot = Mutex::new(Some(other));
+    let run = || {
+        let f = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        f.map(|f| f())
+    };
+    std::thread::scope(|s| {
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, run);
+        let mine = here();
+        let theirs = spawned
+            .ok()
+            .and_then(|h| h.join().ok())
+            .flatten()
+            .or_else(run)
+            .unwrap_or_else(|| {
+                let e = std::io::Error::other(format!("thread {name} panicked"));
+                Err(JournalError::io(at.display(), e))
+            });
+        (theirs, mine)
+    })
 }
 
 /// Writes each file to a temp file beside it (not synced): staged for a commit log's batch.

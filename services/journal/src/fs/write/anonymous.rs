@@ -17,8 +17,13 @@ use crate::error::{JournalError, Result};
 /// A larger batch is staged by name, one file open at a time: a fan-out wider than the limit
 /// (1,024 by default on many systems) is written, not refused with "too many open files".
 fn anonymous_cap() -> usize {
+    descriptor_limit() / 2
+}
+
+/// This process's soft limit on open descriptors (`usize::MAX`: none).
+fn descriptor_limit() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-    limit.map_or(usize::MAX, |l| usize::try_from(l / 2).unwrap_or(usize::MAX))
+    limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX))
 }
 
 /// The largest descriptor table [`reserve_descriptors`] sets up (32 KiB of pointers).
@@ -30,11 +35,8 @@ const RESERVED_MAX: usize = 4096;
 /// a first 200-task fan-out in a young warm server spent ~30 ms in two such waits (measured);
 /// with one thread the growth is a plain reallocation, and a table never shrinks. Best effort.
 pub fn reserve_descriptors() {
-    let Some(limit) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current else {
-        return;
-    };
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let want = anonymous_cap()
+    let limit = descriptor_limit();
+    let want = (limit / 2)
         .saturating_add(64)
         .min(RESERVED_MAX)
         .min(limit.saturating_sub(1));
@@ -107,20 +109,7 @@ pub(super) fn stage_anonymous(dir: &Path, files: &[(PathBuf, &[u8])]) -> Result<
             .collect()
     };
     let (a, b) = files[1..].split_at((files.len() - 1) / 2);
-    let (a, b) = std::thread::scope(|s| {
-        let other = std::thread::Builder::new()
-            .name("journal-write".into())
-            .spawn_scoped(s, || half(b));
-        let a = half(a);
-        let b = match other {
-            Ok(h) => h.join().unwrap_or_else(|_| {
-                let e = std::io::Error::other("writer thread panicked");
-                Err(JournalError::io(dir.display(), e))
-            }),
-            Err(_) => half(b),
-        };
-        (a, b)
-    });
+    let (b, a) = super::beside("journal-write", dir, || half(b), || half(a));
     if out_of_fds.load(Ordering::Relaxed) {
         return Ok(None);
     }
