@@ -178,6 +178,20 @@ fn by_default_this_builds_server_starts_on_first_use() {
         "the first call and the next went to the server it started: {}",
         report.stdout
     );
+    // What it reports goes to a private log beside its socket: here, a request it cannot read.
+    let log = socket.with_extension("log");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", log.display());
+        let mut c = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        c.write_all(&[0, 0, 0, 9]).unwrap();
+        c.write_all(b"not json!").unwrap();
+    }
+    wait_until("the server's complaint in its log", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("bad request"))
+    });
     // Another build of babysitter (here: the same program in another file) never talks to
     // this server: it starts one of its own.
     let copy = s.tmp.path().join("babysitter-copy");

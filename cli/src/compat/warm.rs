@@ -9,7 +9,7 @@
 //! build, see [`build_id`]); when none answers, the client starts one and waits for it to listen
 //! ([`STARTUP_WAIT`] at most, else it runs the command locally); `run:create` starts one ahead
 //! of the loop ([`prestart`]). An auto-started server exits after [`AUTO_IDLE`] without a
-//! command.
+//! command; what it reports goes to a log file beside its socket ([`server_log`]).
 //! `BABYSITTER_WARM=0` turns it off; `BABYSITTER_WARM_SOCKET=<path>` names a server started by
 //! hand (`babysitter warm serve --socket <path>`) and starts none. The request carries argv,
 //! environment and working directory; the server runs the command with exactly the code a local
@@ -265,11 +265,26 @@ fn start_in_background(socket: &Path) -> Option<Option<std::process::Child>> {
         .current_dir("/")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(server_log(socket))
         .process_group(0)
         .spawn()
         .ok()
         .map(Some)
+}
+
+/// Where an auto-started server's stderr goes: `warm-<build>.log` beside its socket (in the
+/// user's private directory, 0600), begun anew by each server started, so that what it reports
+/// (a bad request, a failed accept, a panic) can be read after the fact; nowhere if it cannot
+/// be opened. It holds no command's output or environment: those go to the client.
+fn server_log(socket: &Path) -> std::process::Stdio {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(socket.with_extension("log"))
+        .map_or_else(|_| std::process::Stdio::null(), std::process::Stdio::from)
 }
 
 /// `babysitter warm serve [--socket PATH] [--idle-timeout SECS] [--verbose]` | `warm status` |
