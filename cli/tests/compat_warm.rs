@@ -145,6 +145,16 @@ fn servers_in(xdg: &std::path::Path, count: usize) -> Vec<(std::path::PathBuf, i
         .collect()
 }
 
+/// `warm status` of the server `env` leads to reports `n` commands served.
+fn assert_served(s: &Sandbox, env: &[(&str, &str)], n: usize, why: &str) {
+    let report = s.cmd_env(&["warm", "status"], env).ok();
+    assert!(
+        report.stdout.contains(&format!("served: {n} commands")),
+        "{why}: {}",
+        report.stdout
+    );
+}
+
 #[test]
 fn by_default_this_builds_server_starts_on_first_use() {
     let s = Sandbox::new();
@@ -172,11 +182,11 @@ fn by_default_this_builds_server_starts_on_first_use() {
         .ok()
         .json();
     assert_eq!(status["state"], "waiting", "{status}");
-    let report = s.cmd_env(&["warm", "status"], env).ok();
-    assert!(
-        report.stdout.contains("served: 2 commands"),
-        "the first call and the next went to the server it started: {}",
-        report.stdout
+    assert_served(
+        &s,
+        env,
+        2,
+        "the first call and the next went to the server it started",
     );
     // What it reports goes to a private log beside its socket: here, a request it cannot read.
     let log = socket.with_extension("log");
@@ -208,11 +218,11 @@ fn by_default_this_builds_server_starts_on_first_use() {
         .map(|(_, pid)| Stop(pid))
         .collect();
     assert_eq!(others.len(), 1);
-    let report = s.cmd_env(&["warm", "status"], env).ok();
-    assert!(
-        report.stdout.contains("served: 2 commands"),
-        "the copy's call did not go to this build's server: {}",
-        report.stdout
+    assert_served(
+        &s,
+        env,
+        2,
+        "the copy's call did not go to this build's server",
     );
     drop(others);
     drop(server);
@@ -260,12 +270,7 @@ fn run_create_starts_the_server_for_the_loop() {
         .ok()
         .json();
     assert_eq!(it["status"], "waiting", "{it}");
-    let report = s.cmd_env(&["warm", "status"], env).ok();
-    assert!(
-        report.stdout.contains("served: 1 commands"),
-        "{}",
-        report.stdout
-    );
+    assert_served(&s, env, 1, "the loop's first command was served");
 }
 
 #[test]
