@@ -8,7 +8,10 @@
 //!
 //! The reference is installed on first use into `.ci-work/ref-cli` (`npm install`); set
 //! `BABYSITTER_BENCH_N` (e.g. `10,50`) to shorten the run — the reference's N = 200 loop takes
-//! about five minutes on this machine; `BABYSITTER_BENCH_OURS_ONLY=1` skips the reference.
+//! about five minutes on this machine; `BABYSITTER_BENCH_OURS_ONLY=1` skips the reference. The
+//! fan-out is driven three times on each side (`BABYSITTER_BENCH_REPEAT`), its figures the means
+//! over every call of every drive (the loop's: per drive): one drive gives only two `run:iterate`
+//! samples.
 //!
 //! Both sides get the same filesystem: every run directory is kept until the end (deleting one
 //! scenario's thousands of files would bill the next scenario: on ext4 without a journal each
@@ -45,7 +48,25 @@ struct Times {
     iterate: Vec<Duration>,
     list: Vec<Duration>,
     post: Vec<Duration>,
+    /// Summed over `drives`.
     total: Duration,
+    drives: u32,
+}
+
+impl Times {
+    /// Another drive's calls added to this one's.
+    fn add(&mut self, other: Times) {
+        self.iterate.extend(other.iterate);
+        self.list.extend(other.list);
+        self.post.extend(other.post);
+        self.total += other.total;
+        self.drives += other.drives;
+    }
+
+    /// The whole loop's time per drive.
+    fn per_drive(&self) -> Duration {
+        self.total / self.drives.max(1)
+    }
 }
 
 fn mean(v: &[Duration]) -> f64 {
@@ -161,6 +182,7 @@ fn drive(
         }
     }
     t.total = start.elapsed();
+    t.drives = 1;
     (t, dir)
 }
 
@@ -232,7 +254,7 @@ async fn main() {
         ),
     ];
     println!(
-        "{:<30} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
+        "{:<36} {:>10} {:>10} {:>10} {:>12} | {:>10} {:>10} {:>10} {:>12} | speed-up (iterate, list, post, loop)",
         "scenario",
         "iterate",
         "list",
@@ -243,11 +265,25 @@ async fn main() {
         "ref post",
         "ref loop"
     );
-    let mut cases: Vec<(String, &str, u64)> = ns
+    // A fan-out drive makes two `run:iterate` calls and one `task:list` (a sequential one N + 1
+    // and N): one drive's figures for those are one or two samples of a call that takes tens of
+    // milliseconds on a shared machine. The fan-out is driven this many times on each side
+    // (`BABYSITTER_BENCH_REPEAT`), in rounds, and every call of every drive is counted.
+    let repeat: u32 = std::env::var("BABYSITTER_BENCH_REPEAT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|r| *r > 0)
+        .unwrap_or(3);
+    let mut cases: Vec<(String, &str, u64, u32)> = ns
         .iter()
-        .map(|n| (format!("sequential N={n}"), SEQ, *n))
+        .map(|n| (format!("sequential N={n}"), SEQ, *n, 1))
         .collect();
-    cases.push(("parallel fan-out 200".into(), PAR, 200));
+    cases.push((
+        format!("parallel fan-out 200 (x{repeat})"),
+        PAR,
+        200,
+        repeat,
+    ));
     // Where every drive's directory goes (see the module docs for the `+T` flag; where it cannot
     // be set — not ext2/3/4, no `chattr` — the drives share the usual placement).
     let root = tempfile::tempdir().unwrap();
@@ -267,37 +303,41 @@ async fn main() {
         dirs.push(dir);
         t
     };
-    for (name, src, n) in cases {
-        let ours_local = keep(drive(root.path(), &ours, src, n, &local));
-        let ours_warm = keep(drive(root.path(), &ours, src, n, &default));
-        let b = reference
-            .as_ref()
-            .map(|r| keep(drive(root.path(), r, src, n, &[])));
+    for (name, src, n, rounds) in cases {
+        let (mut ours_local, mut ours_warm) = (Times::default(), Times::default());
+        let mut b = reference.as_ref().map(|_| Times::default());
+        for _ in 0..rounds {
+            ours_local.add(keep(drive(root.path(), &ours, src, n, &local)));
+            ours_warm.add(keep(drive(root.path(), &ours, src, n, &default)));
+            if let (Some(r), Some(b)) = (&reference, &mut b) {
+                b.add(keep(drive(root.path(), r, src, n, &[])));
+            }
+        }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         for (mode, a) in [("default", ours_warm), ("WARM=0", ours_local)] {
             let label = format!("{name} ({mode})");
             match &b {
                 Some(b) => println!(
-                    "{label:<30} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:.0}x {:.0}x {:.0}x {:.0}x",
+                    "{label:<36} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | {:.0}x {:.0}x {:.0}x {:.0}x",
                     mean(&a.iterate),
                     mean(&a.list),
                     mean(&a.post),
-                    ms(a.total),
+                    ms(a.per_drive()),
                     mean(&b.iterate),
                     mean(&b.list),
                     mean(&b.post),
-                    ms(b.total),
+                    ms(b.per_drive()),
                     mean(&b.iterate) / mean(&a.iterate),
                     mean(&b.list) / mean(&a.list),
                     mean(&b.post) / mean(&a.post),
-                    ms(b.total) / ms(a.total)
+                    ms(b.per_drive()) / ms(a.per_drive())
                 ),
                 None => println!(
-                    "{label:<30} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | (reference not available)",
+                    "{label:<36} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10.0}ms | (reference not available)",
                     mean(&a.iterate),
                     mean(&a.list),
                     mean(&a.post),
-                    ms(a.total)
+                    ms(a.per_drive())
                 ),
             }
         }

@@ -336,13 +336,10 @@ impl Engine {
                 None,
             ),
             ProcessState::Returned(v) => {
-                journal
-                    .put_run_file(
-                        run_id,
-                        &RunFile::state("output.json")?,
-                        Bytes::from(v.to_string()),
-                    )
-                    .await?;
+                // Durable by the append below (its `RUN_COMPLETED` refers to it): no sync of
+                // its own (the reference writes it atomically before that event, as this does).
+                let output = vec![(RunFile::state("output.json")?, Bytes::from(v.to_string()))];
+                journal.put_run_files(run_id, output).await?;
                 events.push(self.event(
                     EventType::RunCompleted,
                     json!({"outputRef": "state/output.json"}),

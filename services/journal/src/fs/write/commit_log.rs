@@ -6,10 +6,10 @@
 //! VM, the largest part of such a call), and for a fan-out's hundreds of files two `syncfs`,
 //! the first writing hundreds of scattered blocks (~10 ms). A long-lived process
 //! ([`super::super::FsStore::commit_log`]: the warm server) instead appends the batch — its
-//! event files and the task files they refer to — to one file, `state/commit.log`, as one
-//! checksummed record and `fdatasync`s it: that is the commit point. The event files are then
-//! named without waiting for their blocks; a background `syncfs` ([`settle`]) makes them
-//! durable and marks the log settled up to there. It is a write-ahead log in front of
+//! event files and the files they refer to (task files, a completed run's output) — to one
+//! file, `state/commit.log`, as one checksummed record and `fdatasync`s it: that is the commit
+//! point. The event files are then named without waiting for their blocks; a background
+//! `syncfs` ([`settle`]) makes them durable and marks the log settled up to there. It is a write-ahead log in front of
 //! babysitter's journal files, as databases keep one in front of their data files.
 //!
 //! After a machine crash a live record's files may be missing, or empty or cut short. Every
@@ -304,8 +304,9 @@ pub(super) fn loggable(run_dir: &Path, path: &Path) -> bool {
         .is_some_and(valid_name)
 }
 
-/// A log names only `journal/<file>` and `tasks/<effect>/<file>` (relative, plain segments):
-/// a damaged or foreign log can never make recovery write anywhere else.
+/// A log names only `journal/<file>`, `tasks/<effect>/<file>` and `state/output.json` (the
+/// output `RUN_COMPLETED` refers to), relative, plain segments: a damaged or foreign log can
+/// never make recovery write anywhere else.
 fn valid_name(name: &str) -> bool {
     let parts: Vec<&str> = name.split('/').collect();
     let plain = |s: &&str| {
@@ -314,7 +315,11 @@ fn valid_name(name: &str) -> bool {
             && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
     };
-    parts.iter().all(plain) && matches!(parts.as_slice(), ["journal", _] | ["tasks", _, _])
+    parts.iter().all(plain)
+        && matches!(
+            parts.as_slice(),
+            ["journal", _] | ["tasks", _, _] | ["state", "output.json"]
+        )
 }
 
 /// A new epoch: never the one before it, and unlikely to be any earlier one.

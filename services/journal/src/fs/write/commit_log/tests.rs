@@ -110,6 +110,36 @@ fn files_a_log_cannot_name_are_synced_instead() {
     settle_all();
 }
 
+/// A completed run's output (`state/output.json`, which its `RUN_COMPLETED` refers to) is
+/// carried by the record like a task file — no sync of its own — and a machine crash that
+/// takes it away after the commit point is undone by the next reader.
+#[test]
+fn the_run_output_is_carried_and_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let output = vec![(run.join("state/output.json"), b"{\"sum\": 200}\n".to_vec())];
+    fs::create_dir_all(run.join("state")).unwrap();
+    write_for_commit(&run, &borrowed(&output), true).unwrap();
+    let evs = events(&journal, 2);
+    write_events(&run, &journal, &borrowed(&evs), true).unwrap();
+    assert_eq!(deferred::of(&run), None, "the log carried the output");
+    let records = live(&run);
+    assert_eq!(records.len(), 1);
+    assert!(
+        records[0]
+            .iter()
+            .any(|(n, b)| n == "state/output.json" && *b == output[0].1),
+        "{:?}",
+        records[0].iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    // The crash: the output's blocks never reached the disk; the next reader is another process.
+    fs::write(&output[0].0, b"").unwrap();
+    settle::forget_known(&run);
+    recover(RUN, &run, false, 10).unwrap();
+    assert_eq!(fs::read(&output[0].0).unwrap(), output[0].1);
+    settle_all();
+}
+
 /// A machine crash after the commit points of two records: events named or not, an event's
 /// blocks lost (empty) or cut short, a task file gone. A reader in another process (through
 /// the store's listing) restores all of it, byte for byte, and empties the log; a file another
@@ -292,10 +322,15 @@ fn a_first_version_log_is_still_recovered() {
     ));
 }
 
-/// A log never makes recovery write outside `journal/<file>` and `tasks/<effect>/<file>`.
+/// A log never makes recovery write outside `journal/<file>`, `tasks/<effect>/<file>` and
+/// `state/output.json`.
 #[test]
 fn log_names_stay_inside_the_run() {
-    for ok in ["journal/000001.A.json", "tasks/01ARZ/task.json"] {
+    for ok in [
+        "journal/000001.A.json",
+        "tasks/01ARZ/task.json",
+        "state/output.json",
+    ] {
         assert!(valid_name(ok), "{ok}");
     }
     for bad in [
@@ -303,6 +338,8 @@ fn log_names_stay_inside_the_run() {
         "journal/../../etc/passwd",
         "/journal/a.json",
         "state/state.json",
+        "state/commit.log",
+        "state/output.json/x",
         "tasks/a/b/c.json",
         "journal/.hidden",
         "journal/",
