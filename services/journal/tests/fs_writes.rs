@@ -228,3 +228,41 @@ async fn a_failed_task_file_write_fails_its_commit_and_names_no_event() {
     fan_out(&fresh, "F", 3, 1).await;
     assert_eq!(fresh.read(RUN, 1, 0).await.unwrap().len(), 3);
 }
+
+/// A journal longer than one `getdents` buffer (1,500 names: three buffers' worth) is listed
+/// whole and in sequence order, foreign names skipped; a gap deep in it is found.
+#[tokio::test]
+async fn a_long_journal_is_listed_whole() {
+    use babysitter_journal::store::JournalStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let journal_dir = dir.path().join(RUN).join("journal");
+    std::fs::create_dir_all(&journal_dir).unwrap();
+    std::fs::write(dir.path().join(RUN).join("run.json"), "{}").unwrap();
+    let name = |seq: u64| {
+        let ulid = ulid::Ulid::from_parts(1_700_000_000_000 + seq, 0);
+        format!("{seq:06}.{ulid}.json")
+    };
+    // Created in reverse: a listing in directory order is not in sequence order.
+    for seq in (1..=1500).rev() {
+        std::fs::write(journal_dir.join(name(seq)), "").unwrap();
+    }
+    std::fs::write(journal_dir.join("notes.txt"), "").unwrap();
+    std::fs::write(journal_dir.join("000001.json.tmp-1-0"), "").unwrap();
+    let store = FsStore::new(dir.path().to_path_buf());
+    let head = store.head(RUN, None).await.unwrap();
+    assert_eq!(head.seq, 1500);
+    assert_eq!(format!("{:06}.{}.json", head.seq, head.ulid), name(1500));
+    std::fs::remove_file(journal_dir.join(name(1234))).unwrap();
+    let e = store.head(RUN, None).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            babysitter_journal::JournalError::SequenceGap {
+                expected: 1234,
+                got: 1235,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
