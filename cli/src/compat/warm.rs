@@ -275,15 +275,17 @@ fn start_in_background(socket: &Path) -> Option<Option<std::process::Child>> {
 /// Where an auto-started server's stderr goes: `warm-<build>.log` beside its socket (in the
 /// user's private directory, 0600), begun anew by each server started, so that what it reports
 /// (a bad request, a failed accept, a panic) can be read after the fact; nowhere if it cannot
-/// be opened. It holds no command's output or environment: those go to the client.
+/// be opened. It holds no command's output or environment: those go to the client. Opened for
+/// appending: two clients that start a server at once (one of them exits at once, finding the
+/// other's lock) never write over each other's lines.
 fn server_log(socket: &Path) -> std::process::Stdio {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
-        .write(true)
+        .append(true)
         .create(true)
-        .truncate(true)
         .mode(0o600)
         .open(socket.with_extension("log"))
+        .and_then(|f| f.set_len(0).map(|()| f))
         .map_or_else(|_| std::process::Stdio::null(), std::process::Stdio::from)
 }
 
