@@ -193,6 +193,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         std::fs::canonicalize(file).with_context(|| format!("process file {file} not found"))?;
     let source =
         std::fs::read(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
+    use sha2::Digest;
     let inputs = match &args.inputs {
         Some(p) => {
             let raw = std::fs::read(p)
@@ -204,6 +205,12 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         }
         None => None,
     };
+    // The import closure's hash; a module that does not load fails the run at its first
+    // iteration, with the entry file's hash recorded.
+    let code_hash = match engine.code_digest_of(&entry).await {
+        Ok(digest) => digest,
+        Err(_) => hex::encode(sha2::Sha256::digest(&source)),
+    };
     let run_id = ulid::Ulid::generate().to_string();
     let run_dir = runs.join(&run_id);
     let import_path = relative(&entry, &run_dir);
@@ -212,7 +219,6 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         .and_then(|s| s.to_str())
         .unwrap_or("process")
         .to_owned();
-    use sha2::Digest;
     let mut proof = [0u8; 16];
     for (i, b) in proof.iter_mut().enumerate() {
         *b = ulid::Ulid::generate().random().to_le_bytes()[i];
@@ -239,10 +245,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         json!(std::env::current_dir()?.display().to_string()),
     );
     run.insert("completionProof".into(), json!(hex::encode(proof)));
-    run.insert(
-        "processCodeHash".into(),
-        json!(hex::encode(sha2::Sha256::digest(&source))),
-    );
+    run.insert("processCodeHash".into(), json!(code_hash));
     run.insert("sdkVersion".into(), json!("6.0.0"));
     let journal = engine.journal();
     journal
@@ -261,10 +264,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         "entrypoint".into(),
         json!({"importPath": import_path, "exportName": export}),
     );
-    data.insert(
-        "processCodeHash".into(),
-        json!(hex::encode(sha2::Sha256::digest(&source))),
-    );
+    data.insert("processCodeHash".into(), json!(code_hash));
     if inputs.is_some() {
         data.insert("inputsRef".into(), json!("inputs.json"));
     }

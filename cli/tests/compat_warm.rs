@@ -479,3 +479,70 @@ fn a_fan_out_commits_through_the_servers_commit_log() {
     let out = read_json(&warm.run_dir("fan-warm").join("state/output.json"));
     assert_eq!(out["sum"], 40, "{out}");
 }
+
+/// An event file changed after the server read it (`sed -i` replaces the file; an in-place
+/// rewrite keeps the inode): the server notices, re-reads and re-verifies, and the client gets
+/// the checksum failure exactly as a one-shot command does — never the remembered journal.
+#[test]
+fn an_event_changed_under_the_server_fails_as_it_does_locally() {
+    for replace in [true, false] {
+        let s = Sandbox::new().warm();
+        seq_run(&s, "edited");
+        s.iterate("edited");
+        let effect = s.pending("edited")[0]["effectId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        s.post_inline("edited", &effect, "{\"value\": 1}").ok();
+        s.iterate("edited");
+        let before = s.warm_served();
+        // Read through the server: it now holds the run's view.
+        s.cmd(&["run:status", "edited", "--json"]).ok();
+        s.cmd(&["run:events", "edited", "--json"]).ok();
+        assert!(s.warm_served() > before, "the reads were served");
+
+        let journal = s.run_dir("edited").join("journal");
+        let mut names: Vec<_> = std::fs::read_dir(&journal)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        let target = names
+            .iter()
+            .find(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .contains("EFFECT_REQUESTED")
+            })
+            .unwrap()
+            .clone();
+        let text = std::fs::read_to_string(&target).unwrap();
+        let edited = text.replace("\"warm.step\"", "\"warm.stXp\"");
+        assert_ne!(edited, text);
+        if replace {
+            // What `sed -i` does: a new file renamed over the old one.
+            let tmp = journal.join("edit.tmp");
+            std::fs::write(&tmp, &edited).unwrap();
+            std::fs::rename(&tmp, &target).unwrap();
+        } else {
+            std::fs::write(&target, &edited).unwrap();
+        }
+
+        for command in ["run:status", "run:events"] {
+            let served = s.warm_served();
+            let warm = s.cmd(&[command, "edited", "--json"]);
+            assert_eq!(s.warm_served(), served + 1, "{command} was served");
+            let local = s.cmd_env(&[command, "edited", "--json"], LOCAL);
+            assert!(
+                local.stderr.contains("checksum mismatch"),
+                "local {command}: {}",
+                local.stderr
+            );
+            assert_eq!(
+                (warm.code, &warm.stdout, &warm.stderr),
+                (local.code, &local.stdout, &local.stderr),
+                "replace={replace}: {command} through the server answers as locally"
+            );
+        }
+    }
+}

@@ -24,6 +24,9 @@
 //!   reference CLI or a local `babysitter` on the same run is excluded the usual way, and the
 //!   server never holds a lock between commands;
 //! - other writers are expected: the journal view catches up with the store's head on every use,
+//!   and an event file changed after it was read (replaced or rewritten) is re-read and
+//!   re-verified, so damage reaches the client exactly as a one-shot command reports it
+//!   (the journal's `fs/seen.rs`),
 //!   and the engine's warm session continues only over new results (a new effect from another
 //!   writer sends it back to a cold replay, see the engine's `drive`);
 //! - a journal replaced wholesale by another process (`run:repair-journal`) shows as a new

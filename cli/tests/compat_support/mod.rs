@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 pub fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/babysitter-v6")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/babysitter-v6")
 }
 
 pub const GOLDEN_RUN: &str = "01JGOLDENRUN0000000000000";

@@ -35,6 +35,7 @@ use crate::{Head, validate_id};
 
 mod lock;
 mod read;
+mod seen;
 mod write;
 
 pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
@@ -57,6 +58,8 @@ pub struct FsStore {
     inline_io: bool,
     /// Commits go through the run's commit log ([`FsStore::commit_log`]).
     commit_log: bool,
+    /// The event files each open view was built from (`fs/seen.rs`).
+    seen: seen::Seen,
 }
 
 impl FsStore {
@@ -66,6 +69,7 @@ impl FsStore {
             lock_attempts: 6000,
             inline_io: false,
             commit_log: false,
+            seen: seen::Seen::default(),
         }
     }
 
@@ -512,7 +516,7 @@ impl JournalStore for FsStore {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
         let mut chain = from.clone();
-        self.blocking(move |_| {
+        self.blocking(move |this| {
             let journal_dir = dir.join("journal");
             let entries = listing(&run_id, &dir)?;
             let start = chain.head.seq;
@@ -534,6 +538,13 @@ impl JournalStore for FsStore {
                     }
                 }
             }
+            // The events the caller's view holds are still those it was built from.
+            if start == 0 {
+                this.seen.forget(&run_id);
+            } else {
+                let held = entries.get(..start as usize).unwrap_or_default();
+                this.seen.check(&run_id, &journal_dir, held)?;
+            }
             let end = to.unwrap_or(u64::MAX);
             let mut out = Vec::new();
             for e in entries
@@ -542,8 +553,10 @@ impl JournalStore for FsStore {
                 .take_while(|e| e.seq <= end)
             {
                 let path = journal_dir.join(&e.name);
-                let bytes = fs::read(&path).map_err(|err| JournalError::io(path.display(), err))?;
+                let (bytes, meta) = seen::read_with_meta(&path)
+                    .map_err(|err| JournalError::io(path.display(), err))?;
                 let event = StoredEvent::from_file(&run_id, &e.name, &bytes)?;
+                this.seen.record(&run_id, e.seq, &meta);
                 chain.push(
                     &event,
                     &Location::file(&run_id, e.seq, format!("journal/{}", e.name)),

@@ -575,7 +575,14 @@ impl Journal {
             let view = guard.as_mut().ok_or(JournalError::ShuttingDown)?;
             if let Err(e) = self.refresh(run_id, view).await {
                 *guard = None;
-                return Err(e);
+                if !e.is_corruption() {
+                    return Err(e);
+                }
+                // The store no longer holds what the view was built from (an event file changed
+                // under a long-lived reader): judged afresh, as a reader opening the run would,
+                // which reports damage exactly as it does.
+                tracing::debug!(run_id, error = %e, "the journal changed under its open view, reopening");
+                *guard = Some(self.open(run_id).await?);
             }
         }
         guard.as_mut().ok_or(JournalError::ShuttingDown)

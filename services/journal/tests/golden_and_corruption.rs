@@ -1,4 +1,4 @@
-//! The golden babysitter v6 run (`shared/fixtures/babysitter-v6`) and every kind of damage a
+//! The golden babysitter v6 run (`tests/fixtures/babysitter-v6`, vendored from the reference) and every kind of damage a
 //! journal directory can suffer, each reported as a typed error naming the run, the sequence
 //! number and the file — with nothing overwritten.
 
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 const GOLDEN_RUN: &str = "01JGOLDENRUN0000000000000";
 
 fn fixture_runs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/babysitter-v6/runs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/babysitter-v6/runs")
 }
 
 fn copy_dir(from: &Path, to: &Path) {

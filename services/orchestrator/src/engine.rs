@@ -107,7 +107,14 @@ pub struct EngineOptions {
     /// The breakpoint auto-approval rules file (`~/.a5c/breakpoint-approvals/rules.json` for the
     /// CLI) a breakpoint's `autoApproval` is computed from ([`breakpoints`]); `None`: no rules.
     pub breakpoint_rules: Option<PathBuf>,
+    /// The folder processes' imports are confined to; `None`: the project the entry file
+    /// belongs to ([`process_file::process_root`]).
+    pub process_root: Option<PathBuf>,
 }
+
+/// The folder inside a run directory a service materializes a run's process bundle into;
+/// imports of a bundled process stay inside it.
+pub const BUNDLE_DIR: &str = "process";
 
 impl std::fmt::Debug for EngineOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -140,6 +147,7 @@ impl EngineOptions {
             next_actions: true,
             process_log_dir: None,
             breakpoint_rules: None,
+            process_root: None,
         }
     }
 }

@@ -485,10 +485,12 @@ async fn subprocess_is_refused_and_unknown_ctx_members_are_type_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_shims_inside_the_process_folder() {
+async fn node_shims_inside_the_process_root() {
+    // The harness folder is the project (the journal keeps babysitter's package.json beside
+    // `runs/`): `process.cwd()` and relative reads start there.
     let main = format!(
         "{SDK}import path from 'node:path';\nimport {{ readFileSync }} from 'node:fs';\nimport {{ createHash }} from 'node:crypto';\nimport {{ fileURLToPath }} from 'node:url';\n\
-         export async function process(inputs, ctx) {{ const txt = readFileSync(path.join('notes', 'a.txt'), 'utf8'); return {{ txt, h: createHash('sha256').update(txt).digest('hex').slice(0, 8), p: fileURLToPath('file:///x/y.js') }}; }}"
+         export async function process(inputs, ctx) {{ const txt = readFileSync(path.join('processes', 'notes', 'a.txt'), 'utf8'); return {{ txt, h: createHash('sha256').update(txt).digest('hex').slice(0, 8), p: fileURLToPath('file:///x/y.js') }}; }}"
     );
     let (_, its) = both_modes(
         &[("main.mjs", main.as_str()), ("notes/a.txt", "hello")],

@@ -1,4 +1,4 @@
-//! The golden babysitter v6 run (`shared/fixtures/babysitter-v6`): replaying `demo.mjs` over its
+//! The golden babysitter v6 run (`tests/fixtures/babysitter-v6`, vendored from the reference): replaying `demo.mjs` over its
 //! journal requests nothing new and ends with the same output (check 2 of its README), and
 //! driving a fresh run of `demo.mjs` with the reference's clock, ids and posted results
 //! reproduces its journal, `task.json` and `result.json` files byte for byte and
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 const RUN: &str = "01JGOLDENRUN0000000000000";
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/babysitter-v6")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/babysitter-v6")
 }
 
 fn copy_dir(from: &Path, to: &Path) {

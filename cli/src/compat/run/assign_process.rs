@@ -114,7 +114,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         Ok(b) => serde_json::from_slice::<Value>(&b).ok(),
         Err(_) => None,
     };
-    if let Err(m) = check_entry(
+    let code_hash = match check_entry(
         cli,
         &abs,
         entry.export_name.as_deref(),
@@ -123,9 +123,12 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     )
     .await
     {
-        errln!("{m}");
-        return Ok(1);
-    }
+        Ok(digest) => digest,
+        Err(m) => {
+            errln!("{m}");
+            return Ok(1);
+        }
+    };
     let previous = run_json.get("entrypoint").cloned().unwrap_or(Value::Null);
     let run_id = run_json
         .get("runId")
@@ -151,6 +154,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         export_name: entry.export_name.as_deref(),
         process_id: &process_id,
         process_revision: a.value("--process-revision"),
+        code_hash,
         force,
         adopt: None,
     };
@@ -177,6 +181,8 @@ pub(crate) struct Assign<'a> {
     pub export_name: Option<&'a str>,
     pub process_id: &'a str,
     pub process_revision: Option<&'a str>,
+    /// The import closure's code hash from the entry check; `None`: the entry file's hash.
+    pub code_hash: Option<String>,
     pub force: bool,
     /// `run:create` adopting the session's bare run: the run also takes these.
     pub adopt: Option<Adoption<'a>>,
@@ -211,7 +217,7 @@ pub(crate) async fn assign(
     if let Some(x) = spec.export_name {
         entrypoint.insert("exportName".into(), json!(x));
     }
-    let code_hash = runs::hash_file(spec.abs);
+    let code_hash = spec.code_hash.clone().or_else(|| runs::hash_file(spec.abs));
     if let Some(m) = current.as_object_mut() {
         m.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
         m.insert("processPath".into(), json!(abs));

@@ -127,12 +127,19 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         ));
     }
 
-    if let (Some(abs), Some(pid)) = (&abs_import, process_id)
-        && let Err(msg) = check_entry(cli, abs, export_name.as_deref(), pid, inputs.as_ref()).await
-    {
-        errln!("{msg}");
-        return Ok(1);
+    // The code hash covers the import closure the check loaded (B9); the entry file's own hash
+    // when the check could not run.
+    let mut code_hash = None;
+    if let (Some(abs), Some(pid)) = (&abs_import, process_id) {
+        match check_entry(cli, abs, export_name.as_deref(), pid, inputs.as_ref()).await {
+            Ok(digest) => code_hash = digest,
+            Err(msg) => {
+                errln!("{msg}");
+                return Ok(1);
+            }
+        }
     }
+    let code_hash = code_hash.or_else(|| abs_import.as_deref().and_then(runs::hash_file));
 
     let plan = match Plan::new(cli) {
         Ok(p) => p,
@@ -154,6 +161,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
                 export_name: export_name.as_deref(),
                 process_id: pid,
                 inputs: inputs.as_ref(),
+                code_hash: code_hash.clone(),
             },
         )
         .await;
@@ -214,7 +222,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         process_revision: a.value("--process-revision"),
         prompt: a.value("--prompt"),
         non_interactive: a.interactive == Some(false),
-        code_hash: abs_import.as_deref().and_then(runs::hash_file),
+        code_hash: code_hash.clone(),
         inputs: inputs.clone(),
     };
     write_run(cli, &run, &runs_dir, &new).await?;
@@ -276,6 +284,7 @@ struct Adopt<'a> {
     export_name: Option<&'a str>,
     process_id: &'a str,
     inputs: Option<&'a Value>,
+    code_hash: Option<String>,
 }
 
 async fn adopt(cli: &Cli<'_>, plan: &Plan, ad: Adopt<'_>) -> anyhow::Result<u8> {
@@ -286,6 +295,7 @@ async fn adopt(cli: &Cli<'_>, plan: &Plan, ad: Adopt<'_>) -> anyhow::Result<u8> 
         export_name: ad.export_name,
         process_id: ad.process_id,
         process_revision: a.value("--process-revision"),
+        code_hash: ad.code_hash.clone(),
         force: false,
         adopt: Some(Adoption {
             request: a.value("--request").unwrap_or(ad.process_id),
@@ -599,13 +609,14 @@ fn completion_proof_bytes() -> anyhow::Result<String> {
 /// a process function (`mod[export] ?? mod.process ?? mod.default`), as the reference does by
 /// importing it. The check replays the process once over an empty journal in a scratch runs
 /// root (nothing is written to the real one); a process that throws or waits is fine here.
+/// Answers the code hash of the import closure it loaded (`None`: the check could not run).
 pub(crate) async fn check_entry(
     cli: &Cli<'_>,
     abs: &Path,
     export: Option<&str>,
     process_id: &str,
     inputs: Option<&Value>,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let is_file = std::fs::metadata(abs).map(|m| m.is_file()).unwrap_or(false);
     if !is_file {
         return Err(format!(
@@ -627,7 +638,7 @@ pub(crate) async fn check_entry(
             // The check itself could not run (e.g. no writable temp dir): the first iterate
             // will report any problem with the module.
             cli.verbose("run:create", &[("entryCheckSkipped", Some(e.to_string()))]);
-            Ok(())
+            Ok(None)
         }
     }
 }
@@ -638,7 +649,7 @@ async fn check_in(
     export: Option<&str>,
     process_id: &str,
     inputs: Option<&Value>,
-) -> anyhow::Result<Result<(), String>> {
+) -> anyhow::Result<Result<Option<String>, String>> {
     const ID: &str = "entry-check";
     let root = scratch.join("runs");
     let journal = Journal::new(Arc::new(FsStore::new(&root)), JournalOptions::default());
@@ -665,7 +676,7 @@ async fn check_in(
     let engine = Engine::new(journal, opts)?;
     let export = export.unwrap_or("process");
     Ok(match engine.replay_dry(ID).await {
-        Ok(_) => Ok(()),
+        Ok(report) => Ok(report.code_digest),
         Err(EngineError::Host(HostError::NotAFunction { .. })) => Err(format!(
             "Process module {} does not export a valid process function. Expected '{export}' (function) or default export.",
             abs.display()

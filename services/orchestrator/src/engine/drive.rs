@@ -3,7 +3,6 @@
 //! `engine::pool`'s business ([`crate::engine::JsPlacement`]); this module decides warm or cold
 //! and gathers what the process is handed.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use babysitter_journal::index::EffectRecord;
@@ -16,7 +15,7 @@ use crate::engine::pool::Warm;
 use crate::engine::session::{DriveReport, Session, Shared, StartSpec};
 use crate::engine::task_files::TaskFiles;
 use crate::engine::views::{self, EffectView};
-use crate::engine::{Engine, EngineError, identity};
+use crate::engine::{BUNDLE_DIR, Engine, EngineError, identity, process_file};
 
 /// What a drive produced: the report, the session to keep warm once the iteration's events are
 /// journaled (`None`: not kept), and whether it continued a warm session.
@@ -56,28 +55,63 @@ impl Engine {
             .await?
     }
 
+    /// The code hash a run of the process at `entry` records as `processCodeHash`: the SHA-256
+    /// of its import closure, loaded (not run) in a host of its own
+    /// ([`process_file::closure_digest`]; the entry file's own hash when it imports no file).
+    pub async fn code_digest_of(&self, entry: &std::path::Path) -> Result<String, EngineError> {
+        const ID: &str = "code-digest";
+        let info = RunInfo {
+            process_id: ID.into(),
+            run_dir: self.options().runs_root.join(ID),
+            entry: entry.to_path_buf(),
+            export_name: "process".into(),
+            inputs: None,
+            non_interactive: true,
+            process_code_hash: None,
+            created_ms: 0,
+        };
+        let spec = self.start_spec(ID, &info)?;
+        let digest = self
+            .pool()
+            .on_thread(ID, move || Session::code_digest_of(&spec))
+            .await??;
+        digest.ok_or_else(|| EngineError::Engine("the process module was not loaded".into()))
+    }
+
     fn start_spec(&self, run_id: &str, info: &RunInfo) -> Result<StartSpec, EngineError> {
         let entry = info
             .entry
             .canonicalize()
             .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
+        let root = process_file::process_root(
+            &entry,
+            &info.run_dir.join(BUNDLE_DIR),
+            self.options().process_root.as_deref(),
+        );
+        let outside = || EngineError::InvalidRun {
+            run_id: run_id.to_owned(),
+            reason: format!(
+                "process file {} is outside the process root {}",
+                entry.display(),
+                root.display()
+            ),
+        };
+        let rel = entry.strip_prefix(&root).map_err(|_| outside())?;
+        let rel: Vec<&str> = rel
+            .components()
+            .map(|c| c.as_os_str().to_str())
+            .collect::<Option<_>>()
+            .ok_or_else(outside)?;
         Ok(StartSpec {
             host: HostConfig {
-                root: entry
-                    .parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| info.run_dir.clone()),
+                root,
                 memory_limit: self.options().memory_limit,
                 cpu_limit: self.options().cpu_limit,
                 random_seed: seed_of(run_id),
                 env: self.options().process_env.clone(),
                 ..HostConfig::default()
             },
-            entry: entry
-                .file_name()
-                .and_then(|s| s.to_str())
-                .unwrap_or("process.mjs")
-                .to_owned(),
+            entry: rel.join("/"),
             export_name: info.export_name.clone(),
             run_id: run_id.to_owned(),
             run_dir: info.run_dir.display().to_string(),
@@ -105,6 +139,8 @@ impl Engine {
                 last_js,
             }) = warm
             && consumed <= head.seq
+            // Code changed under the session (the entry or any module it imported): cold.
+            && session.code_is_current(&self.inner.code_hashes)
             && let Some(updates) = self.warm_updates(run_id, consumed, head).await?
         {
             let files = TaskFiles::new(self.journal(), run_id);

@@ -57,7 +57,7 @@ pub const DEFAULT_CPU_LIMIT: Duration = Duration::from_secs(30);
 /// How a [`JsHost`] is set up for one run.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
-    /// The process folder. Every file import and every `fs` access must stay inside it (checked
+    /// The process root (`process.cwd()`). Every file import and every `fs` access must stay inside it (checked
     /// after canonicalisation, so symlinks cannot escape).
     pub root: PathBuf,
     /// What `process.env` shows (a frozen copy).
@@ -149,6 +149,15 @@ enum Deadline {
     At(Clock),
 }
 
+/// A file module as it was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedModule {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Lowercase hex SHA-256 of the bytes the module was loaded from.
+    pub sha256: String,
+}
+
 /// Host state shared by the runtime's callbacks (interrupt handler, loader, host functions).
 /// Holds no JS values, so closures capturing it create no cycles the GC cannot see. `Sync`
 /// (atomics and mutexes, never contended: one thread drives a runtime at a time) so that a host
@@ -162,6 +171,9 @@ pub(crate) struct HostCore {
     builtins: HashMap<String, String>,
     /// File module name (root-relative, `/`-separated) → canonical path.
     files: Mutex<HashMap<String, PathBuf>>,
+    /// The file modules loaded so far: name → (canonical path, SHA-256 of the bytes loaded).
+    /// What the session's code is made of (the run's import closure, fix B9).
+    loaded: Mutex<BTreeMap<String, LoadedModule>>,
     rng: AtomicU64,
     deadline: Mutex<Deadline>,
     /// The armed deadline is an inline drive's slice, not the run's CPU limit.
@@ -212,6 +224,20 @@ impl HostCore {
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
             .cloned()
+    }
+
+    pub(crate) fn record_loaded(&self, name: &str, path: &Path, bytes: &[u8]) {
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                name.to_owned(),
+                LoadedModule {
+                    path: path.to_owned(),
+                    sha256,
+                },
+            );
     }
 
     pub(crate) fn add_file(&self, name: String, path: PathBuf) {
@@ -340,6 +366,7 @@ impl JsHost {
             cpu_limit: config.cpu_limit,
             builtins: config.builtin_modules.into_iter().collect(),
             files: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(BTreeMap::new()),
             rng: AtomicU64::new(config.random_seed),
             deadline: Mutex::new(Deadline::Disarmed),
             slice: AtomicBool::new(false),
@@ -416,6 +443,16 @@ impl JsHost {
     /// The canonical process folder.
     pub fn root(&self) -> &Path {
         &self.core.root
+    }
+
+    /// The file modules loaded so far, by root-relative name, with the hash of the bytes each
+    /// was loaded from.
+    pub fn loaded_modules(&self) -> BTreeMap<String, LoadedModule> {
+        self.core
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Runs `f` inside the context with the CPU deadline armed (unless already armed by an outer

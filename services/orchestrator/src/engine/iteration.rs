@@ -213,9 +213,8 @@ impl Engine {
 
         // Resolved only now: a finished run answers even if its process file has moved.
         let info = run_info(self, run_id, &files.run_json, files.inputs_json.clone())?;
-        // The process file must be readable before anything is written (its hash: B9 below).
-        let code_hash = self
-            .code_hash(&info.entry)
+        // The process file must be readable before anything is written.
+        self.code_hash(&info.entry)
             .map_err(|e| cannot_open(run_id, &info.entry, &e))?;
 
         // B1: a pending sleep whose time has passed is resolved, not skipped forever.
@@ -244,31 +243,11 @@ impl Engine {
                 ));
             }
         }
-        // B9: the process file changed since the run recorded it.
-        let mut code_changed = false;
-        if let Some(previous) = &info.process_code_hash
-            && *previous != code_hash
-        {
-            code_changed = true;
-            if !self.code_hash_journaled(run_id, &code_hash).await? {
-                pre.push(self.event(
-                    EventType::ProcessCodeHashChanged,
-                    json!({"runId": run_id, "processId": info.process_id, "previousProcessCodeHash": previous,
-                           "processCodeHash": code_hash}),
-                    now,
-                ));
-            }
-            warnings.push("Process code changed since last recorded process hash; replay may need journal reconstruction.".into());
-        }
         if !pre.is_empty() {
             if let Some(m) = marker.take() {
                 pre.insert(0, m);
             }
             head = journal.append_for_head(run_id, head.seq + 1, pre).await?;
-        }
-        if code_changed {
-            // New code must not continue an old session: replay it cold against the journal.
-            self.evict(run_id).await?;
         }
         match self.drive(run_id, &info, &head).await {
             Ok(d) if is_out_of_memory(&d.report.state) => {
@@ -277,7 +256,18 @@ impl Engine {
                 };
                 self.fail_run(run_id, head, &e, warnings).await
             }
-            Ok(d) => self.finish(run_id, &info, head, d, warnings, marker).await,
+            Ok(d) => {
+                let changed = self
+                    .code_change(
+                        run_id,
+                        &info,
+                        d.report.code_digest.as_deref(),
+                        &mut warnings,
+                    )
+                    .await?;
+                let lead = marker.into_iter().chain(changed).collect();
+                self.finish(run_id, &info, head, d, warnings, lead).await
+            }
             Err(EngineError::Host(e)) => self.fail_run(run_id, head, &e, warnings).await,
             Err(e) => Err(e),
         }
@@ -290,7 +280,7 @@ impl Engine {
         head: Head,
         driven: Driven,
         warnings: Vec<String>,
-        marker: Option<NewEvent>,
+        lead: Vec<NewEvent>,
     ) -> Result<Iteration, EngineError> {
         let Driven {
             mut report,
@@ -299,7 +289,7 @@ impl Engine {
         } = driven;
         let journal = self.journal();
         let now = self.now_ms();
-        let mut events: Vec<NewEvent> = marker.into_iter().collect();
+        let mut events: Vec<NewEvent> = lead;
         // task.json first (all of them, one durability sync), then the request events: a reader
         // never finds a request without its task.
         // Streamed during the drive (a fan-out), or stored now.
@@ -693,6 +683,42 @@ impl Engine {
             Err(babysitter_journal::JournalError::RunFileNotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// B9: the process's code (its import closure, `digest`) changed since the run recorded
+    /// it. The change is journaled once, leading the iteration's events (the drive that saw it
+    /// was a cold replay of the new code: a warm session whose files changed is not continued),
+    /// with babysitter's warning.
+    async fn code_change(
+        &self,
+        run_id: &str,
+        info: &RunInfo,
+        digest: Option<&str>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<NewEvent>, EngineError> {
+        let (Some(previous), Some(digest)) = (&info.process_code_hash, digest) else {
+            return Ok(None);
+        };
+        // A service's bundle is content-addressed (`processBundle`) and materialized intact:
+        // its code cannot change, and its recorded hash is the entry file's.
+        if info
+            .entry
+            .starts_with(info.run_dir.join(crate::engine::BUNDLE_DIR))
+        {
+            return Ok(None);
+        }
+        if previous == digest || self.code_hash_journaled(run_id, digest).await? {
+            return Ok(None);
+        }
+        warnings.push(
+            "Process code changed since last recorded process hash; replay may need journal reconstruction.".into(),
+        );
+        Ok(Some(self.event(
+            EventType::ProcessCodeHashChanged,
+            json!({"runId": run_id, "processId": info.process_id, "previousProcessCodeHash": previous,
+                   "processCodeHash": digest}),
+            self.now_ms(),
+        )))
     }
 
     async fn code_hash_journaled(&self, run_id: &str, hash: &str) -> Result<bool, EngineError> {

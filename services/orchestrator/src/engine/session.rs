@@ -73,6 +73,9 @@ pub struct DriveReport {
     pub reached: FastSet<String>,
     /// Whether the requests' `task.json`s went to the journal during the drive.
     pub task_files: Streamed,
+    /// The session's code hash: its import closure as loaded when the process module was
+    /// evaluated ([`crate::engine::process_file::closure_digest`]).
+    pub code_digest: Option<String>,
 }
 
 /// Rust-side state the host functions read and write during a drive.
@@ -128,6 +131,13 @@ pub struct StartSpec {
     pub start_ms: i64,
 }
 
+/// A host with the process module loaded ([`Session::load`]).
+struct Loaded {
+    host: JsHost,
+    shared: Arc<Mutex<Shared>>,
+    code_digest: Option<String>,
+}
+
 pub struct Session {
     host: JsHost,
     shared: Arc<Mutex<Shared>>,
@@ -135,6 +145,7 @@ pub struct Session {
     pub waiting_on: FastSet<String>,
     /// The same, in program order.
     pub waiting_order: Vec<String>,
+    code_digest: Option<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -484,9 +495,15 @@ fn engine_fn<'js>(ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Function<'js>>
 }
 
 impl Session {
-    /// Creates the host, loads the runtime, the SDK and the process, and calls the process.
-    pub fn start(spec: &StartSpec, shared: Shared) -> Result<(Session, DriveReport), EngineError> {
-        let started = tokio::time::Instant::now();
+    /// The code hash of the process's import closure: the module loaded (evaluated) in a host
+    /// of its own, the process not called.
+    pub fn code_digest_of(spec: &StartSpec) -> Result<Option<String>, EngineError> {
+        Ok(Self::load(spec, Shared::default())?.code_digest)
+    }
+
+    /// Creates the host, loads the runtime, the SDK and the process module; answers the host
+    /// and the import closure's code hash.
+    fn load(spec: &StartSpec, shared: Shared) -> Result<Loaded, EngineError> {
         let mut cfg = spec.host.clone();
         cfg.builtin_modules
             .push((SDK_MODULE.to_owned(), precompiled::SDK_JS.to_owned()));
@@ -509,6 +526,28 @@ impl Session {
             Ok(())
         })?;
         host.load_module(&spec.entry)?;
+        let code_digest = {
+            let loaded = host.loaded_modules();
+            crate::engine::process_file::closure_digest(
+                &spec.entry,
+                loaded.iter().map(|(n, m)| (n.as_str(), m.sha256.as_str())),
+            )
+        };
+        Ok(Loaded {
+            host,
+            shared,
+            code_digest,
+        })
+    }
+
+    /// Creates the host, loads the runtime, the SDK and the process, and calls the process.
+    pub fn start(spec: &StartSpec, shared: Shared) -> Result<(Session, DriveReport), EngineError> {
+        let started = tokio::time::Instant::now();
+        let Loaded {
+            host,
+            shared,
+            code_digest,
+        } = Self::load(spec, shared)?;
         let main = host.export_function(&spec.entry, &spec.export_name)?;
         let inputs_json = spec
             .inputs
@@ -536,6 +575,7 @@ impl Session {
             shared,
             waiting_on: FastSet::default(),
             waiting_order: Vec::new(),
+            code_digest,
         };
         let mut report = session.drive()?;
         report.js_time = started.elapsed();
@@ -674,7 +714,18 @@ impl Session {
             logs,
             reached,
             task_files,
+            code_digest: self.code_digest.clone(),
         })
+    }
+
+    /// Whether every file module this session loaded still has the bytes it was loaded from
+    /// (`hashes` remembers file hashes by identity, so an unchanged file is not re-read). A
+    /// session whose code changed must not be continued: the run replays cold on the new code.
+    pub(crate) fn code_is_current(&self, hashes: &crate::engine::process_file::CodeHashes) -> bool {
+        self.host
+            .loaded_modules()
+            .values()
+            .all(|m| hashes.hash(&m.path).is_ok_and(|h| h == m.sha256))
     }
 
     pub fn memory_usage(&self) -> usize {

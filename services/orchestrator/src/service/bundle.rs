@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::{Result, ServiceError};
 
 /// Where bundle files live inside a run directory.
-pub const PROCESS_DIR: &str = "process";
+pub const PROCESS_DIR: &str = crate::engine::BUNDLE_DIR;
 
 /// Limits on what a client may upload.
 #[derive(Debug, Clone, Copy)]

@@ -1,8 +1,11 @@
-//! Module resolution and loading, confined to the process folder.
+//! Module resolution and loading, confined to the process root (the project a process belongs
+//! to: see `engine::process_file::process_root`), so library processes can share helper modules
+//! the way babysitter's library does (`../common-utilities/…`) while nothing outside the project
+//! (a symlink included) is loaded.
 //!
 //! Module names are what QuickJS caches modules by and what stack traces show: a file module is
-//! named by its canonical path relative to the process folder (`lib/util.js`), so names (and the
-//! stacks that end up in journals) do not depend on where the folder sits on disk. Built-in
+//! named by its canonical path relative to the process root (`lib/util.js`), so names (and the
+//! stacks that end up in journals) do not depend on where the project sits on disk. Built-in
 //! modules keep their specifier (`@a5c-ai/babysitter-sdk`), Node shims their `node:` name.
 
 use std::path::{Component, Path, PathBuf};
@@ -88,7 +91,7 @@ impl HostCore {
             message: message.to_owned(),
         };
         if !canonical.starts_with(&self.root) {
-            return Err(load_error("it is outside the process folder"));
+            return Err(load_error("it is outside the process root"));
         }
         if !canonical.is_file() {
             return Err(load_error("it is not a file"));
@@ -133,7 +136,7 @@ impl HostCore {
         let importer = Self::importer_label(base);
         let escapes = || ImportFailure {
             code: "ERR_ACCESS_DENIED",
-            message: format!("import of '{spec}' from '{importer}' escapes the process folder"),
+            message: format!("import of '{spec}' from '{importer}' escapes the process root"),
         };
         let target = match spec.strip_prefix("file://") {
             Some(url) => PathBuf::from(percent_decode(url).ok_or_else(|| ImportFailure {
@@ -258,7 +261,10 @@ impl HostLoader {
         path: &Path,
     ) -> rquickjs::Result<Module<'js, Declared>> {
         let fail = |message: String| throw_coded(ctx, "ERR_MODULE_NOT_FOUND", &message);
-        let text = std::fs::read_to_string(path)
+        let bytes =
+            std::fs::read(path).map_err(|e| fail(format!("Cannot load module '{name}': {e}")))?;
+        self.core.record_loaded(name, path, &bytes);
+        let text = String::from_utf8(bytes)
             .map_err(|e| fail(format!("Cannot load module '{name}': {e}")))?;
         let source = if path.extension().is_some_and(|e| e == "json") {
             if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {

@@ -178,7 +178,7 @@ fn host_parent_escape_is_refused() {
     let message = js_message(fx.host.load_module("main.js").unwrap_err());
     assert_eq!(
         message,
-        "import of '../outside.js' from 'main.js' escapes the process folder"
+        "import of '../outside.js' from 'main.js' escapes the process root"
     );
 
     // dynamic import and an absolute file url are confined the same way
@@ -192,7 +192,7 @@ fn host_parent_escape_is_refused() {
     let out = json(&run(&fx.host, "dyn.js").unwrap());
     assert_eq!(
         out,
-        "import of '../../outside.js' from 'dyn.js' escapes the process folder"
+        "import of '../../outside.js' from 'dyn.js' escapes the process root"
     );
     let outside_url = format!(
         "file://{}",
@@ -210,7 +210,7 @@ fn host_parent_escape_is_refused() {
     assert!(
         run(&fx.host, "url.js")
             .unwrap()
-            .contains("escapes the process folder")
+            .contains("escapes the process root")
     );
 
     // the entry itself must be inside the folder too
@@ -249,12 +249,12 @@ fn host_symlink_escape_is_refused() {
     let message = js_message(fx.host.load_module("main.js").unwrap_err());
     assert_eq!(
         message,
-        "import of './link.js' from 'main.js' escapes the process folder"
+        "import of './link.js' from 'main.js' escapes the process root"
     );
     let message = js_message(fx.host.load_module("dirlink.js").unwrap_err());
     assert_eq!(
         message,
-        "import of './shared/y.js' from 'dirlink.js' escapes the process folder"
+        "import of './shared/y.js' from 'dirlink.js' escapes the process root"
     );
     // fs reads through the link are refused as well
     write(

@@ -1,4 +1,4 @@
-//! Golden vectors of spec §3.5 / §10 and the golden v6 run (`shared/fixtures/babysitter-v6`),
+//! Golden vectors of spec §3.5 / §10 and the golden v6 run (`tests/fixtures/babysitter-v6`, vendored from the reference),
 //! all produced by the reference. Fixtures are compiled in, so these tests do no IO.
 
 use std::cmp::Ordering;
@@ -11,7 +11,7 @@ macro_rules! golden_run_file {
     ($rel:literal) => {
         include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/fixtures/babysitter-v6/runs/01JGOLDENRUN0000000000000/",
+            "/../../tests/fixtures/babysitter-v6/runs/01JGOLDENRUN0000000000000/",
             $rel
         ))
     };

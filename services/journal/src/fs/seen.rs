@@ -1,0 +1,168 @@
+//! What a long-lived reader has verified of each run's journal, so that an event file changed
+//! under it is noticed.
+//!
+//! A reader that keeps a run's view between commands (the CLI's warm server, a service) reads
+//! each event file once; a file replaced or edited after that (`sed -i` on an event, a restore
+//! from a backup) would otherwise go on being served from memory while a one-shot reader fails
+//! with a checksum mismatch. So every refresh of an open view checks the files it already holds
+//! against the identity they had when they were verified — inode, size, modification time: a
+//! replaced file has another inode, an edited one another modification time — one `statat` per
+//! event on the directory already open for the listing. A file whose identity changed, or seen
+//! for the first time (an event this process wrote, or one a snapshot covered), is read and
+//! verified again as a one-shot reader would. A checksum failure is reported as it is to any
+//! reader; a file rewritten with a valid checksum fails the refresh as changed, and the journal
+//! reopens the view from the store.
+//!
+//! Limit: an in-place edit that keeps the size and lands in the same timestamp tick as the
+//! write that preceded it (the kernel's coarse clock, a few milliseconds) is not seen; `sed -i`,
+//! editors and copies all replace or rewrite with a new inode or time.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{JournalError, Location, Result};
+use crate::event::StoredEvent;
+
+use super::Entry;
+
+/// Runs remembered before the memory starts over (each holds a few words per event).
+const MAX_RUNS: usize = 65_536;
+
+/// The identity of an event file when it was verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    dev: u64,
+    size: i64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of_meta(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            ino: m.ino(),
+            dev: m.dev(),
+            size: m.size().try_into().unwrap_or(i64::MAX),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+
+    fn of(st: &rustix::fs::Stat) -> Self {
+        Self {
+            ino: st.st_ino,
+            dev: st.st_dev,
+            size: st.st_size,
+            mtime: (
+                st.st_mtime,
+                i64::try_from(st.st_mtime_nsec).unwrap_or(i64::MAX),
+            ),
+        }
+    }
+}
+
+/// Verified identities of event files, by run and sequence number. Shared by a store's clones.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Seen {
+    runs: Arc<Mutex<HashMap<String, Vec<Option<Stamp>>>>>,
+}
+
+impl Seen {
+    fn take(&self, run_id: &str) -> Vec<Option<Stamp>> {
+        self.lock().remove(run_id).unwrap_or_default()
+    }
+
+    fn put(&self, run_id: &str, stamps: Vec<Option<Stamp>>) {
+        let mut runs = self.lock();
+        if runs.len() >= MAX_RUNS {
+            runs.clear();
+        }
+        runs.insert(run_id.to_owned(), stamps);
+    }
+
+    /// Forgets the run (a view opened from the start re-verifies everything it reads).
+    pub(crate) fn forget(&self, run_id: &str) {
+        self.lock().remove(run_id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Option<Stamp>>>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks that the event files of `held` (the journal's first events, which the caller's
+    /// view already holds) are still the ones verified, verifying those not seen before.
+    pub(crate) fn check(&self, run_id: &str, journal_dir: &Path, held: &[Entry]) -> Result<()> {
+        let mut stamps = self.take(run_id);
+        let result = check_files(run_id, journal_dir, held, &mut stamps);
+        if result.is_ok() {
+            self.put(run_id, stamps);
+        }
+        result
+    }
+
+    /// Records the identity of an event file just read and verified (its metadata taken on the
+    /// open file before the read, so a change during it shows at the next check).
+    pub(crate) fn record(&self, run_id: &str, seq: u64, meta: &std::fs::Metadata) {
+        let Some(i) = seq.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        let mut runs = self.lock();
+        let stamps = runs.entry(run_id.to_owned()).or_default();
+        if stamps.len() <= i {
+            stamps.resize(i + 1, None);
+        }
+        stamps[i] = Some(Stamp::of_meta(meta));
+    }
+}
+
+fn check_files(
+    run_id: &str,
+    journal_dir: &Path,
+    held: &[Entry],
+    stamps: &mut Vec<Option<Stamp>>,
+) -> Result<()> {
+    let io = |e: std::io::Error| JournalError::io(journal_dir.display(), e);
+    let dir = rustix::fs::open(
+        journal_dir,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io(e.into()))?;
+    if stamps.len() < held.len() {
+        stamps.resize(held.len(), None);
+    }
+    for (e, known) in held.iter().zip(stamps.iter_mut()) {
+        let at = || Location::file(run_id, e.seq, format!("journal/{}", e.name));
+        let st = rustix::fs::statat(&dir, e.name.as_str(), rustix::fs::AtFlags::empty())
+            .map_err(|err| JournalError::io(journal_dir.join(&e.name).display(), err.into()))?;
+        let now = Stamp::of(&st);
+        if *known == Some(now) {
+            continue;
+        }
+        let path = journal_dir.join(&e.name);
+        let bytes = std::fs::read(&path).map_err(|err| JournalError::io(path.display(), err))?;
+        // A checksum failure is reported exactly as to a reader opening the run.
+        StoredEvent::from_file(run_id, &e.name, &bytes)?;
+        if known.is_some() {
+            // Valid, but not the file the view was built from: the view must be rebuilt.
+            return Err(JournalError::Corrupt {
+                at: at(),
+                reason: "the event file changed after it was read".into(),
+            });
+        }
+        *known = Some(now);
+    }
+    Ok(())
+}
+
+/// Reads a file whole, with its metadata taken on the open file before the read (the same
+/// system calls as `std::fs::read`, which asks for the size to size its buffer).
+pub(crate) fn read_with_meta(path: &Path) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
+    file.read_to_end(&mut bytes)?;
+    Ok((bytes, meta))
+}
