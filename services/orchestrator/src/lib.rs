@@ -1,10 +1,9 @@
-//! babysitter-orchestrator: the process engine ([`engine`]), which runs babysitter processes
-//! unchanged in embedded QuickJS and turns each `ctx` call into an effect with babysitter's exact
-//! identity, replaying deterministically against the journal; and the orchestrator service
-//! ([`service`]): run manager, task queue with leases, and the gRPC `RunService` /
-//! `WorkerService` over them.
+//! babysitter-orchestrator: the orchestrator service ([`service`]) — run manager, task queue with
+//! leases, and the gRPC `RunService` / `WorkerService` — over the run lifecycle of
+//! `babysitter-engine` (re-exported as [`engine`]), which runs babysitter processes unchanged in
+//! embedded QuickJS and replays them deterministically against the journal.
 
 #![forbid(unsafe_code)]
 
-pub mod engine;
+pub use babysitter_engine as engine;
 pub mod service;

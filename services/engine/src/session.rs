@@ -1,6 +1,6 @@
 //! One run's live JS session: the QuickJS host with the engine runtime, the process module and
 //! the process's promise. It lives on one JS worker thread (QuickJS values are not `Send`); the
-//! async side talks to it through [`crate::engine::pool`].
+//! async side talks to it through [`crate::pool`].
 //!
 //! Cold start loads the process and calls it; later iterations on a warm session deliver the
 //! resolutions that arrived since (pending promises resolve, the process continues) instead of
@@ -13,15 +13,15 @@ use std::sync::{Arc, Mutex};
 use rquickjs::{Ctx, Function, Object};
 use serde_json::{Value, json};
 
-use crate::engine::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
-use crate::engine::identity;
-use crate::engine::js_json;
-use crate::engine::js_shape;
-use crate::engine::task_files::{Streamed, TaskFiles};
-use crate::engine::views::EffectView;
-use crate::engine::{EngineError, FastMap, FastSet};
+use crate::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
+use crate::identity;
+use crate::js_json;
+use crate::js_shape;
+use crate::task_files::{Streamed, TaskFiles};
+use crate::views::EffectView;
+use crate::{EngineError, FastMap, FastSet};
 
-pub use crate::engine::host::precompiled::SDK_MODULE;
+pub use crate::host::precompiled::SDK_MODULE;
 
 /// A new effect the process asked for in this iteration.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ pub struct DriveReport {
     /// Whether the requests' `task.json`s went to the journal during the drive.
     pub task_files: Streamed,
     /// The session's code hash: its import closure as loaded when the process module was
-    /// evaluated ([`crate::engine::process_file::closure_digest`]).
+    /// evaluated ([`crate::process_file::closure_digest`]).
     pub code_digest: Option<String>,
 }
 
@@ -528,7 +528,7 @@ impl Session {
         host.load_module(&spec.entry)?;
         let code_digest = {
             let loaded = host.loaded_modules();
-            crate::engine::process_file::closure_digest(
+            crate::process_file::closure_digest(
                 &spec.entry,
                 loaded.iter().map(|(n, m)| (n.as_str(), m.sha256.as_str())),
             )
@@ -721,7 +721,7 @@ impl Session {
     /// Whether every file module this session loaded still has the bytes it was loaded from
     /// (`hashes` remembers file hashes by identity, so an unchanged file is not re-read). A
     /// session whose code changed must not be continued: the run replays cold on the new code.
-    pub(crate) fn code_is_current(&self, hashes: &crate::engine::process_file::CodeHashes) -> bool {
+    pub(crate) fn code_is_current(&self, hashes: &crate::process_file::CodeHashes) -> bool {
         self.host
             .loaded_modules()
             .values()

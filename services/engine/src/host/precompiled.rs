@@ -25,14 +25,14 @@ pub(crate) const SDK_JS: &str = include_str!("../js/sdk.js");
 
 /// Paths are relative to the crate's manifest.
 static BUNDLE: Bundle = embed! {
-    "babysitter:prelude": "src/engine/host/shims/prelude.js",
-    "babysitter:runtime": "src/engine/js/runtime.js",
-    "@a5c-ai/babysitter-sdk": "src/engine/js/sdk.js",
-    "node:path": "src/engine/host/shims/path.js",
-    "node:url": "src/engine/host/shims/url.js",
-    "node:crypto": "src/engine/host/shims/crypto.js",
-    "node:fs": "src/engine/host/shims/fs.js",
-    "node:fs/promises": "src/engine/host/shims/fs_promises.js",
+    "babysitter:prelude": "src/host/shims/prelude.js",
+    "babysitter:runtime": "src/js/runtime.js",
+    "@a5c-ai/babysitter-sdk": "src/js/sdk.js",
+    "node:path": "src/host/shims/path.js",
+    "node:url": "src/host/shims/url.js",
+    "node:crypto": "src/host/shims/crypto.js",
+    "node:fs": "src/host/shims/fs.js",
+    "node:fs/promises": "src/host/shims/fs_promises.js",
 };
 
 /// The sources the bundle was compiled from. Besides the source check, these `include_str!`s

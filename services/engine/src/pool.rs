@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::engine::EngineError;
-use crate::engine::session::Session;
-use crate::engine::views::EffectView;
+use crate::EngineError;
+use crate::session::Session;
+use crate::views::EffectView;
 
 type Job = Box<dyn FnOnce() + Send>;
 

@@ -6,7 +6,7 @@
 
 mod support;
 
-use babysitter_orchestrator::engine::IterationStatus;
+use babysitter_engine::IterationStatus;
 use serde_json::{Value, json};
 use support::{Harness, RUN, echo};
 

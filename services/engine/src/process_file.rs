@@ -18,7 +18,7 @@
 //! files. The status-change time cannot be set back by tools (unlike the modification time), so
 //! a rewrite with the same length and a restored modification time is still seen.
 
-use crate::engine::FastMap;
+use crate::FastMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

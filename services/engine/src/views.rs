@@ -7,7 +7,7 @@
 //! journal's `EFFECT_RESOLVED.error`, and failed shell effects arrive as values
 //! `{success:false, exitCode, stdout, stderr, error}` rather than exceptions.
 
-use crate::engine::FastMap;
+use crate::FastMap;
 use std::sync::Arc;
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
@@ -15,7 +15,7 @@ use babysitter_journal::store::RunFile;
 use babysitter_journal::{Journal, JournalError};
 use serde_json::{Value, json};
 
-use crate::engine::EngineError;
+use crate::EngineError;
 
 /// How a journaled effect presents itself to the process.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,13 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use babysitter_engine::commit::Commit;
+use babysitter_engine::{Engine, EngineOptions, Iteration, IterationStatus, JsPlacement};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
-use babysitter_orchestrator::engine::commit::Commit;
-use babysitter_orchestrator::engine::{
-    Engine, EngineOptions, Iteration, IterationStatus, JsPlacement,
-};
 use serde_json::{Value, json};
 
 pub const RUN: &str = "run-1";

@@ -152,7 +152,7 @@ fn object<'js>(realm: &Realm<'js>, value: &Value<'js>, depth: usize) -> Result<J
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::js_test::{thrown_message, with_context};
+    use crate::js_test::{thrown_message, with_context};
 
     /// Every case is compared with `JSON.parse(JSON.stringify(v))` as JS computes it.
     #[test]

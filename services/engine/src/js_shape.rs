@@ -11,7 +11,7 @@
 
 use rquickjs::{Ctx, Exception, Object, Type, Value};
 
-use crate::engine::identity;
+use crate::identity;
 
 /// Nesting beyond this is reported as JS reports runaway recursion (a cyclic argument).
 const MAX_DEPTH: usize = 512;
@@ -130,7 +130,7 @@ mod tests {
     use rquickjs::Function;
 
     use super::*;
-    use crate::engine::js_test::{thrown_message, with_context};
+    use crate::js_test::{thrown_message, with_context};
 
     /// The reference's `shapeOf` as the runtime ran it in JS before the host took it over: the
     /// walker must produce the same JSON for every kind of value.

@@ -4,7 +4,7 @@
 
 mod support;
 
-use babysitter_orchestrator::engine::{Iteration, IterationStatus};
+use babysitter_engine::{Iteration, IterationStatus};
 use serde_json::{Value, json};
 use support::{Answer, Harness, both_modes, echo};
 
@@ -21,7 +21,7 @@ fn types(j: &[(String, Value)]) -> Vec<&str> {
     j.iter().map(|(t, _)| t.as_str()).collect()
 }
 
-async fn run(body: &str) -> (Harness, Vec<babysitter_orchestrator::engine::Iteration>) {
+async fn run(body: &str) -> (Harness, Vec<babysitter_engine::Iteration>) {
     let s = src(body);
     both_modes(&[("main.mjs", s.as_str())], Some(json!({"n": 3})), echo).await
 }
@@ -404,7 +404,7 @@ async fn infinite_loops_and_memory_bombs_fail_their_run_only() {
     let bomb = format!(
         "{SDK}export async function process(inputs, ctx) {{ const a = []; while (true) a.push(new Array(1e6).fill(1)); }}"
     );
-    let tune = |o: &mut babysitter_orchestrator::engine::EngineOptions| {
+    let tune = |o: &mut babysitter_engine::EngineOptions| {
         o.cpu_limit = std::time::Duration::from_millis(300);
         o.memory_limit = 64 * 1024 * 1024;
     };
@@ -582,7 +582,7 @@ async fn a_finished_run_answers_even_without_its_process_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_records_metadata_and_log_refs_in_babysitter_order() {
-    use babysitter_orchestrator::engine::commit::Commit;
+    use babysitter_engine::commit::Commit;
     let s = src("export async function process(inputs, ctx) { return ctx.task(work, {}); }");
     let h = Harness::new(&[("main.mjs", s.as_str())], None, true).await;
     let it = h.engine.iterate(support::RUN).await.unwrap();

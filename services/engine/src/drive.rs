@@ -1,6 +1,6 @@
 //! Bringing a run's process up to the journal: continue its warm session with the resolutions
 //! that arrived since it last ran, or replay it cold from the start. Which thread runs the JS is
-//! `engine::pool`'s business ([`crate::engine::JsPlacement`]); this module decides warm or cold
+//! `engine::pool`'s business ([`crate::JsPlacement`]); this module decides warm or cold
 //! and gathers what the process is handed.
 
 use std::sync::Arc;
@@ -9,13 +9,13 @@ use babysitter_journal::index::EffectRecord;
 use babysitter_journal::{EventType, Head};
 use serde_json::Value;
 
-use crate::engine::host::{HostConfig, HostError};
-use crate::engine::iteration::{RunInfo, cannot_open, run_info};
-use crate::engine::pool::Warm;
-use crate::engine::session::{DriveReport, Session, Shared, StartSpec};
-use crate::engine::task_files::TaskFiles;
-use crate::engine::views::{self, EffectView};
-use crate::engine::{BUNDLE_DIR, Engine, EngineError, identity, process_file};
+use crate::host::{HostConfig, HostError};
+use crate::iteration::{RunInfo, cannot_open, run_info};
+use crate::pool::Warm;
+use crate::session::{DriveReport, Session, Shared, StartSpec};
+use crate::task_files::TaskFiles;
+use crate::views::{self, EffectView};
+use crate::{BUNDLE_DIR, Engine, EngineError, identity, process_file};
 
 /// What a drive produced: the report, the session to keep warm once the iteration's events are
 /// journaled (`None`: not kept), and whether it continued a warm session.

@@ -18,13 +18,13 @@ use babysitter_journal::{EventType, Head, NewEvent};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::engine::drive::Driven;
-use crate::engine::host::HostError;
-use crate::engine::pool::Warm;
-use crate::engine::session::{DriveReport, LogLine, ProcessState, Request};
-use crate::engine::task_files::Streamed;
-use crate::engine::views;
-use crate::engine::{Engine, EngineError, identity, iso};
+use crate::drive::Driven;
+use crate::host::HostError;
+use crate::pool::Warm;
+use crate::session::{DriveReport, LogLine, ProcessState, Request};
+use crate::task_files::Streamed;
+use crate::views;
+use crate::{Engine, EngineError, identity, iso};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IterationStatus {
@@ -701,10 +701,7 @@ impl Engine {
         };
         // A service's bundle is content-addressed (`processBundle`) and materialized intact:
         // its code cannot change, and its recorded hash is the entry file's.
-        if info
-            .entry
-            .starts_with(info.run_dir.join(crate::engine::BUNDLE_DIR))
-        {
+        if info.entry.starts_with(info.run_dir.join(crate::BUNDLE_DIR)) {
             return Ok(None);
         }
         if previous == digest || self.code_hash_journaled(run_id, digest).await? {

@@ -10,7 +10,7 @@
 use babysitter_journal::store::RunFile;
 use babysitter_journal::{Journal, JournalError, RunFileStream};
 
-use crate::engine::session::Request;
+use crate::session::Request;
 
 /// Requests in one drive from which their `task.json`s are streamed.
 pub(crate) const STREAM_FROM: usize = 16;

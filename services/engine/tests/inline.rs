@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use babysitter_orchestrator::engine::{EngineOptions, IterationStatus, JsPlacement};
+use babysitter_engine::{EngineOptions, IterationStatus, JsPlacement};
 use support::{Harness, echo};
 
 const SDK: &str = "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\

@@ -9,8 +9,8 @@ use babysitter_journal::{EventType, Head, NewEvent, RunFileContent, StoredEvent}
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::engine::pool::Arrived;
-use crate::engine::{Engine, EngineError, identity, iso, views};
+use crate::pool::Arrived;
+use crate::{Engine, EngineError, identity, iso, views};
 
 /// A result to commit.
 #[derive(Debug, Clone)]

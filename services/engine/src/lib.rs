@@ -48,7 +48,6 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 pub type IdSource = Arc<dyn Fn() -> String + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum EngineError {
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -273,7 +272,7 @@ impl Engine {
 
 /// `Date.prototype.toISOString` of an epoch-ms time (for four-digit years; others keep
 /// chrono's `%Y`).
-pub(crate) fn iso(ms: i64) -> String {
+pub fn iso(ms: i64) -> String {
     use chrono::Datelike;
     let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
     if (0..=9999).contains(&t.year()) {

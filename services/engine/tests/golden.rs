@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use babysitter_engine::commit::Commit;
+use babysitter_engine::session::ProcessState;
+use babysitter_engine::{Engine, EngineOptions, IterationStatus};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{Journal, JournalOptions, UlidSource};
-use babysitter_orchestrator::engine::commit::Commit;
-use babysitter_orchestrator::engine::session::ProcessState;
-use babysitter_orchestrator::engine::{Engine, EngineOptions, IterationStatus};
 use serde_json::{Value, json};
 
 const RUN: &str = "01JGOLDENRUN0000000000000";

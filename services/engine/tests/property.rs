@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use babysitter_orchestrator::engine::IterationStatus;
+use babysitter_engine::IterationStatus;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::{Harness, RUN};
