@@ -23,12 +23,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
+use babysitter_engine::commit::Commit;
+use babysitter_engine::lifecycle::{self, NewRun};
+use babysitter_engine::{Engine, EngineOptions, Iteration, IterationStatus};
 use babysitter_harness_launcher::exec;
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, NewEvent};
-use babysitter_orchestrator::engine::commit::Commit;
-use babysitter_orchestrator::engine::{Engine, EngineOptions, Iteration, IterationStatus};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -207,7 +208,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     };
     // The import closure's hash; a module that does not load fails the run at its first
     // iteration, with the entry file's hash recorded.
-    let code_hash = match engine.code_digest_of(&entry).await {
+    let code_hash = match engine.check_entry(&entry, Some(export)).await {
         Ok(digest) => digest,
         Err(_) => hex::encode(sha2::Sha256::digest(&source)),
     };
@@ -219,57 +220,35 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         .and_then(|s| s.to_str())
         .unwrap_or("process")
         .to_owned();
-    let mut proof = [0u8; 16];
-    for (i, b) in proof.iter_mut().enumerate() {
-        *b = ulid::Ulid::generate().random().to_le_bytes()[i];
-    }
-    let now = chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string();
-    let mut run = serde_json::Map::new();
-    run.insert("runId".into(), json!(run_id));
-    run.insert("request".into(), json!(process_id));
-    run.insert("processId".into(), json!(process_id));
-    if let Some(h) = &args.harness {
-        run.insert("harness".into(), json!(h));
-    }
-    run.insert(
-        "entrypoint".into(),
-        json!({"importPath": import_path, "exportName": export}),
+    let mut new = NewRun::new(
+        &run_id,
+        &process_id,
+        lifecycle::Entrypoint {
+            import_path,
+            export_name: Some(export.to_owned()),
+        },
+        babysitter_engine::iso(chrono::Utc::now().timestamp_millis()),
     );
-    run.insert("processPath".into(), json!(import_path));
-    run.insert("layoutVersion".into(), json!("2026.01-storage-preview"));
-    run.insert("createdAt".into(), json!(now));
-    run.insert(
-        "cwd".into(),
-        json!(std::env::current_dir()?.display().to_string()),
+    new.harness = args.harness.clone();
+    new.cwd = Some(std::env::current_dir()?.display().to_string());
+    new.completion_proof = Some(
+        lifecycle::new_completion_proof()
+            .context("cannot read random bytes for the completion proof")?,
     );
-    run.insert("completionProof".into(), json!(hex::encode(proof)));
-    run.insert("processCodeHash".into(), json!(code_hash));
-    run.insert("sdkVersion".into(), json!("6.0.0"));
+    new.code_hash = Some(code_hash);
+    new.has_inputs = inputs.is_some();
     let journal = engine.journal();
     journal
         .create_run(
             &run_id,
             RunFiles {
-                run_json: Value::Object(run),
+                run_json: new.run_json(),
                 inputs_json: inputs.clone(),
             },
         )
         .await?;
-    let mut data = serde_json::Map::new();
-    data.insert("runId".into(), json!(run_id));
-    data.insert("processId".into(), json!(process_id));
-    data.insert(
-        "entrypoint".into(),
-        json!({"importPath": import_path, "exportName": export}),
-    );
-    data.insert("processCodeHash".into(), json!(code_hash));
-    if inputs.is_some() {
-        data.insert("inputsRef".into(), json!("inputs.json"));
-    }
-    let mut ev = NewEvent::new(EventType::RunCreated, Value::Object(data));
-    ev.recorded_at = Some(now);
+    let mut ev = NewEvent::new(EventType::RunCreated, Value::Object(new.created_data()));
+    ev.recorded_at = Some(new.created_at.clone());
     journal.append(&run_id, 1, vec![ev]).await?;
     Ok(run_id)
 }
@@ -285,7 +264,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
             if let Err(e) = std::fs::metadata(&file) {
                 bail!("rules file {}: {e}", file.display());
             }
-            babysitter_orchestrator::engine::breakpoints::read_rules(&file)?;
+            babysitter_engine::breakpoints::read_rules(&file)?;
             Some(file)
         }
         None => {

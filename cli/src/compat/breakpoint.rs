@@ -1,6 +1,6 @@
 //! `breakpoint:*`: babysitter's breakpoint auto-approval rules (`~/.a5c/breakpoint-approvals/
 //! rules.json`), which `run:iterate` turns into each breakpoint's advisory `autoApproval`
-//! ([`babysitter_orchestrator::engine::breakpoints`]); the reference's breakpoint-handling
+//! ([`babysitter_engine::breakpoints`]); the reference's breakpoint-handling
 //! instructions tell agents to call `breakpoint:should-auto-approve`.
 //!
 //! Outputs, file format and exit codes are the reference's (6.0.0 source: the published 0.0.187
@@ -12,9 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
+use babysitter_engine::breakpoints::{self, BreakpointFacts, Pattern};
 use babysitter_journal::EventType;
 use babysitter_journal::store::RunFile;
-use babysitter_orchestrator::engine::breakpoints::{self, BreakpointFacts, Pattern};
 use serde_json::{Map, Value, json};
 
 use super::Cli;

@@ -16,8 +16,8 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 
+use babysitter_engine::process_log;
 use babysitter_journal::jsjson;
-use babysitter_orchestrator::engine::process_log;
 use serde_json::{Map, Value, json};
 
 use super::Cli;

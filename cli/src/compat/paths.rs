@@ -121,7 +121,7 @@ pub struct UserFiles {
 
 impl UserFiles {
     /// Points an engine's per-user files here.
-    pub fn apply_to(self, opts: &mut babysitter_orchestrator::engine::EngineOptions) {
+    pub fn apply_to(self, opts: &mut babysitter_engine::EngineOptions) {
         opts.process_log_dir = self.logs;
         opts.breakpoint_rules = self.breakpoint_rules;
     }

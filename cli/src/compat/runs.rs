@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use babysitter_common::EnvMap;
+use babysitter_engine::{Engine, EngineOptions};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
 use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
 use babysitter_journal::{Head, state_cache};
-use babysitter_orchestrator::engine::{Engine, EngineOptions};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
@@ -24,7 +24,7 @@ use super::paths;
 /// calling thread (no JS thread to start and hand the work to) and nothing is kept warm.
 pub fn one_shot_engine(root: &Path) -> EngineOptions {
     let mut opts = EngineOptions::new(root);
-    opts.js_placement = babysitter_orchestrator::engine::JsPlacement::CallingThread;
+    opts.js_placement = babysitter_engine::JsPlacement::CallingThread;
     opts.js_threads = 1;
     opts.cached_runs = 1;
     opts.warm = false;
@@ -234,13 +234,7 @@ pub fn new_event(
 
 /// `run.json.completionProof`, or the derived one for runs that have none (spec §5.6).
 pub fn completion_proof(run_json: &Value) -> String {
-    if let Some(p) = run_json.get("completionProof").and_then(Value::as_str) {
-        return p.to_owned();
-    }
-    let run_id = run_json.get("runId").and_then(Value::as_str).unwrap_or("");
-    hex::encode(sha2::Sha256::digest(
-        format!("{run_id}:babysitter-completion-secret-v1").as_bytes(),
-    ))
+    babysitter_engine::lifecycle::completion_proof(run_json)
 }
 
 /// `{seq, ulid, type, recordedAt, filename, path, data}` (`serializeJournalEvent`).
@@ -330,7 +324,7 @@ pub fn pending_by_kind(idx: &EffectIndex) -> Map<String, Value> {
             None => counts.push((k, 1)),
         }
     }
-    counts.sort_by(|a, b| babysitter_orchestrator::engine::identity::locale_compare(&a.0, &b.0));
+    counts.sort_by(|a, b| babysitter_engine::identity::locale_compare(&a.0, &b.0));
     counts.into_iter().map(|(k, n)| (k, json!(n))).collect()
 }
 
@@ -424,7 +418,7 @@ pub fn metadata_text(meta: Option<&Value>) -> Vec<String> {
             .iter()
             .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
             .collect();
-        entries.sort_by(|a, b| babysitter_orchestrator::engine::identity::locale_compare(a.0, b.0));
+        entries.sort_by(|a, b| babysitter_engine::identity::locale_compare(a.0, b.0));
         parts.push(format!(
             "pending[total]={}",
             entries.iter().map(|(_, n)| n).sum::<u64>()

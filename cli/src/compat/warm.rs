@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babysitter_common::EnvMap;
+use babysitter_engine::Engine;
 use babysitter_journal::Journal;
-use babysitter_orchestrator::engine::Engine;
 use tracing_subscriber::filter::LevelFilter;
 
 use super::output;

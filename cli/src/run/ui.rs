@@ -6,7 +6,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use anyhow::Result;
-use babysitter_orchestrator::engine::Engine;
+use babysitter_engine::Engine;
 use serde_json::{Value, json};
 use tokio::time::{Duration, Instant};
 

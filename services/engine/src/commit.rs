@@ -178,17 +178,11 @@ impl Engine {
         if record.kind.as_deref() == Some("shell")
             && let Err(e) = &outcome
         {
-            let data = e.get("data");
-            let exit = data
-                .and_then(|d| d.get("exitCode"))
-                .cloned()
-                .unwrap_or(json!(1));
-            outcome = Ok(json!({
-                "success": false, "exitCode": exit,
-                "stdout": c.stdout.clone().or_else(|| data.and_then(|d| d.get("stdout")).and_then(Value::as_str).map(str::to_owned)).unwrap_or_default(),
-                "stderr": c.stderr.clone().or_else(|| data.and_then(|d| d.get("stderr")).and_then(Value::as_str).map(str::to_owned)).unwrap_or_default(),
-                "error": e.get("message").cloned().unwrap_or(json!("Task reported failure")),
-            }));
+            outcome = Ok(crate::lifecycle::shell_failure(
+                e,
+                c.stdout.as_deref(),
+                c.stderr.as_deref(),
+            ));
         }
         let id = &c.effect_id;
         let mut stdout_ref = c.stdout_ref.clone().filter(|r| !r.is_empty());

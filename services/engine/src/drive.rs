@@ -55,16 +55,23 @@ impl Engine {
             .await?
     }
 
-    /// The code hash a run of the process at `entry` records as `processCodeHash`: the SHA-256
-    /// of its import closure, loaded (not run) in a host of its own
-    /// ([`process_file::closure_digest`]; the entry file's own hash when it imports no file).
-    pub async fn code_digest_of(&self, entry: &std::path::Path) -> Result<String, EngineError> {
-        const ID: &str = "code-digest";
+    /// Babysitter's entry check for a new run of the process at `entry` (`run:create`,
+    /// `run:assign-process`, `babysitter run`): the module loads and exports the process
+    /// function `export_name` (else `process`, else the default export), in a host of its own,
+    /// the process not called. Answers the code hash the run records as `processCodeHash`: the
+    /// SHA-256 of the import closure ([`process_file::closure_digest`]; the entry file's own
+    /// hash when it imports no file).
+    pub async fn check_entry(
+        &self,
+        entry: &std::path::Path,
+        export_name: Option<&str>,
+    ) -> Result<String, EngineError> {
+        const ID: &str = "entry-check";
         let info = RunInfo {
             process_id: ID.into(),
             run_dir: self.options().runs_root.join(ID),
             entry: entry.to_path_buf(),
-            export_name: "process".into(),
+            export_name: export_name.unwrap_or("process").to_owned(),
             inputs: None,
             non_interactive: true,
             process_code_hash: None,
@@ -73,7 +80,7 @@ impl Engine {
         let spec = self.start_spec(ID, &info)?;
         let digest = self
             .pool()
-            .on_thread(ID, move || Session::code_digest_of(&spec))
+            .on_thread(ID, move || Session::check(&spec))
             .await??;
         digest.ok_or_else(|| EngineError::Engine("the process module was not loaded".into()))
     }

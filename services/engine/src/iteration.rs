@@ -99,21 +99,8 @@ pub(crate) fn run_info(
         run_id: run_id.to_owned(),
         reason: reason.to_owned(),
     };
-    if run.get("layoutVersion").and_then(Value::as_str) != Some("2026.01-storage-preview") {
-        return Err(bad("Run layout version is not supported by this runtime"));
-    }
-    let entry = run
-        .get("entrypoint")
-        .ok_or_else(|| bad("run.json has no entrypoint"))?;
-    let import_path = entry
-        .get("importPath")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("entrypoint.importPath missing"))?;
-    if import_path == "bare-run" {
-        return Err(bad(
-            "Run has no process assigned. Use run:assign-process to attach a process before iterating.",
-        ));
-    }
+    let import_path = crate::lifecycle::iterable_entry(run).map_err(bad)?;
+    let entry = run.get("entrypoint").unwrap_or(&Value::Null);
     let run_dir = engine.options().runs_root.join(run_id);
     let entry_file = if Path::new(import_path).is_absolute() {
         PathBuf::from(import_path)

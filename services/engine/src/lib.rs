@@ -18,6 +18,7 @@ pub mod host;
 pub mod identity;
 pub mod iteration;
 mod js_json;
+pub mod lifecycle;
 /// Maps and sets private to the engine, keyed by invocation keys, effect ids and paths a run's
 /// own process produces: hashed with FxHash (an iteration does a few dozen lookups, and SipHash
 /// was a visible share of a warm one; a process could only slow down its own run).

@@ -495,10 +495,17 @@ fn engine_fn<'js>(ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Function<'js>>
 }
 
 impl Session {
-    /// The code hash of the process's import closure: the module loaded (evaluated) in a host
-    /// of its own, the process not called.
-    pub fn code_digest_of(spec: &StartSpec) -> Result<Option<String>, EngineError> {
-        Ok(Self::load(spec, Shared::default())?.code_digest)
+    /// Babysitter's entry check: the process module loads (is evaluated) in a host of its own
+    /// and exports the process function (`mod[export] ?? mod.process ?? mod.default`); the
+    /// process is not called. Answers the import closure's code hash.
+    pub fn check(spec: &StartSpec) -> Result<Option<String>, EngineError> {
+        let loaded = Self::load(spec, Shared::default())?;
+        let main = loaded
+            .host
+            .export_function(&spec.entry, &spec.export_name)?;
+        // A Persistent must never outlive its runtime.
+        drop(main);
+        Ok(loaded.code_digest)
     }
 
     /// Creates the host, loads the runtime, the SDK and the process module; answers the host

@@ -296,52 +296,26 @@ pub fn ok_outcome(bytes: &[u8]) -> Result<Result<Outcome, String>, serde_json::E
     )
 }
 
-/// `{success:false, exitCode, stdout, stderr, error}` from a failed shell result.
+/// A failed shell result as the process sees it ([`crate::lifecycle::shell_failure`]), its logs
+/// read from the files the result refers to.
 async fn shell_failure(journal: &Journal, run_id: &str, stored: &Value) -> Value {
-    let data = stored
-        .get("error")
-        .and_then(|e| e.get("data"))
-        .and_then(Value::as_object);
-    let field = |k: &str| {
-        data.and_then(|d| d.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    let stdout = match read_text(
+    let stdout = read_text(
         journal,
         run_id,
         stored.get("stdoutRef").and_then(Value::as_str),
     )
-    .await
-    {
-        Some(s) => s,
-        None => field("stdout").unwrap_or_default(),
-    };
-    let stderr = match read_text(
+    .await;
+    let stderr = read_text(
         journal,
         run_id,
         stored.get("stderrRef").and_then(Value::as_str),
     )
-    .await
-    {
-        Some(s) => s,
-        None => field("stderr").unwrap_or_default(),
-    };
-    let exit_code = data
-        .and_then(|d| d.get("exitCode"))
-        .and_then(Value::as_f64)
-        .filter(|n| n.is_finite())
-        .unwrap_or(1.0);
-    let error = field("error")
-        .or_else(|| {
-            stored
-                .get("error")
-                .and_then(|e| e.get("message"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| format!("Shell command exited with code {exit_code}"));
-    json!({"success": false, "exitCode": exit_code, "stdout": stdout, "stderr": stderr, "error": error})
+    .await;
+    crate::lifecycle::shell_failure(
+        stored.get("error").unwrap_or(&Value::Null),
+        stdout.as_deref(),
+        stderr.as_deref(),
+    )
 }
 
 /// What a view needs of an `ok` effect's `result.json`, read without building the whole

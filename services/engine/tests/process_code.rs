@@ -56,7 +56,7 @@ fn run_json_path(h: &Harness) -> std::path::PathBuf {
 async fn record_code_hash(h: &Harness, entry: &str) -> String {
     let digest = h
         .engine
-        .code_digest_of(&h.entry_path(entry))
+        .check_entry(&h.entry_path(entry), None)
         .await
         .expect("code digest");
     let path = run_json_path(h);
@@ -179,7 +179,11 @@ async fn a_changed_imported_module_is_detected_and_replayed_cold() {
             .filter(|(t, _)| t == "PROCESS_CODE_HASH_CHANGED")
             .collect();
         assert_eq!(changes.len(), 1, "journaled once: {:?}", types(&journal));
-        let current = h.engine.code_digest_of(&h.entry_path(entry)).await.unwrap();
+        let current = h
+            .engine
+            .check_entry(&h.entry_path(entry), None)
+            .await
+            .unwrap();
         assert_eq!(changes[0].1["processCodeHash"], json!(current));
     }
 }

@@ -33,6 +33,10 @@ pub mod testsuite;
 use serde::{Deserialize, Serialize};
 
 pub use error::{JournalError, Location, Result};
+pub use state_cache::SDK_VERSION;
+
+/// `run.json`'s `layoutVersion`: the only run layout babysitter (and this journal) reads.
+pub const LAYOUT_VERSION: &str = "2026.01-storage-preview";
 pub use event::{EventBody, EventType, StoredEvent};
 pub use journal::{Journal, JournalOptions, NewEvent, RunFileContent, RunFileStream, UlidSource};
 pub use store::JournalStore;

@@ -110,19 +110,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .or_else(|| run_json.get("processId").and_then(Value::as_str))
         .unwrap_or("bare-run")
         .to_owned();
-    let inputs = match std::fs::read(run.dir.join("inputs.json")) {
-        Ok(b) => serde_json::from_slice::<Value>(&b).ok(),
-        Err(_) => None,
-    };
-    let code_hash = match check_entry(
-        cli,
-        &abs,
-        entry.export_name.as_deref(),
-        &process_id,
-        inputs.as_ref(),
-    )
-    .await
-    {
+    let code_hash = match check_entry(cli, &abs, entry.export_name.as_deref()).await {
         Ok(digest) => digest,
         Err(m) => {
             errln!("{m}");

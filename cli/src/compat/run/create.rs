@@ -11,11 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use babysitter_engine::host::HostError;
+use babysitter_engine::{Engine, EngineError, lifecycle};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalError, JournalOptions};
-use babysitter_orchestrator::engine::host::HostError;
-use babysitter_orchestrator::engine::{Engine, EngineError};
 use serde_json::{Map, Value, json};
 
 use super::assign_process::{Adoption, Assign, assign};
@@ -23,9 +23,7 @@ use super::create_session::Plan;
 use crate::compat::output::{self, Category, CliError, io_message};
 use crate::compat::runs::{self, Run};
 use crate::compat::session::binding::Bound;
-use crate::compat::{Cli, SDK_VERSION, paths, usage};
-
-const LAYOUT_VERSION: &str = "2026.01-storage-preview";
+use crate::compat::{Cli, paths, usage};
 
 /// `<path>[#<export>]`, split at the last `#`.
 pub(crate) struct EntrySpec {
@@ -130,8 +128,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     // The code hash covers the import closure the check loaded (B9); the entry file's own hash
     // when the check could not run.
     let mut code_hash = None;
-    if let (Some(abs), Some(pid)) = (&abs_import, process_id) {
-        match check_entry(cli, abs, export_name.as_deref(), pid, inputs.as_ref()).await {
+    if let (Some(abs), Some(_)) = (&abs_import, process_id) {
+        match check_entry(cli, abs, export_name.as_deref()).await {
             Ok(digest) => code_hash = digest,
             Err(msg) => {
                 errln!("{msg}");
@@ -451,37 +449,41 @@ pub(crate) async fn write_run(
     new: &NewRun<'_>,
 ) -> Result<Value, CliError> {
     let run_id = &new.run_id;
-    let proof = completion_proof_bytes().map_err(|e| CliError::plain("Error", e.to_string()))?;
-    let mut meta = Map::new();
-    meta.insert("runId".into(), json!(run_id));
-    meta.insert("request".into(), json!(new.request));
-    meta.insert("processId".into(), json!(new.process_id));
-    if let Some(h) = new.harness {
-        meta.insert("harness".into(), json!(h));
-    }
-    meta.insert("entrypoint".into(), Value::Object(new.entrypoint.clone()));
-    meta.insert("processPath".into(), new.entrypoint["importPath"].clone());
-    if let Some(r) = new.process_revision {
-        meta.insert("processRevision".into(), json!(r));
-    }
-    meta.insert("layoutVersion".into(), json!(LAYOUT_VERSION));
-    meta.insert(
-        "createdAt".into(),
-        json!(babysitter_journal::journal::now_iso()),
+    let proof = lifecycle::new_completion_proof().map_err(|e| {
+        CliError::plain(
+            "Error",
+            format!("cannot read random bytes for the completion proof: {e}"),
+        )
+    })?;
+    let entrypoint = lifecycle::Entrypoint {
+        import_path: new
+            .entrypoint
+            .get("importPath")
+            .and_then(Value::as_str)
+            .unwrap_or("bare-run")
+            .to_owned(),
+        export_name: new
+            .entrypoint
+            .get("exportName")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    let mut spec = lifecycle::NewRun::new(
+        run_id,
+        new.process_id,
+        entrypoint,
+        babysitter_journal::journal::now_iso(),
     );
-    meta.insert("cwd".into(), json!(cli.cwd.display().to_string()));
-    if let Some(p) = new.prompt {
-        meta.insert("prompt".into(), json!(p));
-    }
-    if new.non_interactive {
-        meta.insert("nonInteractive".into(), json!(true));
-    }
-    if let Some(h) = &new.code_hash {
-        meta.insert("processCodeHash".into(), json!(h));
-    }
-    meta.insert("completionProof".into(), json!(proof));
-    meta.insert("sdkVersion".into(), json!(SDK_VERSION));
-    let run_json = Value::Object(meta);
+    spec.request = new.request.clone();
+    spec.harness = new.harness.map(str::to_owned);
+    spec.process_revision = new.process_revision.map(str::to_owned);
+    spec.cwd = Some(cli.cwd.display().to_string());
+    spec.prompt = new.prompt.map(str::to_owned);
+    spec.non_interactive = new.non_interactive;
+    spec.code_hash = new.code_hash.clone();
+    spec.completion_proof = Some(proof);
+    spec.has_inputs = new.inputs.is_some();
+    let run_json = spec.run_json();
 
     let files = RunFiles {
         run_json: run_json.clone(),
@@ -510,25 +512,7 @@ pub(crate) async fn write_run(
         }
     }
 
-    let mut data = Map::new();
-    data.insert("runId".into(), json!(run_id));
-    data.insert("processId".into(), json!(new.process_id));
-    data.insert("entrypoint".into(), Value::Object(new.entrypoint.clone()));
-    if let Some(h) = new.harness {
-        data.insert("harness".into(), json!(h));
-    }
-    if let Some(r) = new.process_revision {
-        data.insert("processRevision".into(), json!(r));
-    }
-    if let Some(h) = &new.code_hash {
-        data.insert("processCodeHash".into(), json!(h));
-    }
-    if new.inputs.is_some() {
-        data.insert("inputsRef".into(), json!("inputs.json"));
-    }
-    if let Some(p) = new.prompt {
-        data.insert("prompt".into(), json!(p));
-    }
+    let data = spec.created_data();
     run.append(EventType::RunCreated, data, &run_json, cli.env)
         .await
         .map_err(|e| CliError::plain("Error", format!("{e:#}")))?;
@@ -596,26 +580,14 @@ fn read_inputs(path: &Path) -> Result<Value, String> {
 }
 
 /// 32 lowercase hex characters from 16 random bytes of the OS (spec §5.6).
-fn completion_proof_bytes() -> anyhow::Result<String> {
-    use std::io::Read as _;
-    let mut buf = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| anyhow::anyhow!("cannot read random bytes for the completion proof: {e}"))?;
-    Ok(hex::encode(buf))
-}
-
 /// Checks that the entry file exists, loads as an ES module in the embedded engine and exports
 /// a process function (`mod[export] ?? mod.process ?? mod.default`), as the reference does by
-/// importing it. The check replays the process once over an empty journal in a scratch runs
-/// root (nothing is written to the real one); a process that throws or waits is fine here.
+/// importing it (the engine's entry check: nothing is written, the process is not called).
 /// Answers the code hash of the import closure it loaded (`None`: the check could not run).
 pub(crate) async fn check_entry(
     cli: &Cli<'_>,
     abs: &Path,
     export: Option<&str>,
-    process_id: &str,
-    inputs: Option<&Value>,
 ) -> Result<Option<String>, String> {
     let is_file = std::fs::metadata(abs).map(|m| m.is_file()).unwrap_or(false);
     if !is_file {
@@ -624,70 +596,29 @@ pub(crate) async fn check_entry(
             abs.display()
         ));
     }
-    let tmp = cli.env.get_non_empty("TMPDIR").unwrap_or("/tmp");
-    let scratch = PathBuf::from(tmp).join(format!(
-        "babysitter-entry-check-{}-{}",
-        std::process::id(),
-        ulid::Ulid::generate()
-    ));
-    let result = check_in(&scratch, abs, export, process_id, inputs).await;
-    let _ = std::fs::remove_dir_all(&scratch);
-    match result {
-        Ok(r) => r,
-        Err(e) => {
-            // The check itself could not run (e.g. no writable temp dir): the first iterate
-            // will report any problem with the module.
-            cli.verbose("run:create", &[("entryCheckSkipped", Some(e.to_string()))]);
-            Ok(None)
-        }
-    }
-}
-
-async fn check_in(
-    scratch: &Path,
-    abs: &Path,
-    export: Option<&str>,
-    process_id: &str,
-    inputs: Option<&Value>,
-) -> anyhow::Result<Result<Option<String>, String>> {
-    const ID: &str = "entry-check";
-    let root = scratch.join("runs");
+    // The check reads no run: the journal under it is never opened.
+    let root = abs.parent().unwrap_or(abs).join(".babysitter-entry-check");
     let journal = Journal::new(Arc::new(FsStore::new(&root)), JournalOptions::default());
-    let mut entrypoint = Map::new();
-    entrypoint.insert("importPath".into(), json!(abs.display().to_string()));
-    if let Some(x) = export {
-        entrypoint.insert("exportName".into(), json!(x));
-    }
-    journal
-        .create_run(
-            ID,
-            RunFiles {
-                run_json: json!({
-                    "runId": ID, "request": process_id, "processId": process_id,
-                    "entrypoint": entrypoint, "processPath": abs.display().to_string(),
-                    "layoutVersion": LAYOUT_VERSION, "createdAt": babysitter_journal::journal::now_iso(),
-                }),
-                inputs_json: inputs.cloned(),
-            },
-        )
-        .await?;
     let mut opts = crate::compat::runs::one_shot_engine(&root);
     opts.cpu_limit = std::time::Duration::from_secs(10);
-    let engine = Engine::new(journal, opts)?;
+    let engine = match Engine::new(journal, opts) {
+        Ok(engine) => engine,
+        Err(e) => {
+            // The check itself could not run: the first iterate reports any problem.
+            cli.verbose("run:create", &[("entryCheckSkipped", Some(e.to_string()))]);
+            return Ok(None);
+        }
+    };
     let export = export.unwrap_or("process");
-    Ok(match engine.replay_dry(ID).await {
-        Ok(report) => Ok(report.code_digest),
+    match engine.check_entry(abs, Some(export)).await {
+        Ok(digest) => Ok(Some(digest)),
         Err(EngineError::Host(HostError::NotAFunction { .. })) => Err(format!(
             "Process module {} does not export a valid process function. Expected '{export}' (function) or default export.",
-            abs.display()
-        )),
-        Err(EngineError::Host(e)) => Err(format!(
-            "Failed to load process module at {}: {e}",
             abs.display()
         )),
         Err(e) => Err(format!(
             "Failed to load process module at {}: {e}",
             abs.display()
         )),
-    })
+    }
 }

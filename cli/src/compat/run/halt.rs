@@ -7,11 +7,12 @@
 //! `--force` asks for the reference's unconditional seal.
 
 use babysitter_journal::EventType;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::compat::output;
 use crate::compat::runs::{self, Run};
 use crate::compat::{Cli, lock, usage};
+use babysitter_engine::lifecycle;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
@@ -147,18 +148,8 @@ async fn seal(
         }
         return Ok(0);
     }
-    let mut data = Map::new();
-    data.insert("manual_seal_reason".into(), json!(reason));
-    data.insert("completionProof".into(), proof.clone());
-    if final_status == "failed" {
-        data.insert(
-            "error".into(),
-            json!({"name": "ManualHalt", "message": reason}),
-        );
-    }
-    let ev = run
-        .append(event_type.clone(), data, run_json, cli.env)
-        .await?;
+    let (kind, data) = lifecycle::manual_seal(run_json, reason, final_status == "failed");
+    let ev = run.append(kind, data, run_json, cli.env).await?;
     let doc = run.write_state_cache("manual_halt").await?;
     let metadata = runs::rebuilt_metadata(&doc);
     if a.json() {

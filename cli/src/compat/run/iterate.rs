@@ -10,8 +10,8 @@
 //!   reference says `executed` on completion whether or not any did).
 //! - Exit codes stay the reference's (B6 allows it): 1 for `halted` and for errors, else 0.
 
+use babysitter_engine::{EngineError, IterationStatus};
 use babysitter_journal::{EventType, JournalError, StoredEvent};
-use babysitter_orchestrator::engine::{EngineError, IterationStatus};
 use serde_json::{Map, Value, json};
 
 use crate::compat::output;
@@ -275,21 +275,9 @@ pub(crate) async fn iterate(
 ) -> Result<Iterated, String> {
     let run = Run::open(run_dir)?;
     let run_json = run.metadata()?;
-    if run_json
-        .pointer("/entrypoint/importPath")
-        .and_then(Value::as_str)
-        == Some("bare-run")
-    {
-        return Err(
-            "Run has no process assigned. Use run:assign-process to attach a process before iterating."
-                .into(),
-        );
-    }
     // Checks the engine would make anyway, made before `RUN_ITERATION` is appended so a run
     // that cannot iterate is left unchanged.
-    if run_json.get("layoutVersion").and_then(Value::as_str) != Some("2026.01-storage-preview") {
-        return Err("Run layout version is not supported by this runtime".into());
-    }
+    babysitter_engine::lifecycle::iterable_entry(&run_json).map_err(str::to_owned)?;
     if let Some(import) = run_json
         .pointer("/entrypoint/importPath")
         .and_then(Value::as_str)
@@ -496,7 +484,7 @@ async fn orchestrator_hooks(
     run: &Run,
     run_json: &Value,
     iteration: u64,
-    it: &babysitter_orchestrator::engine::Iteration,
+    it: &babysitter_engine::Iteration,
     began: tokio::time::Instant,
 ) {
     let process_id = run_json

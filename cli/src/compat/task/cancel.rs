@@ -2,7 +2,7 @@
 //! `EFFECT_CANCELLED`; the process sees an `EffectCancelledError`), under the run's lock, then
 //! rebuilds the state cache (`post_effect_cancellation`). Single-line JSON.
 
-use babysitter_orchestrator::engine::EngineError;
+use babysitter_engine::EngineError;
 use serde_json::json;
 
 use crate::compat::output::{self, Category, CliError};

@@ -2,8 +2,8 @@
 //! only pending ones and only one kind (case-insensitive); pretty JSON `{tasks}` or one line per
 //! task.
 
+use babysitter_engine::identity::locale_compare;
 use babysitter_journal::index::EffectRecord;
-use babysitter_orchestrator::engine::identity::locale_compare;
 use serde_json::{Value, json};
 
 use crate::compat::output;

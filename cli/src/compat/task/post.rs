@@ -13,8 +13,8 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use babysitter_orchestrator::engine::EngineError;
-use babysitter_orchestrator::engine::commit::Commit;
+use babysitter_engine::EngineError;
+use babysitter_engine::commit::Commit;
 use serde_json::{Map, Value, json};
 
 use crate::compat::output::{self, Category, CliError, io_message};
@@ -54,34 +54,6 @@ fn parse_json(text: &str, what: &str) -> anyhow::Result<Option<Value>> {
     }
     serde_json::from_str(t).map(Some).map_err(|e| {
         CliError::plain("SyntaxError", format!("{what} is not valid JSON: {e}")).into()
-    })
-}
-
-/// `coerceShellFailureResult`.
-fn shell_failure(error: &Value, stdout: Option<&str>, stderr: Option<&str>) -> Value {
-    let data = match error {
-        Value::Object(m) => match m.get("data") {
-            Some(Value::Object(d)) => Some(d),
-            _ => Some(m),
-        },
-        _ => None,
-    };
-    let str_of = |k: &str| data.and_then(|d| d.get(k)).and_then(Value::as_str);
-    let exit = data
-        .and_then(|d| d.get("exitCode"))
-        .filter(|v| v.as_f64().is_some_and(f64::is_finite))
-        .cloned()
-        .unwrap_or(json!(1));
-    let message = str_of("error")
-        .or_else(|| str_of("message"))
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("Shell command exited with code {}", output::compact(&exit)));
-    json!({
-        "success": false,
-        "exitCode": exit,
-        "stdout": stdout.or_else(|| str_of("stdout")).unwrap_or(""),
-        "stderr": stderr.or_else(|| str_of("stderr")).unwrap_or(""),
-        "error": message,
     })
 }
 
@@ -256,7 +228,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         );
     }
     let outcome = match committed_status {
-        "ok" if normalized_shell => Ok(shell_failure(
+        "ok" if normalized_shell => Ok(babysitter_engine::lifecycle::shell_failure(
             error_payload.as_ref().unwrap_or(&Value::Null),
             stdout.as_deref(),
             stderr.as_deref(),

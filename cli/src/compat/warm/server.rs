@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use babysitter_common::EnvMap;
+use babysitter_engine::{Engine, EngineOptions};
 use babysitter_journal::Journal;
 use babysitter_journal::fs::FsStore;
-use babysitter_orchestrator::engine::{Engine, EngineOptions};
 use tracing_subscriber::filter::LevelFilter;
 
 use super::super::output;

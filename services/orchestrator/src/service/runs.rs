@@ -23,7 +23,7 @@ use babysitter_journal::index::EffectRecord;
 use babysitter_journal::store::{RunFile, RunFiles};
 use babysitter_journal::{EventType, Journal, JournalError, NewEvent};
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -32,6 +32,7 @@ pub use resolve::{Decision, TaskOutcome, Usage};
 use super::bundle::{self, Bundle, BundleLimits, PROCESS_DIR};
 use super::queue::{TaskQueue, TaskSpec};
 use super::{Result, ServiceError};
+use crate::engine::lifecycle::{self, Entrypoint, new_completion_proof};
 use crate::engine::{Engine, IterationStatus};
 
 /// Where a run is in its life.
@@ -322,42 +323,38 @@ impl RunManager {
                     .trim_end_matches(".js")
                     .to_owned()
             });
-        let import_path = format!("{PROCESS_DIR}/{}", req.bundle.entry_path);
-        let mut entrypoint = Map::new();
-        entrypoint.insert("importPath".into(), json!(import_path));
-        if let Some(x) = &req.bundle.export_name {
-            entrypoint.insert("exportName".into(), json!(x));
-        }
-        let code_hash = req.bundle.entry_hash();
         let created_at = crate::engine::iso(self.inner.engine.options().clock.as_ref()());
-        let mut meta = Map::new();
-        meta.insert("runId".into(), json!(run_id));
-        meta.insert(
-            "request".into(),
-            json!(req.request.clone().unwrap_or_else(|| process_id.clone())),
+        let mut new = lifecycle::NewRun::new(
+            &run_id,
+            &process_id,
+            Entrypoint {
+                import_path: format!("{PROCESS_DIR}/{}", req.bundle.entry_path),
+                export_name: req.bundle.export_name.clone(),
+            },
+            created_at.clone(),
         );
-        meta.insert("processId".into(), json!(process_id));
-        meta.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
-        meta.insert("processPath".into(), json!(import_path));
-        meta.insert("layoutVersion".into(), json!("2026.01-storage-preview"));
-        meta.insert("createdAt".into(), json!(created_at));
-        if let Some(p) = &req.prompt {
-            meta.insert("prompt".into(), json!(p));
+        if let Some(r) = &req.request {
+            new.request = r.clone();
         }
-        meta.insert("processCodeHash".into(), json!(code_hash));
-        meta.insert("sdkVersion".into(), json!("6.0.0"));
-        meta.insert("namespace".into(), json!(namespace));
-        meta.insert("labels".into(), json!(req.labels));
-        meta.insert("processBundle".into(), req.bundle.manifest());
+        new.prompt = req.prompt.clone();
+        new.completion_proof = Some(new_completion_proof().map_err(|e| {
+            ServiceError::Journal(JournalError::io("/dev/urandom (the completion proof)", e))
+        })?);
+        new.code_hash = Some(req.bundle.entry_hash());
+        new.has_inputs = req.inputs.is_some();
+        new.extra.insert("namespace".into(), json!(namespace));
+        new.extra.insert("labels".into(), json!(req.labels));
+        new.extra
+            .insert("processBundle".into(), req.bundle.manifest());
         if let Some(k) = &req.idempotency_key {
-            meta.insert("idempotencyKey".into(), json!(k));
+            new.extra.insert("idempotencyKey".into(), json!(k));
         }
         let journal = self.journal();
         match journal
             .create_run(
                 &run_id,
                 RunFiles {
-                    run_json: Value::Object(meta),
+                    run_json: new.run_json(),
                     inputs_json: req.inputs.clone(),
                 },
             )
@@ -371,22 +368,14 @@ impl RunManager {
         }
         bundle::store(journal, &run_id, &req.bundle).await?;
         self.write_bundle_locally(&run_id, &req.bundle).await?;
-        let mut data = Map::new();
-        data.insert("runId".into(), json!(run_id));
-        data.insert("processId".into(), json!(process_id));
-        data.insert("entrypoint".into(), Value::Object(entrypoint));
-        data.insert("processCodeHash".into(), json!(code_hash));
-        if req.inputs.is_some() {
-            data.insert("inputsRef".into(), json!("inputs.json"));
-        }
-        if let Some(p) = &req.prompt {
-            data.insert("prompt".into(), json!(p));
-        }
         let committed = journal
             .append(
                 &run_id,
                 1,
-                vec![NewEvent::new(EventType::RunCreated, Value::Object(data))],
+                vec![NewEvent::new(
+                    EventType::RunCreated,
+                    Value::Object(new.created_data()),
+                )],
             )
             .await?;
         let summary = RunSummary {

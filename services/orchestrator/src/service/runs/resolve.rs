@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{RunManager, RunStatus, RunSummary, lock};
 use crate::engine::commit::Commit;
+use crate::engine::lifecycle;
 use crate::service::queue::{Completion, GaveUp};
 use crate::service::{Result, ServiceError};
 
@@ -451,25 +452,8 @@ impl RunManager {
             return Ok((self.get(namespace, run_id)?, true));
         }
         let files = self.journal().run_files(run_id).await?;
-        let mut data = Map::new();
-        data.insert("manual_seal_reason".into(), json!(reason));
-        data.insert(
-            "completionProof".into(),
-            files
-                .run_json
-                .get("completionProof")
-                .cloned()
-                .unwrap_or(Value::Null),
-        );
-        let error = json!({"name": "ManualHalt", "message": reason});
-        if failed {
-            data.insert("error".into(), error.clone());
-        }
-        let kind = if failed {
-            EventType::RunFailed
-        } else {
-            EventType::RunCompleted
-        };
+        let (kind, data) = lifecycle::manual_seal(&files.run_json, reason, failed);
+        let error = lifecycle::manual_halt_error(reason);
         let head = self.journal().head(run_id).await?;
         self.journal()
             .append(
