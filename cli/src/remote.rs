@@ -175,8 +175,12 @@ fn run_json(r: &pb::Run) -> Value {
     Value::Object(m)
 }
 
-/// The entry file and every module or JSON file under its folder.
-fn bundle(entry: &str) -> Result<pb::ProcessBundle> {
+/// The process for a run on the server: every module or JSON file under the entry's folder and
+/// every file module the entry imports from elsewhere in its project (the engine's entry check
+/// loads it and names them: a library process's `../common-utilities/…`), by path relative to the
+/// process root, so the server loads it exactly as it loads here. A module that does not load
+/// here is sent with its folder alone: the server reports its error as the run's.
+async fn bundle(entry: &str) -> Result<pb::ProcessBundle> {
     let (path, export) = match entry.rsplit_once('#') {
         Some((p, x)) => (p, x.to_owned()),
         None => (entry, String::new()),
@@ -184,12 +188,17 @@ fn bundle(entry: &str) -> Result<pb::ProcessBundle> {
     let entry = Path::new(path)
         .canonicalize()
         .with_context(|| format!("process file {path} cannot be opened"))?;
-    let root = entry
+    let folder = entry
         .parent()
         .context("the process file has no folder")?
         .to_owned();
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
+    let export_name = (!export.is_empty()).then_some(export.as_str());
+    let (root, imported) = match babysitter_engine::check_entry(&entry, export_name, None).await {
+        Ok(check) => (check.root, check.modules),
+        Err(_) => (folder.clone(), Vec::new()),
+    };
+    let mut files: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+    let mut stack = vec![folder];
     while let Some(dir) = stack.pop() {
         for e in
             std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
@@ -207,20 +216,27 @@ fn bundle(entry: &str) -> Result<pb::ProcessBundle> {
             }
             let ext = p.extension().and_then(|x| x.to_str()).unwrap_or_default();
             if matches!(ext, "js" | "mjs" | "cjs" | "json") {
-                let rel = relative(&root, &p)?;
                 let content =
                     std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
-                files.push(pb::ProcessFile {
-                    path: rel,
-                    content: content.into(),
-                });
+                files.insert(relative(&root, &p)?, content);
             }
+        }
+    }
+    for (name, p) in imported {
+        if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(name) {
+            slot.insert(std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?);
         }
     }
     Ok(pb::ProcessBundle {
         entry_path: relative(&root, &entry)?,
         export_name: export,
-        files,
+        files: files
+            .into_iter()
+            .map(|(path, content)| pb::ProcessFile {
+                path,
+                content: content.into(),
+            })
+            .collect(),
     })
 }
 
@@ -260,7 +276,7 @@ async fn run(command: &str, url: &str, a: &Args, env: &EnvMap) -> Result<Value> 
             let r = c
                 .create_run(pb::CreateRunRequest {
                     namespace: ns,
-                    process: Some(bundle(entry)?),
+                    process: Some(bundle(entry).await?),
                     inputs_json: inputs,
                     labels,
                     run_id: a.value("run-id").unwrap_or_default().into(),
@@ -459,7 +475,7 @@ pub async fn drive_run(
                 None => None,
             };
             c.create_run(pb::CreateRunRequest {
-                process: Some(bundle(p)?),
+                process: Some(bundle(p).await?),
                 inputs_json: inputs,
                 ..Default::default()
             })

@@ -50,9 +50,13 @@ struct Args {
     rules: Option<PathBuf>,
     json: bool,
     concurrency: usize,
+    /// `--process-root DIR`: the folder the process's imports are confined to (default: the
+    /// project holding the process file: the nearest folder with `.a5c/`, `.git` or
+    /// `package.json`).
+    process_root: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -78,6 +82,13 @@ fn parse(args: &[String]) -> Result<Args> {
             "--harness" => a.harness = Some(value("--harness")?),
             "--server" => a.server = Some(value("--server")?),
             "--rules" => a.rules = Some(PathBuf::from(value("--rules")?)),
+            "--process-root" => {
+                let dir = value("--process-root")?;
+                a.process_root = Some(
+                    std::fs::canonicalize(&dir)
+                        .with_context(|| format!("--process-root {dir}: no such folder"))?,
+                );
+            }
             "--concurrency" => {
                 a.concurrency = value("--concurrency")?
                     .parse()
@@ -209,7 +220,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     // The import closure's hash; a module that does not load fails the run at its first
     // iteration, with the entry file's hash recorded.
     let code_hash = match engine.check_entry(&entry, Some(export)).await {
-        Ok(digest) => digest,
+        Ok(check) => check.code_hash,
         Err(_) => hex::encode(sha2::Sha256::digest(&source)),
     };
     let run_id = ulid::Ulid::generate().to_string();
@@ -271,6 +282,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
             crate::compat::paths::UserFiles::of(env, &std::env::current_dir()?).breakpoint_rules
         }
     };
+    options.process_root = args.process_root.clone();
     let engine = Engine::new(journal, options)?;
     let run_id = match &args.resume {
         Some(id) => {

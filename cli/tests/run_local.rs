@@ -343,3 +343,50 @@ fn ctx_hook_effects_run_the_projects_hooks() {
     assert_eq!(seen["hookType"], "notify");
     assert!(seen["runId"].is_string());
 }
+
+/// Imports reach across the project but not out of the process root: a process whose nearest
+/// project folder is its own (`sub/package.json`) may not import `../shared/…` until
+/// `--process-root` names the folder above; the run then completes with the helper's value.
+#[test]
+fn process_root_confines_imports_and_can_be_given() {
+    let project = tempfile::tempdir().unwrap();
+    let sub = project.path().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(project.path().join("shared")).unwrap();
+    std::fs::write(sub.join("package.json"), "{}").unwrap();
+    std::fs::write(
+        project.path().join("shared/helper.js"),
+        "export const helper = () => 'from shared';\n",
+    )
+    .unwrap();
+    std::fs::write(
+        sub.join("p.mjs"),
+        "import { helper } from '../shared/helper.js';\nexport async function process() { return { said: helper() }; }\n",
+    )
+    .unwrap();
+    let runs = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        babysitter()
+            .arg("run")
+            .arg(sub.join("p.mjs"))
+            .args(["--json", "--runs-dir"])
+            .arg(runs.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    assert!(!refused.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(text.contains("escapes the process root"), "{text}");
+
+    let root = project.path().display().to_string();
+    let ev = succeeded(&run(&["--process-root", &root]));
+    let finished = ev.iter().find(|e| e["event"] == "run.finished").unwrap();
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["output"]["said"], "from shared");
+}

@@ -188,6 +188,44 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     assert_eq!(last["run"]["status"], "completed");
     assert_eq!(last["run"]["output"]["approved"], true);
 
+    // A library process importing a shared helper from outside its folder (babysitter's
+    // `../common-utilities/…`): the bundle carries the import closure, relative to the project.
+    let project = tempfile::tempdir().unwrap();
+    let methodology = project.path().join("library/methodologies/waterfall");
+    std::fs::create_dir_all(&methodology).unwrap();
+    std::fs::create_dir_all(project.path().join("library/common-utilities")).unwrap();
+    std::fs::write(project.path().join("library/package.json"), "{}").unwrap();
+    std::fs::write(
+        project
+            .path()
+            .join("library/common-utilities/routed-gate-combinators.js"),
+        "export const gate = () => 'shared gate';\n",
+    )
+    .unwrap();
+    std::fs::write(
+        methodology.join("waterfall.js"),
+        "import { gate } from '../../common-utilities/routed-gate-combinators.js';\n\
+         export async function process() { return { gate: gate() }; }\n",
+    )
+    .unwrap();
+    let library_entry = methodology.join("waterfall.js").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run", &library_entry, "--yes", "--json", "--server", &url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap();
+    assert_eq!(last["run"]["status"], "completed", "{last}");
+    assert_eq!(last["run"]["output"]["gate"], "shared gate", "{last}");
+
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = child.wait().unwrap();

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::host::{HostConfig, HostError};
 use crate::iteration::{RunInfo, cannot_open, run_info};
 use crate::pool::Warm;
-use crate::session::{DriveReport, Session, Shared, StartSpec};
+use crate::session::{DriveReport, EntryCheck, Session, Shared, StartSpec};
 use crate::task_files::TaskFiles;
 use crate::views::{self, EffectView};
 use crate::{BUNDLE_DIR, Engine, EngineError, identity, process_file};
@@ -58,14 +58,15 @@ impl Engine {
     /// Babysitter's entry check for a new run of the process at `entry` (`run:create`,
     /// `run:assign-process`, `babysitter run`): the module loads and exports the process
     /// function `export_name` (else `process`, else the default export), in a host of its own,
-    /// the process not called. Answers the code hash the run records as `processCodeHash`: the
+    /// the process not called. Answers the code hash the run records as `processCodeHash` — the
     /// SHA-256 of the import closure ([`process_file::closure_digest`]; the entry file's own
-    /// hash when it imports no file).
+    /// hash when it imports no file) — and the closure itself (what a remote run's bundle
+    /// must carry).
     pub async fn check_entry(
         &self,
         entry: &std::path::Path,
         export_name: Option<&str>,
-    ) -> Result<String, EngineError> {
+    ) -> Result<EntryCheck, EngineError> {
         const ID: &str = "entry-check";
         let info = RunInfo {
             process_id: ID.into(),
@@ -78,11 +79,9 @@ impl Engine {
             created_ms: 0,
         };
         let spec = self.start_spec(ID, &info)?;
-        let digest = self
-            .pool()
+        self.pool()
             .on_thread(ID, move || Session::check(&spec))
-            .await??;
-        digest.ok_or_else(|| EngineError::Engine("the process module was not loaded".into()))
+            .await?
     }
 
     fn start_spec(&self, run_id: &str, info: &RunInfo) -> Result<StartSpec, EngineError> {

@@ -112,6 +112,30 @@ pub struct EngineOptions {
     pub process_root: Option<PathBuf>,
 }
 
+/// Babysitter's entry check ([`Engine::check_entry`]) outside any run: an engine of its own that
+/// reads and writes no journal. `process_root`: as [`EngineOptions::process_root`].
+pub async fn check_entry(
+    entry: &std::path::Path,
+    export_name: Option<&str>,
+    process_root: Option<PathBuf>,
+) -> Result<session::EntryCheck, EngineError> {
+    let unused = std::env::temp_dir().join("babysitter-entry-check");
+    let journal = Journal::new(
+        Arc::new(babysitter_journal::fs::FsStore::new(&unused)),
+        babysitter_journal::JournalOptions::default(),
+    );
+    let mut options = EngineOptions::new(unused);
+    options.js_placement = JsPlacement::CallingThread;
+    options.js_threads = 1;
+    options.cached_runs = 1;
+    options.warm = false;
+    options.cpu_limit = Duration::from_secs(10);
+    options.process_root = process_root;
+    Engine::new(journal, options)?
+        .check_entry(entry, export_name)
+        .await
+}
+
 /// The folder inside a run directory a service materializes a run's process bundle into;
 /// imports of a bundled process stay inside it.
 pub const BUNDLE_DIR: &str = "process";

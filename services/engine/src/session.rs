@@ -131,6 +131,17 @@ pub struct StartSpec {
     pub start_ms: i64,
 }
 
+/// What babysitter's entry check found ([`Session::check`]).
+#[derive(Debug, Clone)]
+pub struct EntryCheck {
+    /// The import closure's code hash (`processCodeHash`).
+    pub code_hash: String,
+    /// The process root the module was loaded under.
+    pub root: std::path::PathBuf,
+    /// The file modules loaded, by root-relative name, with their canonical paths.
+    pub modules: Vec<(String, std::path::PathBuf)>,
+}
+
 /// A host with the process module loaded ([`Session::load`]).
 struct Loaded {
     host: JsHost,
@@ -498,14 +509,26 @@ impl Session {
     /// Babysitter's entry check: the process module loads (is evaluated) in a host of its own
     /// and exports the process function (`mod[export] ?? mod.process ?? mod.default`); the
     /// process is not called. Answers the import closure's code hash.
-    pub fn check(spec: &StartSpec) -> Result<Option<String>, EngineError> {
+    pub fn check(spec: &StartSpec) -> Result<EntryCheck, EngineError> {
         let loaded = Self::load(spec, Shared::default())?;
         let main = loaded
             .host
             .export_function(&spec.entry, &spec.export_name)?;
         // A Persistent must never outlive its runtime.
         drop(main);
-        Ok(loaded.code_digest)
+        let code_hash = loaded
+            .code_digest
+            .ok_or_else(|| EngineError::Engine("the process module was not loaded".into()))?;
+        Ok(EntryCheck {
+            code_hash,
+            root: loaded.host.root().to_path_buf(),
+            modules: loaded
+                .host
+                .loaded_modules()
+                .into_iter()
+                .map(|(name, m)| (name, m.path))
+                .collect(),
+        })
     }
 
     /// Creates the host, loads the runtime, the SDK and the process module; answers the host

@@ -58,7 +58,8 @@ async fn record_code_hash(h: &Harness, entry: &str) -> String {
         .engine
         .check_entry(&h.entry_path(entry), None)
         .await
-        .expect("code digest");
+        .expect("code digest")
+        .code_hash;
     let path = run_json_path(h);
     let mut run: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     run["processCodeHash"] = json!(digest);
@@ -183,7 +184,8 @@ async fn a_changed_imported_module_is_detected_and_replayed_cold() {
             .engine
             .check_entry(&h.entry_path(entry), None)
             .await
-            .unwrap();
+            .unwrap()
+            .code_hash;
         assert_eq!(changes[0].1["processCodeHash"], json!(current));
     }
 }

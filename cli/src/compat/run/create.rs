@@ -9,13 +9,11 @@
 //! is `create_session`'s.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use babysitter_engine::host::HostError;
-use babysitter_engine::{Engine, EngineError, lifecycle};
-use babysitter_journal::fs::FsStore;
+use babysitter_engine::{EngineError, lifecycle};
 use babysitter_journal::store::RunFiles;
-use babysitter_journal::{EventType, Journal, JournalError, JournalOptions};
+use babysitter_journal::{EventType, JournalError};
 use serde_json::{Map, Value, json};
 
 use super::assign_process::{Adoption, Assign, assign};
@@ -583,9 +581,9 @@ fn read_inputs(path: &Path) -> Result<Value, String> {
 /// Checks that the entry file exists, loads as an ES module in the embedded engine and exports
 /// a process function (`mod[export] ?? mod.process ?? mod.default`), as the reference does by
 /// importing it (the engine's entry check: nothing is written, the process is not called).
-/// Answers the code hash of the import closure it loaded (`None`: the check could not run).
+/// Answers the code hash of the import closure it loaded.
 pub(crate) async fn check_entry(
-    cli: &Cli<'_>,
+    _cli: &Cli<'_>,
     abs: &Path,
     export: Option<&str>,
 ) -> Result<Option<String>, String> {
@@ -596,22 +594,9 @@ pub(crate) async fn check_entry(
             abs.display()
         ));
     }
-    // The check reads no run: the journal under it is never opened.
-    let root = abs.parent().unwrap_or(abs).join(".babysitter-entry-check");
-    let journal = Journal::new(Arc::new(FsStore::new(&root)), JournalOptions::default());
-    let mut opts = crate::compat::runs::one_shot_engine(&root);
-    opts.cpu_limit = std::time::Duration::from_secs(10);
-    let engine = match Engine::new(journal, opts) {
-        Ok(engine) => engine,
-        Err(e) => {
-            // The check itself could not run: the first iterate reports any problem.
-            cli.verbose("run:create", &[("entryCheckSkipped", Some(e.to_string()))]);
-            return Ok(None);
-        }
-    };
     let export = export.unwrap_or("process");
-    match engine.check_entry(abs, Some(export)).await {
-        Ok(digest) => Ok(Some(digest)),
+    match babysitter_engine::check_entry(abs, Some(export), None).await {
+        Ok(check) => Ok(Some(check.code_hash)),
         Err(EngineError::Host(HostError::NotAFunction { .. })) => Err(format!(
             "Process module {} does not export a valid process function. Expected '{export}' (function) or default export.",
             abs.display()
