@@ -3,8 +3,9 @@
 //! no `run:iterate` loop to drive; the commands create, observe and steer.
 //!
 //! `run:create --entry FILE[#export] [--inputs FILE] [--namespace NS] [--label k=v]…` uploads the
-//! process bundle: the entry and every `.js` / `.mjs` / `.cjs` / `.json` file under its folder (the
-//! engine confines imports to that folder), skipping `node_modules` and dot-directories.
+//! process bundle: every `.js` / `.mjs` / `.cjs` / `.json` file under the entry's folder (skipping
+//! `node_modules` and dot-directories) and every file module the entry imports from elsewhere in
+//! its project (the engine's entry check names them), by path relative to the process root.
 //! `run:status`, `run:events`, `run:halt`, `run:cancel`, `task:list`, `task:post` and
 //! `run:iterate` (reports the server's status) take the run id where the local commands take the
 //! run directory. Tokens: `BABYSITTER_TOKEN_FILE` (or `BABYSITTER_TOKEN`).
