@@ -2,7 +2,7 @@
 //! run either of them created is iterated by the reference, posted to by us, then iterated by
 //! us and posted to by the reference, and completes with the output the process computes; both
 //! list the same pending effects at every step. Skips, saying so, when the reference CLI is not
-//! installed (`.ci/run` installs it).
+//! installed (`.ci/run` installs it, and sets `BABYSITTER_REQUIRE_ALL=1`: a skip fails there).
 
 mod compat_support;
 
@@ -117,8 +117,8 @@ fn cross(s: &Sandbox, reference: &Path, id: &str, creator: Cli) {
 
 #[test]
 fn runs_cross_between_the_reference_and_us() {
-    let Some(reference) = reference_cli("runs_cross_between_the_reference_and_us") else {
-        return;
+    let Some(reference) = reference_cli() else {
+        return; // skipped: reference_cli() recorded why
     };
     let s = Sandbox::new();
     s.write("processes/seq.mjs", SEQ);

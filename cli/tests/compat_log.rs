@@ -120,9 +120,8 @@ fn compat_log_appends_json_lines_where_the_reference_does() {
     );
     assert_eq!(lines(&dir.join("process.log")).len(), 1);
 
-    let Some(reference) = reference_cli("compat_log_appends_json_lines_where_the_reference_does")
-    else {
-        return;
+    let Some(reference) = reference_cli() else {
+        return; // skipped: reference_cli() recorded why
     };
     let theirs = s.cmd_ref(&reference, &FULL).ok();
     assert_eq!(theirs.json(), s.cmd(&FULL).ok().json());
@@ -158,7 +157,7 @@ fn compat_log_bad_input_is_refused_as_the_reference_does() {
             "INVALID_LOG_LEVEL",
         ),
     ];
-    let reference = reference_cli("compat_log_bad_input_is_refused_as_the_reference_does");
+    let reference = reference_cli();
     for (argv, code) in &cases {
         let ours = s.cmd(argv).fails();
         assert_eq!(ours.code, 1);
@@ -216,7 +215,7 @@ fn compat_hook_log_formats_payloads_as_the_reference_does() {
         ("on-my-hook", r#"{"runId": "r"}"#),
         ("on-run-start", ""),
     ];
-    let reference = reference_cli("compat_hook_log_formats_payloads_as_the_reference_does");
+    let reference = reference_cli();
     for (hook, payload) in payloads {
         let argv = [
             "hook:log",
@@ -299,7 +298,7 @@ const SCORE: &[&str] = &[
 #[test]
 fn compat_hook_log_bad_input_writes_nothing() {
     let s = Sandbox::new();
-    let reference = reference_cli("compat_hook_log_bad_input_writes_nothing");
+    let reference = reference_cli();
     let cases: [(&[&str], &str, &str); 4] = [
         (
             &["hook:log", "--log-file", "logs/x.log", "--json"],

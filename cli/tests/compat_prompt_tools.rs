@@ -50,7 +50,7 @@ fn compat_user_prompt_submit_filters_long_prompts_only() {
     assert!(filtered.len() < prompt.len() * 9 / 10, "{filtered}");
     assert_eq!(filtered.matches("Repeat this exact sentence").count(), 1);
     assert!(!filtered.contains("rights reserved"));
-    if let Some(reference) = reference_cli("compat_user_prompt_submit_filters_long_prompts_only") {
+    if let Some(reference) = reference_cli() {
         let theirs = s
             .cmd_ref_input(&reference, PROMPT_HOOK, &payload(&prompt))
             .ok();
@@ -88,7 +88,7 @@ fn compat_pre_tool_use_rewrites_simple_listing_commands() {
             "permissionDecisionReason": "babysitter output compression",
             "updatedInput": {"command": "babysitter compress-output git status", "description": "d"}}})
     );
-    if let Some(reference) = reference_cli("compat_pre_tool_use_rewrites_simple_listing_commands") {
+    if let Some(reference) = reference_cli() {
         for command in [
             "git status",
             "ls -la src",
@@ -147,9 +147,7 @@ fn compat_compress_output_condenses_ls_and_keeps_the_exit_code() {
         out.stdout,
         "sub/\na.txt  3B\nb.rs  2B\n\n2 files, 1 dirs (1 .txt, 1 .rs)\n"
     );
-    if let Some(reference) =
-        reference_cli("compat_compress_output_condenses_ls_and_keeps_the_exit_code")
-    {
+    if let Some(reference) = reference_cli() {
         assert_eq!(s.cmd_ref(&reference, &args).ok().stdout, out.stdout);
     }
     let out = s.cmd(&["compress-output", "ls", "missing-dir"]);

@@ -40,18 +40,19 @@ impl SeaweedContainer {
 
     /// Starts the container and returns once a real signed PUT succeeded.
     ///
-    /// Returns `Ok(None)` — after printing `skipped: …` to stderr — unless
-    /// `BABYSITTER_IT_DOCKER=1`. When enabled, a missing image is an error (nothing is ever
-    /// pulled), as is a container that exits or accepts no PUT within 30 s; the error quotes the
-    /// tail of the container's log.
+    /// Unless `BABYSITTER_IT_DOCKER=1`, records the calling test as skipped ([`crate::skip`]:
+    /// it panics under `BABYSITTER_REQUIRE_ALL=1`) and returns `Ok(None)`, and the test returns
+    /// at once. When enabled, a missing image is an error (nothing is ever pulled), as is a
+    /// container that exits or accepts no PUT within 30 s; the error quotes the tail of the
+    /// container's log.
     pub async fn start() -> anyhow::Result<Option<Self>> {
         if !Self::enabled() {
-            eprintln!(
-                "skipped: SeaweedFS container test; set {IT_DOCKER_ENV}=1 with a running dockerd \
-                 and the image {}:{} (`.ci/run` does both)",
+            crate::skip::skip::<()>(format!(
+                "needs dockerd and the image {}:{}: set {IT_DOCKER_ENV}=1 with a running dockerd \
+                 and the image built by deploy/seaweedfs/build-image.sh (`.ci/run` does both)",
                 Self::IMAGE_NAME,
                 Self::IMAGE_TAG
-            );
+            ));
             return Ok(None);
         }
         ensure_image().await?;

@@ -10,7 +10,8 @@
 //! * [`SeaweedContainer`] — the same server in the FROM-scratch image `local/seaweedfs-mini:4.48`
 //!   (built by `deploy/seaweedfs/build-image.sh`) through testcontainers, host network. It runs
 //!   only when `BABYSITTER_IT_DOCKER=1` (set by `.ci/run` once `dockerd` answers); otherwise
-//!   [`SeaweedContainer::start`] returns `Ok(None)` and the test prints `skipped: …`.
+//!   [`SeaweedContainer::start`] records the test as skipped ([`skip`]: a failure under
+//!   `BABYSITTER_REQUIRE_ALL=1`, as in CI) and returns `Ok(None)`.
 //!
 //! Both are ready only after a **real signed PUT** succeeded (an open port or `/healthz` is not
 //! proof), both hand out the same accessors through [`S3Target`], and each test isolates itself
@@ -30,6 +31,10 @@
 //! Locating `weed`: `$BABYSITTER_WEED_BIN`, else `<repo>/.ci-work/venv-seaweed/bin/weed`
 //! (installed by `scripts/ensure-weed.sh`, which `.ci/run` and `scripts/test.sh` call), else
 //! `weed` on `PATH`. With none of these the fixture fails with the install command.
+//!
+//! A test whose prerequisite is missing (dockerd, a harness CLI, the reference CLI) goes
+//! through [`skip`], the one skip policy of the workspace's tests: it fails under
+//! `BABYSITTER_REQUIRE_ALL=1` and is otherwise listed by `scripts/test.sh` at the end of the run.
 //!
 //! Under nextest every test is its own process, so every SeaweedFS-backed test starts its own
 //! `weed` (about 1 s). The fixtures are meant for the multi-thread tokio runtime
@@ -88,6 +93,7 @@ mod container;
 mod ports;
 mod procs;
 mod s3;
+pub mod skip;
 mod weed;
 
 pub use container::SeaweedContainer;
@@ -158,6 +164,50 @@ mod tests {
             "{a}"
         );
         assert_eq!(test_prefix("").len(), 26);
+    }
+
+    #[test]
+    fn a_skip_is_logged_one_line_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("skips.log");
+        let policy = skip::Policy {
+            require_all: false,
+            log: Some(log.clone()),
+        };
+        policy.skip("b t1", "needs x: run y");
+        policy.skip("b t2", "needs z");
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "SKIPPED: b t1: needs x: run y\nSKIPPED: b t2: needs z\n"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "b t cannot run: needs x: run y (BABYSITTER_REQUIRE_ALL=1")]
+    fn a_skip_fails_when_everything_is_required() {
+        let policy = skip::Policy {
+            require_all: true,
+            log: None,
+        };
+        policy.skip("b t", "needs x: run y");
+    }
+
+    #[test]
+    fn tidy_folds_parent_dirs() {
+        use std::path::Path;
+        assert_eq!(
+            skip::tidy(Path::new("/r/cli/../.ci-work/x")),
+            Path::new("/r/.ci-work/x")
+        );
+        assert_eq!(skip::tidy(Path::new("/r/a/b/../../c")), Path::new("/r/c"));
+        assert_eq!(skip::tidy(Path::new("../x")), Path::new("../x"));
+    }
+
+    #[test]
+    fn skipped_is_the_passing_value() {
+        let () = skip::Skipped::skipped();
+        let r: Result<(), String> = skip::Skipped::skipped();
+        assert_eq!(r, Ok(()));
     }
 
     #[test]

@@ -15,9 +15,10 @@
 //!
 //! The watch is opened before the worker starts: agent events are live only, so this is what
 //! makes "the watcher saw them all" a fair assertion. The CLIs are the pinned installs of
-//! `scripts/ensure-*.sh` (`<repo>/.ci-work/harness-*`); a missing one is `SKIPPED:`, saying
-//! why. The config, CLI table and event checks are the launcher's `testing` module, shared with
-//! its `tests/real_harnesses.rs` (the same turn against a fake orchestrator).
+//! `scripts/ensure-*.sh` (`<repo>/.ci-work/harness-*`); a missing one skips the test, saying
+//! why (`babysitter_tests::skip`: a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI). The
+//! config, CLI table and event checks are the launcher's `testing` module, shared with its
+//! `tests/real_harnesses.rs` (the same turn against a fake orchestrator).
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -35,6 +36,7 @@ use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_tests::ServiceProcess;
+use babysitter_tests::skip::{self, skip};
 use babysitter_transport_proxy::protocol::Protocol;
 use babysitter_transport_proxy::scripted::ScriptedServer;
 use cluster::data;
@@ -176,8 +178,13 @@ fn only<'a>(events: &'a [jpb::Event], ty: &str) -> &'a jpb::Event {
 /// One agent task on `cli` with the scripted provider speaking `upstream`, through every
 /// service as a process.
 async fn agent_task(cli: RealCli, upstream: Protocol) {
-    let Some(bin) = cli.installed() else {
-        return;
+    let Some(bin) = skip::installed(&cli.path()) else {
+        return skip(format!(
+            "needs the {} CLI at {}: run scripts/ensure-{}.sh",
+            cli.harness,
+            skip::tidy(&cli.path()).display(),
+            cli.harness
+        ));
     };
     let harness = cli.harness;
     let mut stack = Stack::start();

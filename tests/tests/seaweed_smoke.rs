@@ -1,7 +1,8 @@
 //! Smoke tests of the SeaweedFS fixtures: the server they start enforces create-only writes,
 //! resolves concurrent creates to one winner, and checks signatures — the properties the journal's
 //! object-store backend relies on. Each runs against the process fixture, and against the
-//! container fixture when `BABYSITTER_IT_DOCKER=1` (otherwise it prints `skipped: …`).
+//! container fixture when `BABYSITTER_IT_DOCKER=1` (otherwise the container tests are skipped,
+//! see `babysitter_tests::skip`).
 
 use std::sync::Arc;
 
@@ -156,7 +157,7 @@ async fn process_prefixes_isolate_tests() -> anyhow::Result<()> {
 async fn container_create_only_put_twice() -> anyhow::Result<()> {
     init_tracing();
     let Some(weed) = SeaweedContainer::start().await? else {
-        return Ok(());
+        return Ok(()); // skipped: start() recorded why
     };
     create_twice(weed.object_store(&test_prefix("create-twice"))?).await
 }
@@ -165,7 +166,7 @@ async fn container_create_only_put_twice() -> anyhow::Result<()> {
 async fn container_concurrent_creates_one_winner() -> anyhow::Result<()> {
     init_tracing();
     let Some(weed) = SeaweedContainer::start().await? else {
-        return Ok(());
+        return Ok(()); // skipped: start() recorded why
     };
     concurrent_creates(weed.object_store(&test_prefix("race"))?).await
 }
@@ -174,7 +175,7 @@ async fn container_concurrent_creates_one_winner() -> anyhow::Result<()> {
 async fn container_wrong_secret_is_refused() -> anyhow::Result<()> {
     init_tracing();
     let Some(weed) = SeaweedContainer::start().await? else {
-        return Ok(());
+        return Ok(()); // skipped: start() recorded why
     };
     wrong_secret(weed.s3()).await
 }

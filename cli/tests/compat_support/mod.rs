@@ -9,6 +9,11 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+/// The workspace's one skip policy (`babysitter_tests::skip`), included by path: this crate does
+/// not depend on the testcontainers-heavy `babysitter-tests`.
+#[path = "../../../tests/src/skip.rs"]
+pub mod skip;
+
 pub fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/babysitter-v6")
 }
@@ -395,23 +400,30 @@ pub fn read_json(p: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
-/// The reference CLI (npm `@a5c-ai/babysitter-sdk`) that `cli/benches/vs_reference.rs` installs
-/// into `<repo>/.ci-work/ref-cli`, when it is there and node runs. Tests comparing with it skip
-/// (saying so on stderr) otherwise.
-pub fn reference_cli(test: &str) -> Option<PathBuf> {
+/// The reference CLI (npm `@a5c-ai/babysitter-sdk`, pinned) that `scripts/ensure-reference-cli.sh`
+/// installs into `<repo>/.ci-work/ref-cli` (`.ci/run` does), when it is there and node runs.
+/// Otherwise the calling test skips its comparison with the reference — the whole test when it
+/// only compares, the reference part when it checks ours as well — saying why (`skip`: a failure
+/// under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
+pub fn reference_cli() -> Option<PathBuf> {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../.ci-work/ref-cli/node_modules/.bin/babysitter");
     let node_ok = Command::new("node")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if bin.is_file() && node_ok {
-        Some(bin)
-    } else {
-        eprintln!(
-            "SKIPPED {test}: reference CLI not installed at {} (or node missing); run `cargo bench -p babysitter-cli --bench vs_reference` once to install it",
+    let bin = skip::tidy(&bin);
+    let reason = match skip::installed(&bin) {
+        Some(bin) if node_ok => return Some(bin),
+        Some(_) => format!(
+            "needs node on PATH to run the reference CLI ({}) it compares with",
             bin.display()
-        );
-        None
-    }
+        ),
+        None => format!(
+            "needs the reference CLI it compares with at {}: run scripts/ensure-reference-cli.sh",
+            bin.display()
+        ),
+    };
+    skip::skip::<()>(reason);
+    None
 }

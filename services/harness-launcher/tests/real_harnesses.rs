@@ -5,13 +5,16 @@
 //! the task's project, complete the task with `"DONE"`, usage and metadata, and report a
 //! universal event stream with the tool call and result and zero `agent.unparsed`. Two runs go
 //! through the in-process transport proxy: Claude Code to an OpenAI-Chat upstream and Codex to
-//! an Anthropic upstream. A harness that is not installed is skipped, saying why.
+//! an Anthropic upstream. A harness that is not installed skips the test, saying why (a failure
+//! under `BABYSITTER_REQUIRE_ALL=1`, as in CI; see `tests/src/skip.rs`).
 //!
 //! With `BABYSITTER_RECORD_FIXTURES=1` each run's native stdout is written to
 //! `tests/fixtures/native/<harness>.jsonl`, the parser fixtures replayed by the unit tests.
 
 #[path = "support/fake_orchestrator.rs"]
 mod fake_orchestrator;
+#[path = "../../../tests/src/skip.rs"]
+mod skip;
 #[path = "support/worker.rs"]
 mod worker;
 
@@ -29,7 +32,7 @@ use serde_json::{Value, json};
 /// One agent task for `cli` with a scripted provider speaking `upstream`.
 async fn run(cli: RealCli, upstream: Protocol, record: bool) {
     let Some(r) = run_task(cli, upstream, None, None).await else {
-        return;
+        return; // skipped: run_task recorded why
     };
     check_tool_turn(cli, upstream, record, r);
 }
@@ -42,14 +45,23 @@ struct Outcome {
     requests: Vec<String>,
 }
 
-/// Runs one agent task through the worker; `None` when the harness is not installed.
+/// Runs one agent task through the worker; `None`, the test skipped, when the harness is not
+/// installed.
 async fn run_task(
     cli: RealCli,
     upstream: Protocol,
     script: Option<Value>,
     output_schema: Option<Value>,
 ) -> Option<Outcome> {
-    let path = cli.installed()?;
+    let Some(path) = skip::installed(&cli.path()) else {
+        skip::skip::<()>(format!(
+            "needs the {} CLI at {}: run scripts/ensure-{}.sh",
+            cli.harness,
+            skip::tidy(&cli.path()).display(),
+            cli.harness
+        ));
+        return None;
+    };
     let harness = cli.harness;
     let script =
         script.map(|s| serde_json::from_value(s).unwrap_or_else(|e| panic!("script: {e}")));
@@ -184,7 +196,7 @@ async fn structured(cli: RealCli) {
     let schema = json!({"type": "object", "required": ["ok", "files"],
                         "properties": {"ok": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "string"}}}});
     let Some(o) = run_task(cli, cli.native, Some(script), Some(schema)).await else {
-        return;
+        return; // skipped: run_task recorded why
     };
     match &o.r.outcome {
         Some(cpb::task_result::Outcome::ValueJson(v)) => {

@@ -6,6 +6,8 @@
 mod clients;
 #[path = "support/fixture.rs"]
 mod fixture;
+#[path = "../../../tests/src/skip.rs"]
+mod skip;
 
 use std::time::Duration;
 
@@ -498,17 +500,16 @@ async fn provider_url_and_auth_layouts() {
 /// The official Python `anthropic`, `openai` (Chat and Responses) and `google-genai` SDKs
 /// drive the proxy (tests/sdk_clients.py): tool-call and tool-result turns, streaming and not.
 /// Needs the venv that `scripts/ensure-sdk-venv.sh` creates (`.ci/run` does); skips, saying
-/// why, without it.
+/// why, without it (a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_clients_drive_the_proxy() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("../../.ci-work/venv-sdk/bin/python");
-    if !std::fs::metadata(&python).is_ok_and(|m| m.is_file()) {
-        eprintln!(
-            "SKIPPED: {} missing; run scripts/ensure-sdk-venv.sh",
-            python.display()
-        );
-        return;
+    if skip::installed(&python).is_none() {
+        return skip::skip(format!(
+            "needs the Python SDK venv at {}: run scripts/ensure-sdk-venv.sh",
+            skip::tidy(&python).display()
+        ));
     }
     let fx = Fixture::start(Some(weather_script()), |b| {
         let route = |name: &str, front, up| {

@@ -15,17 +15,25 @@ use babysitter_transport_proxy::protocol::Protocol;
 
 use crate::fixture::{Fixture, upstream_for};
 
+/// The workspace's one skip policy, included by path (`babysitter-tests` is not a dependency).
+#[path = "../../../../tests/src/skip.rs"]
+mod skip;
+
 pub const TOKEN: &str = "sk-proxy-token";
 pub const PROMPT: &str = "Create out.txt containing hello using the shell, then reply DONE";
 
-/// The pinned CLI under `.ci-work/<rel>`, or `None` (printing why the test skips).
+/// The pinned CLI under `.ci-work/<rel>`, or `None` with the test skipped, saying why (a failure
+/// under `BABYSITTER_REQUIRE_ALL=1`, as in CI; see `tests/src/skip.rs`).
 pub fn cli(rel: &str, install_script: &str) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin = root.join("../../.ci-work").join(rel);
-    if std::fs::metadata(&bin).is_ok_and(|m| m.is_file()) {
+    if let Some(bin) = skip::installed(&bin) {
         return Some(bin);
     }
-    eprintln!("SKIPPED: {} missing; run {install_script}", bin.display());
+    skip::skip::<()>(format!(
+        "needs {}: run {install_script}",
+        skip::tidy(&bin).display()
+    ));
     None
 }
 
