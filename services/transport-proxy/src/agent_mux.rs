@@ -17,7 +17,8 @@ pub fn requested(env: &dyn Fn(&str) -> Option<String>) -> bool {
     env(&format!("{PREFIX}TARGET_PROVIDER")).is_some()
 }
 
-/// An OpenAI-compatible provider of spec §4.5: default base URL and key variable.
+/// An OpenAI-compatible provider of spec §4.5: default base URL (with its version, as
+/// `OPENAI_BASE_URL` holds it) and key variable.
 fn openai_compatible(provider: &str) -> Option<(&'static str, &'static str)> {
     Some(match provider {
         "openai" => ("https://api.openai.com/v1", "OPENAI_API_KEY"),
@@ -30,23 +31,13 @@ fn openai_compatible(provider: &str) -> Option<(&'static str, &'static str)> {
         "cerebras" => ("https://api.cerebras.ai/v1", "CEREBRAS_API_KEY"),
         "sambanova" => ("https://api.sambanova.ai/v1", "SAMBANOVA_API_KEY"),
         "nvidia-nim" => ("https://integrate.api.nvidia.com/v1", "NVIDIA_API_KEY"),
-        "perplexity" => ("https://api.perplexity.ai", "PERPLEXITY_API_KEY"),
+        "perplexity" => ("https://api.perplexity.ai/v1", "PERPLEXITY_API_KEY"),
         "ollama" => ("http://localhost:11434/v1", "OLLAMA_API_KEY"),
         "local" => ("http://localhost:8080/v1", "OPENAI_API_KEY"),
         "lmstudio" => ("http://localhost:1234/v1", "OPENAI_API_KEY"),
         "vllm" => ("http://localhost:8000/v1", "OPENAI_API_KEY"),
         _ => return None,
     })
-}
-
-/// A base URL without a path gets the protocol's version segment (`/v1`, `/v1beta`).
-fn with_version(base: &str, version: &str) -> String {
-    match url::Url::parse(base) {
-        Ok(u) if u.path() == "/" || u.path().is_empty() => {
-            format!("{}/{version}", base.trim_end_matches('/'))
-        }
-        _ => base.trim_end_matches('/').to_owned(),
-    }
 }
 
 /// Builds the configuration (one catch-all route for the exposed transport) and the client
@@ -74,6 +65,8 @@ pub fn config_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ProxyConf
         .strip_prefix(&format!("{provider}/"))
         .unwrap_or(&target)
         .to_owned();
+    // Kept as given: `upstream::api_base` reads it (one rule with `[[routes.upstream]]`), so a
+    // host root gets the protocol's version and `…/v1` is left alone.
     let base = var("API_BASE").or_else(|| var("TARGET_API_BASE"));
     let key = |names: &[&str]| {
         names
@@ -85,9 +78,7 @@ pub fn config_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ProxyConf
         "anthropic" => {
             let mut u = Upstream::new(
                 Provider::Anthropic,
-                base.map_or("https://api.anthropic.com/v1".into(), |b| {
-                    with_version(&b, "v1")
-                }),
+                base.unwrap_or_else(|| "https://api.anthropic.com".into()),
             );
             u.api_key = key(&["ANTHROPIC_API_KEY"]);
             u
@@ -95,10 +86,7 @@ pub fn config_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ProxyConf
         "google" | "gemini" => {
             let mut u = Upstream::new(
                 Provider::Gemini,
-                base.map_or(
-                    "https://generativelanguage.googleapis.com/v1beta".into(),
-                    |b| with_version(&b, "v1beta"),
-                ),
+                base.unwrap_or_else(|| "https://generativelanguage.googleapis.com".into()),
             );
             u.api_key = key(&["GOOGLE_API_KEY", "GEMINI_API_KEY"]);
             u
@@ -127,10 +115,7 @@ pub fn config_from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<ProxyConf
         other => {
             let (default, key_var) =
                 openai_compatible(other).ok_or_else(|| bad(format!("unknown provider {other}")))?;
-            let mut u = Upstream::new(
-                Provider::Openai,
-                base.map_or(default.into(), |b| with_version(&b, "v1")),
-            );
+            let mut u = Upstream::new(Provider::Openai, base.unwrap_or_else(|| default.into()));
             u.api_key = key(&[key_var, "OPENAI_API_KEY"]);
             u
         }
@@ -154,6 +139,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::upstream::{Call, url};
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
@@ -193,6 +179,78 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:0");
     }
 
+    /// `AGENT_MUX_PROXY_API_BASE` means what a `[[routes.upstream]]` base-url means
+    /// (`upstream::api_base`): Anthropic and Gemini bases get their version unless they end in
+    /// one, OpenAI-compatible ones are used as given unless they are a bare host.
+    #[test]
+    fn api_base_follows_the_sdk_conventions() {
+        let cases = [
+            ("anthropic", None, "https://api.anthropic.com/v1/messages"),
+            (
+                "anthropic",
+                Some("https://api.anthropic.com"),
+                "https://api.anthropic.com/v1/messages",
+            ),
+            (
+                "anthropic",
+                Some("http://127.0.0.1:9/v1"),
+                "http://127.0.0.1:9/v1/messages",
+            ),
+            (
+                "anthropic",
+                Some("https://openrouter.ai/api"),
+                "https://openrouter.ai/api/v1/messages",
+            ),
+            (
+                "google",
+                None,
+                "https://generativelanguage.googleapis.com/v1beta/models/m:generateContent",
+            ),
+            (
+                "google",
+                Some("http://h/v1beta/"),
+                "http://h/v1beta/models/m:generateContent",
+            ),
+            ("openai", None, "https://api.openai.com/v1/chat/completions"),
+            (
+                "openai",
+                Some("http://127.0.0.1:9"),
+                "http://127.0.0.1:9/v1/chat/completions",
+            ),
+            (
+                "openai",
+                Some("http://127.0.0.1:9/v1"),
+                "http://127.0.0.1:9/v1/chat/completions",
+            ),
+            (
+                "groq",
+                None,
+                "https://api.groq.com/openai/v1/chat/completions",
+            ),
+            (
+                "perplexity",
+                None,
+                "https://api.perplexity.ai/v1/chat/completions",
+            ),
+            (
+                "ollama",
+                Some("http://localhost:11434"),
+                "http://localhost:11434/v1/chat/completions",
+            ),
+        ];
+        for (provider, base, want) in cases {
+            let mut pairs = vec![
+                ("AGENT_MUX_PROXY_TARGET_PROVIDER", provider),
+                ("AGENT_MUX_PROXY_TARGET_MODEL", "m"),
+                ("AGENT_MUX_PROXY_EXPOSED_TRANSPORT", "openai-chat"),
+            ];
+            pairs.extend(base.map(|b| ("AGENT_MUX_PROXY_API_BASE", b)));
+            let c = config_from_env(&env(&pairs)).unwrap_or_else(|err| panic!("{err}"));
+            let got = url(&c.routes[0].upstream, "m", Call::Generate { stream: false });
+            assert_eq!(got, want, "{provider} {base:?}");
+        }
+    }
+
     #[test]
     fn azure_gemini_and_bad_inputs() {
         let az = config_from_env(&env(&[
@@ -215,7 +273,14 @@ mod tests {
             ("AGENT_MUX_PROXY_API_BASE", "http://127.0.0.1:9"),
         ]))
         .unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(g.routes[0].upstream.base_url, "http://127.0.0.1:9/v1beta");
+        assert_eq!(
+            url(
+                &g.routes[0].upstream,
+                "gemini-3",
+                Call::Generate { stream: true }
+            ),
+            "http://127.0.0.1:9/v1beta/models/gemini-3:streamGenerateContent?alt=sse"
+        );
         let missing = config_from_env(&env(&[("AGENT_MUX_PROXY_TARGET_PROVIDER", "openai")]));
         assert!(missing.is_err());
         let weird = config_from_env(&env(&[

@@ -10,7 +10,10 @@
 //! environment is passed in as a lookup function so that tests inject values and nothing deep
 //! in the code reads the process environment. Secrets live in [`Secret`], whose `Debug` never prints them. The shapes
 //! follow `proto/babysitter/transport_proxy/v1` (`Route`, `RouteMatch`, `Upstream`,
-//! `RoutePolicy`) so the gRPC control API can map onto them one to one.
+//! `RoutePolicy`) so the gRPC control API can map onto them one to one. An upstream's
+//! `base-url` is stored as written; what it means (the SDK convention of the protocol spoken:
+//! `https://api.anthropic.com` → `…/v1/messages`) is decided in one place,
+//! `upstream::api_base`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -139,11 +142,14 @@ impl Provider {
         }
     }
 
-    fn default_base_url(self) -> Option<&'static str> {
+    /// The base URL when a route names none, written as the provider's SDK takes it
+    /// (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`); azure-openai and
+    /// vertex have none.
+    pub(crate) fn default_base_url(self) -> Option<&'static str> {
         match self {
-            Provider::Anthropic => Some("https://api.anthropic.com/v1"),
+            Provider::Anthropic => Some("https://api.anthropic.com"),
             Provider::Openai => Some("https://api.openai.com/v1"),
-            Provider::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            Provider::Gemini => Some("https://generativelanguage.googleapis.com"),
             Provider::AzureOpenai | Provider::Vertex => None,
         }
     }
@@ -156,8 +162,14 @@ pub struct UpstreamFile {
     /// Protocol spoken upstream; the provider's usual one when unset.
     #[serde(default)]
     pub protocol: Option<Protocol>,
-    /// Base URL including the version segment, e.g. `https://api.openai.com/v1`; Vertex:
+    /// Base URL as the protocol's SDK takes it (rule and table: `upstream::api_base`):
+    /// Anthropic `https://api.anthropic.com` (requests go to `{base}/v1/messages`), Gemini
+    /// `https://generativelanguage.googleapis.com` (`{base}/v1beta/models/…`), OpenAI
+    /// `https://api.openai.com/v1` with its version (`{base}/chat/completions`; a bare host gets
+    /// `/v1`); a base already ending in a version (`…/v1`, `…/v1beta`) gets no second one.
+    /// Azure OpenAI: the resource endpoint `https://<r>.openai.azure.com`; Vertex: the full
     /// `https://aiplatform.googleapis.com/v1/projects/<p>/locations/<l>/publishers/google`.
+    /// The provider's default (above) when unset.
     #[serde(default)]
     pub base_url: Option<String>,
     /// Model sent upstream; the client's model when unset.
@@ -361,15 +373,6 @@ impl Upstream {
             default_max_tokens: default_max_tokens(),
             forward_reasoning_effort: false,
         }
-    }
-
-    /// `<base>/<path>` without a doubled slash.
-    pub fn url(&self, path: &str) -> String {
-        format!(
-            "{}/{}",
-            self.base_url.trim_end_matches('/'),
-            path.trim_start_matches('/')
-        )
     }
 }
 
@@ -716,6 +719,70 @@ mod tests {
         );
         let err = layered("", &[], &["routes.0.nam=x"]).map(|_| ());
         assert!(err.is_err());
+    }
+
+    /// A `[[routes.upstream]]` base-url means what the provider's SDK makes of it (the rule is
+    /// `upstream::api_base`): `https://api.anthropic.com`, as `ANTHROPIC_BASE_URL` holds it,
+    /// reaches `/v1/messages`, not `/messages` at the host root; the defaults are the official
+    /// endpoints.
+    #[test]
+    fn route_base_urls_follow_the_sdk_conventions() {
+        use crate::upstream::{Call, url};
+        let toml = r#"
+[[routes]]
+name = "anthropic-root"
+[routes.upstream]
+provider = "anthropic"
+base-url = "https://api.anthropic.com"
+[[routes]]
+name = "anthropic-v1"
+[routes.upstream]
+provider = "anthropic"
+base-url = "http://h/v1"
+[[routes]]
+name = "openai-v1"
+[routes.upstream]
+provider = "openai"
+base-url = "http://h/v1"
+[[routes]]
+name = "gemini-root"
+[routes.upstream]
+provider = "gemini"
+base-url = "http://h"
+[[routes]]
+name = "anthropic-default"
+[routes.upstream]
+provider = "anthropic"
+[[routes]]
+name = "openai-default"
+[routes.upstream]
+provider = "openai"
+protocol = "openai-responses"
+[[routes]]
+name = "gemini-default"
+[routes.upstream]
+provider = "gemini"
+"#;
+        let cfg = ConfigFile::from_toml(toml)
+            .and_then(|f| f.resolve(&|_| None))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<String> = cfg
+            .routes
+            .iter()
+            .map(|r| url(&r.upstream, "m", Call::Generate { stream: false }))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "https://api.anthropic.com/v1/messages",
+                "http://h/v1/messages",
+                "http://h/v1/chat/completions",
+                "http://h/v1beta/models/m:generateContent",
+                "https://api.anthropic.com/v1/messages",
+                "https://api.openai.com/v1/responses",
+                "https://generativelanguage.googleapis.com/v1beta/models/m:generateContent",
+            ]
+        );
     }
 
     #[test]

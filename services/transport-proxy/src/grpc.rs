@@ -180,17 +180,10 @@ impl TransportProxyGrpcServer {
         let provider = provider_from_pb(u.provider)?;
         let mut up = Upstream::new(provider, u.base_url.clone());
         if u.base_url.is_empty() {
-            up.base_url = match provider {
-                Provider::Anthropic => "https://api.anthropic.com/v1",
-                Provider::Openai => "https://api.openai.com/v1",
-                Provider::Gemini => "https://generativelanguage.googleapis.com/v1beta",
-                Provider::AzureOpenai | Provider::Vertex => {
-                    return Err(invalid(
-                        "route.upstream.base_url is required for this provider",
-                    ));
-                }
-            }
-            .to_owned();
+            up.base_url = provider
+                .default_base_url()
+                .ok_or_else(|| invalid("route.upstream.base_url is required for this provider"))?
+                .to_owned();
         }
         if let Some(p) = protocol_from_pb(u.protocol)? {
             up.protocol = p;

@@ -1,5 +1,6 @@
-//! The upstream HTTP client: URL layout and authentication per provider, header scrubbing,
-//! retries with back-off, and the connect / first-byte timeouts.
+//! The upstream HTTP client: URL layout and authentication per provider (the one reading of a
+//! configured base URL is [`api_base`]), header scrubbing, retries with back-off, and the
+//! connect / first-byte timeouts.
 //!
 //! Why retries live here and stop at the first byte: a 429, a 5xx or a refused connection
 //! before any response byte reached the client is safe to repeat (nothing was shown to the
@@ -7,6 +8,7 @@
 //! the route's base and honours a short `retry-after`. Keys are only ever put into headers —
 //! never into URLs, logs or error messages.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, header};
@@ -24,17 +26,83 @@ pub enum Call {
     CountTokens,
 }
 
+/// The root every request of `up` goes under: its configured `base-url` read the way the
+/// official SDK of the protocol spoken reads its base-URL variable, so a value copied from
+/// `ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL` or `GOOGLE_GEMINI_BASE_URL` works unchanged. This is
+/// the one rule for a base URL: every upstream URL (generate, count tokens, passthrough) and
+/// every way of configuring a route (`[[routes.upstream]]`, the control API, the
+/// `AGENT_MUX_PROXY_*` environment) goes through it.
+///
+/// | upstream | base as configured | requests under |
+/// |---|---|---|
+/// | Anthropic Messages | host root or any path (`https://api.anthropic.com`) | `{base}/v1` |
+/// | Gemini | host root or any path (`https://generativelanguage.googleapis.com`) | `{base}/v1beta` |
+/// | OpenAI Chat / Responses | with its version (`https://api.openai.com/v1`) | `{base}` |
+/// | OpenAI Chat / Responses | host root only (`http://localhost:11434`) | `{base}/v1` |
+/// | Azure OpenAI | resource endpoint (`https://r.openai.azure.com`) | `{base}` (`/openai/…` follows) |
+/// | Vertex AI | full publisher path (`…/v1/projects/p/locations/l/publishers/google`) | `{base}` |
+///
+/// A base whose last segment already is a version (`/v1`, `/v2`, `/v1beta`, `/v1beta1`,
+/// `/v1alpha`) never gets a second one, so `http://h/v1` and `…/v1beta` bases keep working.
+/// Why OpenAI bases differ: the OpenAI SDK appends `/chat/completions` to its base as is, and
+/// compatible providers put the version under their own prefix (`/api/v1`, `/openai/v1`,
+/// `/v1beta/openai`), so a base with a path is taken at its word; a bare host cannot be a
+/// Chat endpoint, and the `AGENT_MUX_PROXY_API_BASE` contract passes hosts that way.
+pub fn api_base(up: &Upstream) -> Cow<'_, str> {
+    let base = up.base_url.trim_end_matches('/');
+    let path = url_path(base);
+    let version = match (up.provider, up.protocol) {
+        (Provider::AzureOpenai | Provider::Vertex, _) => None,
+        (_, Protocol::Anthropic) => Some("v1"),
+        (_, Protocol::Gemini) => Some("v1beta"),
+        (_, Protocol::OpenAiChat | Protocol::OpenAiResponses) => path.is_empty().then_some("v1"),
+    };
+    match version {
+        Some(v) if !ends_with_version(path) => Cow::Owned(format!("{base}/{v}")),
+        _ => Cow::Borrowed(base),
+    }
+}
+
+/// The path of `url` (`/a/b` of `https://h/a/b`), empty for a bare host.
+fn url_path(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    after_scheme.find('/').map_or("", |i| &after_scheme[i..])
+}
+
+/// Whether the last segment of `path` is an API version: `v1`, `v2`, `v1beta`, `v1beta1`,
+/// `v1alpha`.
+fn ends_with_version(path: &str) -> bool {
+    let last = path.rsplit('/').next().unwrap_or_default();
+    let Some(rest) = last.strip_prefix('v') else {
+        return false;
+    };
+    let tail = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    if tail.len() == rest.len() {
+        return false;
+    }
+    let tail = tail
+        .strip_prefix("alpha")
+        .or_else(|| tail.strip_prefix("beta"))
+        .unwrap_or(tail);
+    tail.chars().all(|c| c.is_ascii_digit())
+}
+
+/// `<api base of up>/<path>` without a doubled slash.
+fn under(up: &Upstream, path: &str) -> String {
+    format!("{}/{}", api_base(up), path.trim_start_matches('/'))
+}
+
 /// The URL of a call to `up` for `model`.
 pub fn url(up: &Upstream, model: &str, call: Call) -> String {
     let stream = matches!(call, Call::Generate { stream: true });
     match (up.protocol, call) {
-        (Protocol::Anthropic, Call::CountTokens) => up.url("messages/count_tokens"),
-        (Protocol::Anthropic, _) => up.url("messages"),
-        (Protocol::Gemini, Call::CountTokens) => up.url(&format!("models/{model}:countTokens")),
+        (Protocol::Anthropic, Call::CountTokens) => under(up, "messages/count_tokens"),
+        (Protocol::Anthropic, _) => under(up, "messages"),
+        (Protocol::Gemini, Call::CountTokens) => under(up, &format!("models/{model}:countTokens")),
         (Protocol::Gemini, _) if stream => {
-            up.url(&format!("models/{model}:streamGenerateContent?alt=sse"))
+            under(up, &format!("models/{model}:streamGenerateContent?alt=sse"))
         }
-        (Protocol::Gemini, _) => up.url(&format!("models/{model}:generateContent")),
+        (Protocol::Gemini, _) => under(up, &format!("models/{model}:generateContent")),
         (Protocol::OpenAiChat | Protocol::OpenAiResponses, _)
             if up.provider == Provider::AzureOpenai =>
         {
@@ -43,16 +111,19 @@ pub fn url(up: &Upstream, model: &str, call: Call) -> String {
                 .as_deref()
                 .unwrap_or("2025-04-01-preview");
             if up.protocol == Protocol::OpenAiResponses {
-                up.url(&format!("openai/responses?api-version={version}"))
+                under(up, &format!("openai/responses?api-version={version}"))
             } else {
                 let deployment = up.azure_deployment.as_deref().unwrap_or(model);
-                up.url(&format!(
-                    "openai/deployments/{deployment}/chat/completions?api-version={version}"
-                ))
+                under(
+                    up,
+                    &format!(
+                        "openai/deployments/{deployment}/chat/completions?api-version={version}"
+                    ),
+                )
             }
         }
-        (Protocol::OpenAiChat, _) => up.url("chat/completions"),
-        (Protocol::OpenAiResponses, _) => up.url("responses"),
+        (Protocol::OpenAiChat, _) => under(up, "chat/completions"),
+        (Protocol::OpenAiResponses, _) => under(up, "responses"),
     }
 }
 
@@ -166,14 +237,16 @@ pub fn headers(up: &Upstream, client_headers: &HeaderMap, client_key: Option<&st
     headers
 }
 
-/// `<base without its version segment>/<rest>`: `/passthrough/v1/embeddings` on a route whose
-/// base is `https://api.openai.com/v1` goes to `https://api.openai.com/v1/embeddings`.
+/// `<api base without its version segment>/<rest>` ([`api_base`]; the client's path carries the
+/// version): `/passthrough/v1/embeddings` on a route whose base is `https://api.openai.com/v1`
+/// goes to `https://api.openai.com/v1/embeddings`, `/passthrough/v1/models` on an Anthropic
+/// route at `https://api.anthropic.com` to `https://api.anthropic.com/v1/models`.
 pub fn passthrough_url(up: &Upstream, rest: &str, query: Option<&str>) -> String {
-    let base = up.base_url.trim_end_matches('/');
-    let base = ["/v1", "/v1beta", "/v1beta1"]
-        .iter()
-        .find_map(|v| base.strip_suffix(v))
-        .unwrap_or(base);
+    let api = api_base(up);
+    let base = match api.rsplit_once('/') {
+        Some((root, _)) if ends_with_version(url_path(&api)) => root,
+        _ => &api,
+    };
     // The client's `?key=` is a proxy credential, never forwarded.
     let query: Vec<&str> = query
         .unwrap_or("")
@@ -343,6 +416,215 @@ mod tests {
         assert_eq!(
             url(&r, "m", Call::Generate { stream: false }),
             "https://o/v1/responses"
+        );
+    }
+
+    /// One rule for a configured base, each protocol's SDK convention: Anthropic and Gemini
+    /// bases are host roots (or any path) that get `/v1` / `/v1beta`, OpenAI bases carry their
+    /// version (a bare host gets `/v1`); a base already ending in a version gets no second one.
+    #[test]
+    fn base_urls_follow_each_sdk_convention() {
+        use Protocol::{Anthropic, Gemini, OpenAiChat, OpenAiResponses};
+        let generate = Call::Generate { stream: false };
+        let stream = Call::Generate { stream: true };
+        type Cases<'a> = &'a [(&'a str, &'a str)];
+        let groups: &[(Provider, Protocol, Call, Cases)] = &[
+            // What ANTHROPIC_BASE_URL holds, the older `/v1` form, a gateway under a prefix.
+            (
+                Provider::Anthropic,
+                Anthropic,
+                generate,
+                &[
+                    (
+                        "https://api.anthropic.com",
+                        "https://api.anthropic.com/v1/messages",
+                    ),
+                    (
+                        "https://api.anthropic.com/",
+                        "https://api.anthropic.com/v1/messages",
+                    ),
+                    ("http://h/v1", "http://h/v1/messages"),
+                    ("http://h/v1/", "http://h/v1/messages"),
+                    ("http://h:9/anthropic", "http://h:9/anthropic/v1/messages"),
+                ],
+            ),
+            (
+                Provider::Anthropic,
+                Anthropic,
+                Call::CountTokens,
+                &[
+                    ("http://h", "http://h/v1/messages/count_tokens"),
+                    ("http://h/v1", "http://h/v1/messages/count_tokens"),
+                ],
+            ),
+            (
+                Provider::Openai,
+                Anthropic,
+                stream,
+                &[(
+                    "https://openrouter.ai/api",
+                    "https://openrouter.ai/api/v1/messages",
+                )],
+            ),
+            // What OPENAI_BASE_URL holds (with its version) is used as given; a bare host,
+            // which no OpenAI-style API serves at its root, gets `/v1`.
+            (
+                Provider::Openai,
+                OpenAiChat,
+                generate,
+                &[
+                    (
+                        "https://api.openai.com/v1",
+                        "https://api.openai.com/v1/chat/completions",
+                    ),
+                    ("http://h/openai/v1/", "http://h/openai/v1/chat/completions"),
+                    (
+                        "http://h/v1beta/openai",
+                        "http://h/v1beta/openai/chat/completions",
+                    ),
+                    (
+                        "https://api.openai.com",
+                        "https://api.openai.com/v1/chat/completions",
+                    ),
+                    ("http://h:11434/", "http://h:11434/v1/chat/completions"),
+                ],
+            ),
+            (
+                Provider::Openai,
+                OpenAiResponses,
+                stream,
+                &[
+                    ("http://h/v1", "http://h/v1/responses"),
+                    ("http://h", "http://h/v1/responses"),
+                ],
+            ),
+            (
+                Provider::Anthropic,
+                OpenAiChat,
+                generate,
+                &[(
+                    "https://api.anthropic.com/v1/",
+                    "https://api.anthropic.com/v1/chat/completions",
+                )],
+            ),
+            // What GOOGLE_GEMINI_BASE_URL holds (the host root); the client adds `/v1beta`.
+            (
+                Provider::Gemini,
+                Gemini,
+                generate,
+                &[
+                    ("http://h", "http://h/v1beta/models/m:generateContent"),
+                    (
+                        "http://h/v1beta",
+                        "http://h/v1beta/models/m:generateContent",
+                    ),
+                    ("http://h/v1/", "http://h/v1/models/m:generateContent"),
+                    (
+                        "http://h/v1alpha",
+                        "http://h/v1alpha/models/m:generateContent",
+                    ),
+                ],
+            ),
+            (
+                Provider::Gemini,
+                Gemini,
+                Call::CountTokens,
+                &[("http://h/", "http://h/v1beta/models/m:countTokens")],
+            ),
+            // Vertex and Azure have full layouts of their own: used as given.
+            (
+                Provider::Vertex,
+                Gemini,
+                generate,
+                &[(
+                    "http://h/v1/projects/p/publishers/google",
+                    "http://h/v1/projects/p/publishers/google/models/m:generateContent",
+                )],
+            ),
+            (
+                Provider::AzureOpenai,
+                OpenAiResponses,
+                generate,
+                &[(
+                    "http://h",
+                    "http://h/openai/responses?api-version=2025-04-01-preview",
+                )],
+            ),
+        ];
+        for (provider, protocol, call, cases) in groups {
+            for (base, want) in *cases {
+                let mut up = Upstream::new(*provider, *base);
+                up.protocol = *protocol;
+                assert_eq!(
+                    url(&up, "m", *call),
+                    *want,
+                    "{provider:?} {protocol:?} {base}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn version_segments() {
+        for v in [
+            "/v1", "/v2", "/v1beta", "/v1beta1", "/v1alpha", "/api/v1", "/v10",
+        ] {
+            assert!(ends_with_version(v), "{v}");
+        }
+        for v in [
+            "",
+            "/",
+            "/v",
+            "/vertex",
+            "/v1x",
+            "/openai",
+            "/v1/openai",
+            "/beta1",
+        ] {
+            assert!(!ends_with_version(v), "{v}");
+        }
+        assert_eq!(url_path("https://h:1/a/b"), "/a/b");
+        assert_eq!(url_path("https://h:1"), "");
+    }
+
+    /// Passthrough paths carry their version, so they go under the api base without it.
+    #[test]
+    fn passthrough_urls_share_the_rule() {
+        let a = Upstream::new(Provider::Anthropic, "https://api.anthropic.com");
+        assert_eq!(
+            passthrough_url(&a, "/v1/models", Some("key=k&limit=2")),
+            "https://api.anthropic.com/v1/models?limit=2"
+        );
+        let a1 = Upstream::new(Provider::Anthropic, "https://api.anthropic.com/v1/");
+        assert_eq!(
+            passthrough_url(&a1, "v1/models", None),
+            "https://api.anthropic.com/v1/models"
+        );
+        let o = Upstream::new(Provider::Openai, "https://openrouter.ai/api/v1");
+        assert_eq!(
+            passthrough_url(&o, "/v1/embeddings", None),
+            "https://openrouter.ai/api/v1/embeddings"
+        );
+        let bare = Upstream::new(Provider::Openai, "http://localhost:11434");
+        assert_eq!(
+            passthrough_url(&bare, "/v1/embeddings", None),
+            "http://localhost:11434/v1/embeddings"
+        );
+        let g = Upstream::new(
+            Provider::Gemini,
+            "https://generativelanguage.googleapis.com/v1beta",
+        );
+        assert_eq!(
+            passthrough_url(&g, "/v1beta/files", None),
+            "https://generativelanguage.googleapis.com/v1beta/files"
+        );
+        let vx = Upstream::new(
+            Provider::Vertex,
+            "https://x/v1/projects/p/locations/l/publishers/google",
+        );
+        assert_eq!(
+            passthrough_url(&vx, "/models", None),
+            "https://x/v1/projects/p/locations/l/publishers/google/models"
         );
     }
 

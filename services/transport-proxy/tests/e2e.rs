@@ -11,7 +11,9 @@ mod skip;
 
 use std::time::Duration;
 
-use babysitter_transport_proxy::config::{Provider, ProxyConfig, Route, Secret, Upstream};
+use babysitter_transport_proxy::config::{
+    ConfigFile, Provider, ProxyConfig, Route, Secret, Upstream,
+};
 use babysitter_transport_proxy::protocol::Protocol;
 use clients::{first_turn, path};
 use fixture::{Fixture, script, upstream_for};
@@ -494,6 +496,32 @@ async fn provider_url_and_auth_layouts() {
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     assert!(x.starts_with("harnes"), "{x}");
+    fx.stop().await;
+}
+
+/// A `[[routes.upstream]]` base-url means what the provider's SDK makes of it: an Anthropic
+/// base without a version (as `ANTHROPIC_BASE_URL` holds it) lands on `/v1/messages`, not on
+/// `/messages` at the host root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_route_base_without_version_lands_on_v1_messages() {
+    let fx = Fixture::start(Some(weather_script()), |b| {
+        let toml = format!(
+            "[[routes]]\nname = \"anthropic-root\"\n[routes.upstream]\nprovider = \"anthropic\"\n\
+             base-url = \"{b}\"\nmodel = \"fake-upstream\"\n"
+        );
+        ConfigFile::from_toml(&toml)
+            .and_then(|f| f.resolve(&|_| None))
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await;
+    assert!(!fx.scripted.url().ends_with("/v1"), "{}", fx.scripted.url());
+    for front in [Protocol::Anthropic, Protocol::OpenAiChat] {
+        let (status, _, body) = fx
+            .post(path(front, false), &first_turn(front, false), &[])
+            .await;
+        assert_eq!(status, 200, "{front:?}: {body}");
+        assert_eq!(fx.last_upstream().path, "/v1/messages", "{front:?}");
+    }
     fx.stop().await;
 }
 
