@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
 use babysitter_common::auth::Secret;
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
@@ -132,7 +132,11 @@ fn client(url: &str, env: &EnvMap) -> Result<RunServiceClient<AuthedChannel>> {
         Some(p) => Some(Secret::from_file(Path::new(p)).map_err(anyhow::Error::msg)?),
         None => env.get_non_empty("BABYSITTER_TOKEN").map(Secret::new),
     };
-    Ok(RunServiceClient::new(connect_lazy(url, token.as_ref())?))
+    Ok(babysitter_common::client::client(
+        url,
+        token.as_ref(),
+        &ClientOptions::default(),
+    )?)
 }
 
 fn status_name(s: i32) -> &'static str {

@@ -150,7 +150,7 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
     let journal_server = ServerBuilder::new("journal", &config.journal.server).add_service(
         JournalGrpcServer::new(journal.clone())
             .with_shutdown(shutdown.clone())
-            .into_service(),
+            .into_service(&config.journal.server),
         babysitter_proto::FILE_DESCRIPTOR_SET,
     );
     let orchestrator_listener = listen(&o.server).await?;

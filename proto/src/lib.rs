@@ -20,7 +20,13 @@
 //! `journal::v1::journal_service_client::JournalServiceClient`), `server` the `*_server` modules
 //! (e.g. `journal::v1::journal_service_server::JournalServiceServer`). Both are on by default;
 //! with neither, only the messages remain. `bytes` fields are [`prost::bytes::Bytes`].
+//!
+//! [`client`] is the one place client transport settings live ([`client::ClientOptions`]:
+//! message sizes, compression, timeouts, keepalive) and the constructor of every configured
+//! generated client ([`client::GrpcClient`], with the `client` feature).
 #![forbid(unsafe_code)]
+
+pub mod client;
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every file in this crate (and the well-known
 /// types they import), with source info; register it with `tonic-reflection`.

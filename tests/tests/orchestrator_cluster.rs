@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -533,9 +533,12 @@ async fn tokens_roles_and_namespaces_across_processes() {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{token:?}");
     }
-    let mut bare_journal = JournalServiceClient::new(
-        connect_lazy(&format!("http://{}", cluster.journal.ready), None).unwrap(),
-    );
+    let mut bare_journal: JournalServiceClient<AuthedChannel> = babysitter_common::client::client(
+        &format!("http://{}", cluster.journal.ready),
+        None,
+        &ClientOptions::default(),
+    )
+    .unwrap();
     let e = bare_journal
         .get_head(jpb::GetHeadRequest { run_id: "x".into() })
         .await

@@ -1,15 +1,22 @@
 //! One way for a babysitter service (or the CLI) to call another: a lazily connected tonic
-//! channel whose every request carries the caller's bearer token and W3C trace context.
+//! channel whose every request carries the caller's bearer token and W3C trace context, under
+//! the transport settings of [`ClientOptions`] (defined in `babysitter-proto`, the one place they
+//! live).
 //!
 //! Lazy on purpose: a service starts even when its peer is not up yet (Kubernetes starts pods in
 //! any order), and the first call reports `Unavailable`, which callers already treat as retryable.
+//!
+//! ```ignore
+//! let runs: RunServiceClient<AuthedChannel> = client(url, token.as_ref(), &ClientOptions::default())?;
+//! ```
 
-use std::time::Duration;
-
+use babysitter_proto::client::{GrpcClient, InvalidEndpoint};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Status};
+
+pub use babysitter_proto::client::ClientOptions;
 
 use crate::auth::{AuthError, BearerAuthInterceptor, Secret};
 use crate::telemetry::inject_trace_context;
@@ -48,26 +55,42 @@ pub enum ClientError {
     Auth(#[from] AuthError),
 }
 
-/// A lazily connecting channel to `url` (`http://127.0.0.1:50051`) with connect and keep-alive
-/// settings suited to long-lived service-to-service links.
-pub fn connect_lazy(url: &str, token: Option<&Secret>) -> Result<AuthedChannel, ClientError> {
-    let bad = |reason: String| ClientError::BadEndpoint {
-        url: url.to_owned(),
-        reason,
-    };
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(bad("it must start with http:// or https://".into()));
+impl From<InvalidEndpoint> for ClientError {
+    fn from(e: InvalidEndpoint) -> Self {
+        ClientError::BadEndpoint {
+            url: e.uri,
+            reason: e.reason,
+        }
     }
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true);
+}
+
+/// A lazily connecting channel to `url` (`http://127.0.0.1:50051`) with the default
+/// [`ClientOptions`] connection settings (connect timeout, keepalive). Prefer [`client`], which
+/// also applies the message-size and compression settings to the generated client.
+pub fn connect_lazy(url: &str, token: Option<&Secret>) -> Result<AuthedChannel, ClientError> {
+    connect_lazy_with(url, token, &ClientOptions::default())
+}
+
+/// [`connect_lazy`] with the connection settings of `options`.
+pub fn connect_lazy_with(
+    url: &str,
+    token: Option<&Secret>,
+    options: &ClientOptions,
+) -> Result<AuthedChannel, ClientError> {
     Ok(InterceptedService::new(
-        endpoint.connect_lazy(),
+        options.channel_lazy(url)?,
         CallInterceptor::new(token)?,
     ))
+}
+
+/// A generated client (`JournalServiceClient`, `RunServiceClient`, …, picked by the type asked
+/// for) to `url` with `token` and trace context on every call, and every setting of `options`.
+pub fn client<C: GrpcClient<AuthedChannel>>(
+    url: &str,
+    token: Option<&Secret>,
+    options: &ClientOptions,
+) -> Result<C, ClientError> {
+    Ok(options.client(connect_lazy_with(url, token, options)?))
 }
 
 #[cfg(test)]

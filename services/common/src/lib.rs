@@ -7,8 +7,9 @@
 //! typed configuration ([`config::ConfigLoader`]: defaults → TOML → `<PREFIX>__…` env →
 //! overrides), where a project and a user keep babysitter's files ([`project`]), the error → `tonic::Status` conventions ([`error`]) and validated ids ([`ids`]).
 //!
-//! Boundaries: it depends on no service and on no generated service code; service crates depend
-//! on it. It never reads the process environment itself except in [`env::EnvMap::from_process`],
+//! Boundaries: it depends on no service; of `babysitter-proto` it uses only the client transport
+//! settings ([`client::ClientOptions`]), which [`client`] wraps with auth and trace context.
+//! Service crates depend on it. It never reads the process environment itself except in [`env::EnvMap::from_process`],
 //! which `main` calls once. Domain logic and each service's error mapping live in the service
 //! crates, which use [`error::status`] in their own exhaustive `From<DomainError> for Status`.
 #![forbid(unsafe_code)]

@@ -2,7 +2,9 @@
 //!
 //! [`ServerBuilder`] registers services with their file descriptor sets (for reflection v1 and
 //! v1alpha) and their health status, adds standard health, and serves them behind the layer
-//! stack, outermost first: trace context → concurrency limit → request deadline → bearer auth.
+//! stack, outermost first: trace context → concurrency limit → request deadline → bearer auth →
+//! error kind on tonic's own answers ([`add_error_kind`]: a request over
+//! `max-decoding-message-size` gets the error-kind metadata of every other error).
 //! Shutdown is driven by a `CancellationToken`: health drops to `NOT_SERVING` first (readiness
 //! before draining), then connections drain with `serve_with_incoming_shutdown`, then the
 //! builder's [`TaskTracker`] is awaited so work that handlers spawned (journal appends) finishes.
@@ -13,6 +15,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use babysitter_proto::client::DEFAULT_MAX_MESSAGE_SIZE;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -28,9 +31,12 @@ use crate::config::duration;
 use crate::telemetry::TraceContextLayer;
 
 mod deadline;
+mod tonic_errors;
 
 pub use deadline::{Deadline, DeadlineLayer};
+pub use tonic_errors::add_error_kind;
 
+#[cfg(test)]
 const MIB: usize = 1024 * 1024;
 
 /// `[server]`: listener, transport limits, timeouts and auth.
@@ -39,9 +45,13 @@ const MIB: usize = 1024 * 1024;
 pub struct ServerConfig {
     /// Address to listen on. Each service's config picks its own default port.
     pub listen_addr: SocketAddr,
-    /// Largest request message accepted, in bytes (per service, after decompression).
+    /// Largest request message accepted, in bytes (per service, after decompression). A bigger
+    /// one is answered `OutOfRange` by tonic (with [`ERROR_KIND_KEY`](crate::error::ERROR_KIND_KEY)
+    /// `invalid-argument` added by [`add_error_kind`]). Applied to each service with
+    /// [`tune_grpc_service!`](crate::tune_grpc_service).
     pub max_decoding_message_size: usize,
-    /// Largest response message sent, in bytes.
+    /// Largest response message sent, in bytes. A bigger one ends the call with `OutOfRange`
+    /// (in the trailers, without the error-kind metadata).
     pub max_encoding_message_size: usize,
     /// Most concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
@@ -74,10 +84,11 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            // Journal batches and task results can be large; 16 MiB leaves room without letting
-            // one request eat the memory of many.
-            max_decoding_message_size: 16 * MIB,
-            max_encoding_message_size: 16 * MIB,
+            // Above the largest single thing a service accepts (see the constant). The same
+            // constant is every client's default, so a default client can take any answer a
+            // default server sends.
+            max_decoding_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            max_encoding_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             max_concurrent_streams: 1024,
             concurrency_limit: 1024,
             request_timeout: Some(Duration::from_secs(60)),
@@ -104,8 +115,9 @@ impl ServerConfig {
 
 /// Applies a [`ServerConfig`]'s per-service transport settings to a generated tonic server
 /// (`FooServiceServer::new(handler)`): accept zstd and gzip, compress responses with whichever
-/// of them the client accepts (zstd first in our clients' accept list), and the decoding /
-/// encoding size limits.
+/// of them the client accepts (the first of its `grpc-accept-encoding` list; our clients ask for
+/// none unless `ClientOptions::accept_compressed` says so), and the decoding / encoding size
+/// limits.
 ///
 /// A macro because the generated servers share these methods by name, not by trait.
 ///
@@ -307,6 +319,9 @@ impl ServerBuilder {
                 }))
                 .layer(DeadlineLayer::new(config.request_timeout))
                 .layer(AuthLayer::new(authenticator))
+                // Innermost: sees tonic's own answers (an over-limit request) before anything
+                // else looks at the status.
+                .map_response(add_error_kind::<tonic::body::Body>)
                 .into_inner();
 
         let incoming = TcpIncoming::from(listener)
@@ -438,7 +453,7 @@ mod tests {
         assert_eq!(cfg.listen_addr.port(), 7001);
         assert_eq!(cfg.request_timeout, None);
         assert_eq!(cfg.drain_delay, Duration::from_secs(2));
-        assert_eq!(cfg.max_decoding_message_size, 16 * MIB);
+        assert_eq!(cfg.max_decoding_message_size, 64 * MIB);
         assert_eq!(cfg.auth.tokens.len(), 1);
         assert_eq!(cfg.auth.public_services.len(), 3);
         assert!(toml::from_str::<ServerConfig>("listen_addr = \"127.0.0.1:1\"").is_err());

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use babysitter_common::client::AuthedChannel;
+use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_common::error::{ErrorKind, error_kind};
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -105,11 +105,12 @@ fn is_lease_lost(s: &Status) -> bool {
 }
 
 impl Worker {
+    /// A worker calling the orchestrator over `channel` (its connection settings are the
+    /// caller's, e.g. `babysitter_common::client::connect_lazy`), with the default
+    /// [`ClientOptions`] message sizes and compression.
     pub fn new(channel: AuthedChannel, settings: WorkerSettings) -> Self {
         Self {
-            client: WorkerServiceClient::new(channel)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024),
+            client: ClientOptions::default().client(channel),
             settings: Arc::new(settings),
             running: Default::default(),
             timing: Arc::new(Mutex::new(Timing {

@@ -98,7 +98,9 @@ impl Default for StoreConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct LimitsConfig {
-    /// Largest event accepted, in bytes of its JSON form. Since v0.1.
+    /// Largest event accepted, in bytes of its JSON form. Over gRPC an append is one message, so
+    /// `server.max-decoding-message-size` (64 MiB by default) bounds a batch
+    /// first. Since v0.1.
     pub max_event_bytes: usize,
     /// Most events in one append. Since v0.1.
     pub max_batch_events: usize,

@@ -4,6 +4,7 @@
 use std::pin::Pin;
 
 use babysitter_common::error::{ErrorKind, status};
+use babysitter_common::server::ServerConfig;
 use babysitter_proto::journal::v1 as pb;
 use babysitter_proto::journal::v1::journal_service_server::{JournalService, JournalServiceServer};
 use futures::{Stream, StreamExt};
@@ -48,10 +49,11 @@ impl JournalGrpcServer {
         self
     }
 
-    pub fn into_service(self) -> JournalServiceServer<Self> {
-        JournalServiceServer::new(self)
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024)
+    /// The tonic service, with the message-size limits and compression of `config` (the
+    /// `[server]` section the [`ServerBuilder`](babysitter_common::server::ServerBuilder) serving
+    /// it was built with).
+    pub fn into_service(self, config: &ServerConfig) -> JournalServiceServer<Self> {
+        babysitter_common::tune_grpc_service!(JournalServiceServer::new(self), config)
     }
 }
 

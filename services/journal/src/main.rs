@@ -66,7 +66,7 @@ async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> 
     let server = ServerBuilder::new("journal", &config.server).add_service(
         JournalGrpcServer::new(journal)
             .with_shutdown(shutdown.clone())
-            .into_service(),
+            .into_service(&config.server),
         babysitter_proto::FILE_DESCRIPTOR_SET,
     );
     let listener = tokio::net::TcpListener::bind(config.server.listen_addr)

@@ -15,7 +15,7 @@
 
 use async_trait::async_trait;
 use babysitter_common::auth::Secret;
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions, client};
 use babysitter_common::error::{ErrorKind, error_kind, retryable};
 use babysitter_proto::journal::v1 as pb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
@@ -48,14 +48,17 @@ impl std::fmt::Debug for RemoteStore {
 impl RemoteStore {
     /// A store talking to the journal service at `url` (`http://127.0.0.1:50051`), sending
     /// `token` as its bearer token. Connects lazily: the first call reports an unreachable server.
+    ///
+    /// Transport settings are the [`ClientOptions`] defaults: an append whose events come to more
+    /// than 64 MiB is refused (`OutOfRange`), as the server would refuse it by default.
     pub fn connect(url: &str, token: Option<&Secret>) -> Result<Self> {
-        let channel = connect_lazy(url, token).map_err(|e| JournalError::UnsafeStore {
-            reason: e.to_string(),
+        let client = client(url, token, &ClientOptions::default()).map_err(|e| {
+            JournalError::UnsafeStore {
+                reason: e.to_string(),
+            }
         })?;
         Ok(Self {
-            client: JournalServiceClient::new(channel)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024),
+            client,
             url: url.to_owned(),
         })
     }

@@ -9,6 +9,7 @@ use babysitter_common::server::{ServerBuilder, ServerConfig};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::grpc::{HEAD_SEQ_KEY, JournalGrpcServer};
 use babysitter_journal::{Journal, JournalOptions};
+use babysitter_proto::client::ClientOptions;
 use babysitter_proto::journal::v1 as pb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use futures::StreamExt;
@@ -27,17 +28,18 @@ async fn in_process(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let server = ServerBuilder::new("journal", &ServerConfig::default()).add_service(
+    let config = ServerConfig::default();
+    let server = ServerBuilder::new("journal", &config).add_service(
         JournalGrpcServer::new(journal)
             .with_shutdown(shutdown.clone())
-            .into_service(),
+            .into_service(&config),
         babysitter_proto::FILE_DESCRIPTOR_SET,
     );
     let token = shutdown.clone();
     let handle =
         tokio::spawn(async move { server.serve_with_listener(listener, token).await.unwrap() });
-    let client = JournalServiceClient::connect(format!("http://{addr}"))
-        .await
+    let client = ClientOptions::default()
+        .connect_lazy(&format!("http://{addr}"))
         .unwrap();
     (client, shutdown, handle)
 }
@@ -316,7 +318,7 @@ async fn journal_binary_serves_health_and_the_journal() {
         h.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
-    exercise(&mut JournalServiceClient::new(channel)).await;
+    exercise(&mut ClientOptions::default().client(channel)).await;
     // Written in babysitter's layout.
     let files = std::fs::read_dir(dir.path().join("runs/r1/journal"))
         .unwrap()

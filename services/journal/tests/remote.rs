@@ -20,10 +20,11 @@ async fn serve(store: Arc<dyn JournalStore>) -> (String, CancellationToken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let server = ServerBuilder::new("journal", &ServerConfig::default()).add_service(
+    let config = ServerConfig::default();
+    let server = ServerBuilder::new("journal", &config).add_service(
         JournalGrpcServer::new(journal)
             .with_shutdown(shutdown.clone())
-            .into_service(),
+            .into_service(&config),
         babysitter_proto::FILE_DESCRIPTOR_SET,
     );
     let token = shutdown.clone();

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use tokio::time::{Duration, Instant};
 
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions, connect_lazy};
 use babysitter_common::server::ServerConfig;
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::config::LimitsConfig;
@@ -118,7 +118,7 @@ async fn stack(memory_journal: bool) -> Stack {
 }
 
 fn runs_client(s: &Stack) -> RunServiceClient<AuthedChannel> {
-    RunServiceClient::new(connect_lazy(&s.url, None).unwrap())
+    babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap()
 }
 
 async fn create(
@@ -154,7 +154,8 @@ fn us(d: Duration) -> String {
 async fn dispatch(memory: bool) {
     let s = stack(memory).await;
     let mut c = runs_client(&s);
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    let mut w: WorkerServiceClient<AuthedChannel> =
+        babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap();
     w.register_worker(pb::RegisterWorkerRequest {
         worker_id: "bench".into(),
         capabilities: Some(cpb::WorkerCapabilities {

@@ -5,7 +5,8 @@
 //!   `run.json`), materialized on whichever replica iterates the run.
 //! - [`queue`]: tasks, leases, workers, routing, long-poll.
 //! - [`runs`]: the run manager — create, iterate after every resolution, durable sleep timers,
-//!   breakpoints, posted results, cancel / halt, recovery at start, run summaries.
+//!   breakpoints, posted results, cancel / halt, recovery at start, run summaries published to
+//!   watchers, live agent events; one table entry per live run, a bounded cache of finished ones.
 //! - [`grpc`]: `RunService` and `WorkerService`, thin adapters over the two cores.
 //! - [`config`]: the `orchestrator` binary's layered configuration.
 //!

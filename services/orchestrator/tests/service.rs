@@ -9,7 +9,9 @@ mod service_support;
 use std::time::Duration;
 
 use babysitter_common::auth::{AuthConfig, Role, Secret};
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions};
+use babysitter_common::error::{ERROR_KIND_KEY, ErrorKind, error_kind};
+use babysitter_common::server::ServerConfig;
 use babysitter_journal::redact::Redactor;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -299,8 +301,12 @@ async fn tokens_roles_and_namespaces() {
         .unwrap_err();
     assert_eq!(other_ns.code(), Code::NotFound);
     // A client token cannot act as a worker, a worker token cannot create runs.
-    let mut as_worker =
-        WorkerServiceClient::new(connect_lazy(&s.url, Some(&Secret::new("client-a"))).unwrap());
+    let mut as_worker: WorkerServiceClient<AuthedChannel> = babysitter_common::client::client(
+        &s.url,
+        Some(&Secret::new("client-a")),
+        &ClientOptions::default(),
+    )
+    .unwrap();
     let denied = as_worker
         .register_worker(pb::RegisterWorkerRequest::default())
         .await
@@ -594,4 +600,49 @@ async fn large_logs_are_stored_as_blobs_with_a_readable_head() {
     )
     .unwrap();
     assert_eq!(stored, big.as_bytes(), "the whole output, byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn both_services_enforce_the_configured_message_size() {
+    const MIB: usize = 1024 * 1024;
+    let server = ServerConfig {
+        max_decoding_message_size: MIB,
+        ..ServerConfig::default()
+    };
+    let s = start_with_server(fast_queue(), server, Redactor::default()).await;
+    let over_limit = |e: &tonic::Status| {
+        assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+        assert_eq!(error_kind(e), Some(ErrorKind::InvalidArgument), "{e:?}");
+        assert!(e.metadata().get(ERROR_KIND_KEY).is_some(), "{e:?}");
+    };
+
+    // RunService: a 2 MiB bundle never reaches the handler, a small one runs.
+    let mut c = client(&s, None);
+    let padded = format!("{FANOUT}\n// {}\n", "x".repeat(2 * MIB));
+    let refused = c
+        .create_run(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle::single_file("main.mjs", padded)),
+            inputs_json: Some(br#"{"items": []}"#.to_vec().into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    over_limit(&refused);
+    create(&mut c, "", FANOUT, json!({"items": []})).await;
+
+    // WorkerService: a 2 MiB completion is refused, a 512 KiB one is taken.
+    let mut w = raw_worker(&s, "w").await;
+    let task = poll_one(&mut w, "w").await;
+    let with_stdout = |bytes: usize| pb::CompleteTaskRequest {
+        result: Some(cpb::TaskResult {
+            outcome: Some(cpb::task_result::Outcome::ValueJson(
+                br#"{"stdout":"start\n"}"#.to_vec().into(),
+            )),
+            stdout: vec![b'o'; bytes].into(),
+            ..Default::default()
+        }),
+        ..completion("w", &task, b"{}")
+    };
+    over_limit(&w.complete_task(with_stdout(2 * MIB)).await.unwrap_err());
+    w.complete_task(with_stdout(MIB / 2)).await.unwrap();
 }

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use babysitter_common::auth::Secret;
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions, client};
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -81,7 +81,7 @@ pub fn start_orchestrator(args: &[String], log: PathBuf) -> ServiceProcess {
 /// A `RunService` client for `url`, with an optional bearer token.
 pub fn run_client(url: &str, token: Option<&str>) -> RunServiceClient<AuthedChannel> {
     let token = token.map(Secret::new);
-    RunServiceClient::new(connect_lazy(url, token.as_ref()).expect("orchestrator channel"))
+    client(url, token.as_ref(), &ClientOptions::default()).expect("orchestrator channel")
 }
 
 /// Creates a run of `src` with `inputs`; its id.
@@ -105,9 +105,8 @@ pub async fn create(c: &mut RunServiceClient<AuthedChannel>, src: &str, inputs: 
 /// A `JournalService` client for the journal at `addr` (`host:port`).
 fn journal_client(addr: &str, token: Option<&str>) -> JournalServiceClient<AuthedChannel> {
     let token = token.map(Secret::new);
-    JournalServiceClient::new(
-        connect_lazy(&format!("http://{addr}"), token.as_ref()).expect("journal channel"),
-    )
+    let url = format!("http://{addr}");
+    client(&url, token.as_ref(), &ClientOptions::default()).expect("journal channel")
 }
 
 /// Every event of a run, read from the journal service at `addr`.

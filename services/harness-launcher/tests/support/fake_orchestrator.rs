@@ -136,7 +136,11 @@ impl Running {
             l.local_addr().unwrap_or_else(|e| panic!("{e}"))
         );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let svc = WorkerServiceServer::new(fake.clone());
+        // The limits and compression of a default-configured orchestrator.
+        let svc = babysitter_common::tune_grpc_service!(
+            WorkerServiceServer::new(fake.clone()),
+            &babysitter_common::server::ServerConfig::default()
+        );
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)

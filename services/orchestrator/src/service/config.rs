@@ -206,8 +206,13 @@ pub struct RunsSettings {
     pub evict_idle_sessions: bool,
     /// Most files in a process bundle. Since v0.1.
     pub max_bundle_files: usize,
-    /// Largest process bundle, bytes. Since v0.1.
+    /// Largest process bundle, bytes. A bundle arrives in one `CreateRun` request, so
+    /// `server.max-decoding-message-size` (64 MiB by default) bounds it too. Since v0.1.
     pub max_bundle_bytes: usize,
+    /// Finished runs whose final summary is kept in memory (the most recently finished or read);
+    /// `GetRun` / `ListRuns` read older ones from the journal, and a `CreateRun` retry is
+    /// deduplicated by its idempotency key while its run is live or cached. Since v0.3.
+    pub finished_runs_cached: usize,
 }
 
 impl Default for RunsSettings {
@@ -218,6 +223,7 @@ impl Default for RunsSettings {
             evict_idle_sessions: true,
             max_bundle_files: b.max_files,
             max_bundle_bytes: b.max_total_bytes,
+            finished_runs_cached: super::runs::DEFAULT_FINISHED_RUNS_CACHED,
         }
     }
 }
@@ -231,6 +237,7 @@ impl RunsSettings {
             },
             sweep_interval: Duration::from_millis(self.sweep_interval_ms.max(10)),
             evict_idle_sessions: self.evict_idle_sessions,
+            finished_runs_cached: self.finished_runs_cached,
             ..ManagerConfig::default()
         }
     }

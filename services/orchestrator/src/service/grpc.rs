@@ -5,22 +5,18 @@
 mod run_api;
 mod worker_api;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use babysitter_common::auth::{Principal, Role, caller};
 use babysitter_common::error::{ErrorKind, status};
 use babysitter_common::server::ServerBuilder;
 use babysitter_proto::common::v1 as cpb;
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status};
 
 use super::ServiceError;
 use super::queue::QueueError;
-use super::runs::{RunManager, TaskOutcome, Usage};
+use super::runs::{AgentEvent, AgentEventSource, RunManager, TaskOutcome, Usage};
 use crate::engine::EngineError;
 
 pub use run_api::RunApi;
@@ -55,30 +51,45 @@ impl From<ServiceError> for Status {
     }
 }
 
-/// One task's batch of agent events: (effect id, events).
-type AgentBatch = Arc<(String, Vec<cpb::AgentEvent>)>;
-
-/// Live agent events per run, from `ReportEvents` to `WatchRun` (live only, never stored).
-#[derive(Debug, Clone, Default)]
-pub struct AgentEventHub {
-    runs: Arc<Mutex<HashMap<String, broadcast::Sender<AgentBatch>>>>,
+/// An agent event from the wire (a relay: nothing is required, an unknown source is
+/// unspecified, an out-of-range time is dropped).
+fn agent_event_of(e: cpb::AgentEvent) -> AgentEvent {
+    let source = match cpb::AgentEventSource::try_from(e.source) {
+        Ok(cpb::AgentEventSource::Agent) => AgentEventSource::Agent,
+        Ok(cpb::AgentEventSource::Daemon) => AgentEventSource::Daemon,
+        Ok(cpb::AgentEventSource::Unspecified) | Err(_) => AgentEventSource::Unspecified,
+    };
+    AgentEvent {
+        event_id: e.event_id,
+        sequence: e.sequence,
+        time: e.time.and_then(|t| std::time::SystemTime::try_from(t).ok()),
+        session_id: e.session_id,
+        native_session_id: e.native_session_id,
+        synthetic: e.synthetic,
+        source,
+        kind: e.r#type,
+        data_json: e.data_json,
+        raw_json: e.raw_json,
+    }
 }
 
-impl AgentEventHub {
-    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<AgentBatch> {
-        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        runs.retain(|_, tx| tx.receiver_count() > 0);
-        runs.entry(run_id.to_owned())
-            .or_insert_with(|| broadcast::channel(1024).0)
-            .subscribe()
-    }
-
-    /// Sends to watchers; returns how many events were delivered to at least one watcher.
-    fn publish(&self, run_id: &str, effect_id: &str, events: Vec<cpb::AgentEvent>) {
-        let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = runs.get(run_id) {
-            let _ = tx.send(Arc::new((effect_id.to_owned(), events)));
-        }
+fn agent_event_pb(e: &AgentEvent) -> cpb::AgentEvent {
+    let source = match e.source {
+        AgentEventSource::Unspecified => cpb::AgentEventSource::Unspecified,
+        AgentEventSource::Agent => cpb::AgentEventSource::Agent,
+        AgentEventSource::Daemon => cpb::AgentEventSource::Daemon,
+    };
+    cpb::AgentEvent {
+        event_id: e.event_id.clone(),
+        sequence: e.sequence,
+        time: e.time.map(system_time_to_pb),
+        session_id: e.session_id.clone(),
+        native_session_id: e.native_session_id.clone(),
+        synthetic: e.synthetic,
+        source: source as i32,
+        r#type: e.kind.clone(),
+        data_json: e.data_json.clone(),
+        raw_json: e.raw_json.clone(),
     }
 }
 
@@ -91,22 +102,22 @@ pub struct Services {
 
 impl Services {
     pub fn new(manager: RunManager, shutdown: CancellationToken) -> Self {
-        let hub = AgentEventHub::default();
         Self {
-            runs: RunApi::new(manager.clone(), hub.clone(), shutdown),
-            workers: WorkerApi::new(manager, hub),
+            runs: RunApi::new(manager.clone(), shutdown),
+            workers: WorkerApi::new(manager),
         }
     }
 
-    /// Both services on the shared server builder (health, reflection, auth, limits).
+    /// Both services on the shared server builder (health, reflection, auth), each with the
+    /// message-size limits and compression of the same `config`.
     pub fn into_server(self, config: &babysitter_common::server::ServerConfig) -> ServerBuilder {
         ServerBuilder::new("orchestrator", config)
             .add_service(
-                self.runs.into_service(),
+                self.runs.into_service(config),
                 babysitter_proto::FILE_DESCRIPTOR_SET,
             )
             .add_service(
-                self.workers.into_service(),
+                self.workers.into_service(config),
                 babysitter_proto::FILE_DESCRIPTOR_SET,
             )
     }

@@ -1,6 +1,18 @@
 //! The run manager: creates runs, iterates each one after every resolution, dispatches what it
 //! asks for (worker tasks to the [`TaskQueue`], sleeps to durable timers, breakpoints to
-//! approvers), and keeps a summary of every run for `GetRun` / `ListRuns` / `WatchRun`.
+//! approvers), and publishes every run's summary for `GetRun` / `ListRuns` / `WatchRun`.
+//!
+//! Everything the manager keeps about a run lives in one entry of the run table (`table.rs`):
+//! its summary (a `watch` channel every change is published on), lock, driver, timers, bundle
+//! state and live agent-event channel. A run's entry shrinks to its final summary when it ends
+//! and joins a bounded cache of finished runs; older ones are read back from the journal.
+//!
+//! - `driver.rs`: iteration drivers, dispatch, sleep timers, the lease sweep.
+//! - `resolve.rs`: worker completions, posted results, breakpoint decisions, cancel, halt.
+//! - `watch.rs`: [`RunWatch`], a run's events, summary changes and agent events, without polling.
+//! - `agents.rs`: live agent events, from the worker that reports them to the run's watchers.
+//! - `query.rs`: `get` / `list`, through the table or the journal.
+//! - `recovery.rs`: the table rebuilt from the journal at start.
 //!
 //! Iterations of one run never overlap: a per-run driver coalesces resolutions that arrive while
 //! an iteration runs into one follow-up iteration (a fan-out of 1,000 completions costs a handful
@@ -9,31 +21,38 @@
 //! effect even when a worker, a posted result and a breakpoint decision race.
 //!
 //! Nothing here is durable except through the journal: on start [`RunManager::recover`] lists
-//! every run, rebuilds summaries, and iterates the unfinished ones, which re-queues their
-//! requested-but-unresolved effects (held briefly so their previous workers can adopt them).
+//! every run and iterates the unfinished ones, which re-queues their requested-but-unresolved
+//! effects (held briefly so their previous workers can adopt them).
 
+mod agents;
+mod driver;
+mod query;
 mod recovery;
 mod resolve;
+mod table;
+mod watch;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use babysitter_journal::index::EffectRecord;
-use babysitter_journal::store::{RunFile, RunFiles};
+use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, JournalError, NewEvent};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, TaskOutcome, Usage};
+pub use watch::{RunWatch, WatchUpdate};
 
 use super::bundle::{self, Bundle, BundleLimits, PROCESS_DIR};
-use super::queue::{TaskQueue, TaskSpec};
+use super::queue::TaskQueue;
 use super::{Result, ServiceError};
+use crate::engine::Engine;
 use crate::engine::lifecycle::{self, Entrypoint, new_completion_proof};
-use crate::engine::{Engine, IterationStatus};
+use table::RunTable;
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,7 +140,15 @@ pub struct ManagerConfig {
     /// Known secrets: redacted from what is stored and relayed, resolved into the tasks workers
     /// receive (`{"$secret": "NAME"}` placeholders).
     pub secrets: Arc<babysitter_journal::redact::Redactor>,
+    /// Finished runs whose final summary stays in memory (the most recently finished or read);
+    /// others are read from the journal when asked for. Bounds the run table: live runs plus
+    /// this many.
+    pub finished_runs_cached: usize,
 }
+
+/// The default of [`ManagerConfig::finished_runs_cached`]: a summary is a few hundred bytes
+/// plus the run's output, so this is a few MiB for typical outputs.
+pub const DEFAULT_FINISHED_RUNS_CACHED: usize = 4096;
 
 impl Default for ManagerConfig {
     fn default() -> Self {
@@ -131,6 +158,7 @@ impl Default for ManagerConfig {
             evict_idle_sessions: true,
             retry_delay: Duration::from_secs(2),
             secrets: Arc::default(),
+            finished_runs_cached: DEFAULT_FINISHED_RUNS_CACHED,
         }
     }
 }
@@ -148,22 +176,10 @@ struct Inner {
     engine: Engine,
     queue: TaskQueue,
     config: ManagerConfig,
-    runs: StdMutex<HashMap<String, RunSummary>>,
-    idempotency: StdMutex<HashMap<(String, String), String>>,
-    locks: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Runs with a driver task: `true` = iterate again when the current iteration ends.
-    drivers: StdMutex<HashMap<String, DriveFlags>>,
-    timers: StdMutex<HashSet<(String, String)>>,
-    /// Runs whose bundle this process has written and verified locally.
-    materialized: StdMutex<HashSet<String>>,
+    /// Every live run's entry and the bounded cache of finished ones (see `table.rs`).
+    runs: StdMutex<RunTable>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct DriveFlags {
-    again: bool,
-    recovered: bool,
 }
 
 fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -176,18 +192,15 @@ fn str_of(v: &Value, k: &str) -> Option<String> {
 
 impl RunManager {
     pub fn new(engine: Engine, queue: TaskQueue, config: ManagerConfig) -> Self {
+        let shutdown = CancellationToken::new();
+        let runs = RunTable::new(config.finished_runs_cached, shutdown.clone());
         Self {
             inner: Arc::new(Inner {
                 engine,
                 queue,
                 config,
-                runs: Default::default(),
-                idempotency: Default::default(),
-                locks: Default::default(),
-                drivers: Default::default(),
-                timers: Default::default(),
-                materialized: Default::default(),
-                shutdown: CancellationToken::new(),
+                runs: StdMutex::new(runs),
+                shutdown,
                 tracker: TaskTracker::new(),
             }),
         }
@@ -230,54 +243,13 @@ impl RunManager {
         self.inner.tracker.wait().await;
     }
 
-    fn lock_for(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.inner.locks)
-            .entry(run_id.to_owned())
-            .or_default()
-            .clone()
+    /// The write lock of a live run (`None` once it has ended).
+    fn run_lock(&self, run_id: &str) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        lock(&self.inner.runs).live(run_id).map(|r| r.lock.clone())
     }
 
-    /// The summary of a run visible in `namespace`.
-    pub fn get(&self, namespace: &str, run_id: &str) -> Result<RunSummary> {
-        lock(&self.inner.runs)
-            .get(run_id)
-            .filter(|r| r.namespace == namespace)
-            .cloned()
-            .ok_or_else(|| ServiceError::NotFound(format!("run {run_id}")))
-    }
-
-    /// Runs of `namespace` matching the filters, newest first (ULID order), after `page_token`.
-    pub fn list(
-        &self,
-        namespace: &str,
-        statuses: &[RunStatus],
-        labels: &BTreeMap<String, String>,
-        page_size: usize,
-        page_token: Option<&str>,
-    ) -> (Vec<RunSummary>, Option<String>) {
-        let runs = lock(&self.inner.runs);
-        let mut matching: Vec<&RunSummary> = runs
-            .values()
-            .filter(|r| r.namespace == namespace)
-            .filter(|r| statuses.is_empty() || statuses.contains(&r.status))
-            .filter(|r| labels.iter().all(|(k, v)| r.labels.get(k) == Some(v)))
-            .filter(|r| page_token.is_none_or(|t| r.run_id.as_str() < t))
-            .collect();
-        matching.sort_by(|a, b| b.run_id.cmp(&a.run_id));
-        let size = page_size.clamp(1, 1000);
-        let next = (matching.len() > size).then(|| matching[size - 1].run_id.clone());
-        (matching.into_iter().take(size).cloned().collect(), next)
-    }
-
-    /// Namespaces' run ids (for cross-run listings such as breakpoints).
-    pub(crate) fn run_ids_in(&self, namespace: &str) -> Vec<String> {
-        let mut ids: Vec<String> = lock(&self.inner.runs)
-            .values()
-            .filter(|r| r.namespace == namespace)
-            .map(|r| r.run_id.clone())
-            .collect();
-        ids.sort();
-        ids
+    fn is_live(&self, run_id: &str) -> bool {
+        lock(&self.inner.runs).live(run_id).is_some()
     }
 
     /// Creates a run, journals `RUN_CREATED` and starts iterating it.
@@ -298,11 +270,12 @@ impl RunManager {
             }
         }
         req.bundle.validate(self.inner.config.bundle_limits)?;
-        if let Some(key) = &req.idempotency_key
-            && let Some(existing) =
-                lock(&self.inner.idempotency).get(&(namespace.clone(), key.clone()))
-        {
-            return self.get(&namespace, existing);
+        let existing = req
+            .idempotency_key
+            .as_ref()
+            .and_then(|key| lock(&self.inner.runs).idempotent(&namespace, key));
+        if let Some(existing) = existing {
+            return self.get(&namespace, &existing).await;
         }
         let run_id = match &req.run_id {
             Some(id) if !id.is_empty() => {
@@ -392,10 +365,7 @@ impl RunManager {
             output: None,
             error: None,
         };
-        lock(&self.inner.runs).insert(run_id.clone(), summary.clone());
-        if let Some(k) = req.idempotency_key {
-            lock(&self.inner.idempotency).insert((namespace, k), run_id.clone());
-        }
+        lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
         self.schedule(&run_id, false);
         Ok(summary)
     }
@@ -419,371 +389,4 @@ impl RunManager {
         }
         Ok(())
     }
-
-    /// Asks for an iteration of `run_id` (coalesced with one already running).
-    pub fn schedule(&self, run_id: &str, recovered: bool) {
-        if !self.claim_driver(run_id, recovered) {
-            return;
-        }
-        let this = self.clone();
-        let run_id = run_id.to_owned();
-        self.inner
-            .tracker
-            .spawn(async move { this.drive(&run_id, recovered).await });
-    }
-
-    /// Like [`RunManager::schedule`], but iterates in the calling task when no driver is active
-    /// (a completion that waits for the next task anyway saves a task hop and a wake-up).
-    pub async fn iterate_now(&self, run_id: &str) {
-        if self.claim_driver(run_id, false) {
-            let _running = self.inner.tracker.token();
-            self.drive(run_id, false).await;
-        }
-    }
-
-    /// Registers the run's driver; false when one is active (it was asked to go again).
-    fn claim_driver(&self, run_id: &str, recovered: bool) -> bool {
-        if self.inner.shutdown.is_cancelled() {
-            return false;
-        }
-        let mut drivers = lock(&self.inner.drivers);
-        if let Some(flags) = drivers.get_mut(run_id) {
-            flags.again = true;
-            flags.recovered |= recovered;
-            return false;
-        }
-        drivers.insert(
-            run_id.to_owned(),
-            DriveFlags {
-                again: false,
-                recovered,
-            },
-        );
-        true
-    }
-
-    /// The driver loop: iterate until no resolution arrived meanwhile.
-    async fn drive(&self, run_id: &str, recovered: bool) {
-        let mut recovered = recovered;
-        loop {
-            self.iterate_once(run_id, recovered).await;
-            let mut drivers = lock(&self.inner.drivers);
-            match drivers.get_mut(run_id) {
-                Some(flags) if flags.again && !self.inner.shutdown.is_cancelled() => {
-                    flags.again = false;
-                    recovered = std::mem::take(&mut flags.recovered);
-                }
-                _ => {
-                    drivers.remove(run_id);
-                    break;
-                }
-            }
-        }
-    }
-
-    async fn iterate_once(&self, run_id: &str, recovered: bool) {
-        let run_lock = self.lock_for(run_id);
-        let _guard = run_lock.lock().await;
-        let terminal = lock(&self.inner.runs)
-            .get(run_id)
-            .is_none_or(|r| r.status.is_terminal());
-        if terminal {
-            return;
-        }
-        let result = async {
-            self.ensure_materialized(run_id).await?;
-            let it = self.inner.engine.iterate(run_id).await?;
-            self.after_iteration(run_id, it, recovered).await
-        }
-        .await;
-        if let Err(e) = result {
-            lock(&self.inner.materialized).remove(run_id);
-            tracing::warn!(run_id, error = %e, "iteration failed; will retry");
-            if let Some(r) = lock(&self.inner.runs).get_mut(run_id) {
-                r.status_reason = format!("iteration failed (retrying): {e}");
-            }
-            let this = self.clone();
-            let run_id = run_id.to_owned();
-            let delay = self.inner.config.retry_delay;
-            let stop = self.inner.shutdown.clone();
-            self.inner.tracker.spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => this.schedule(&run_id, recovered),
-                    () = stop.cancelled() => {}
-                }
-            });
-        }
-    }
-
-    /// Makes sure the run's bundle files exist where the engine reads them (checked once per
-    /// process; a failed iteration re-checks).
-    async fn ensure_materialized(&self, run_id: &str) -> Result<()> {
-        if lock(&self.inner.materialized).contains(run_id) {
-            return Ok(());
-        }
-        let files = self.journal().run_files(run_id).await?;
-        if let Some(manifest) = files.run_json.get("processBundle") {
-            bundle::materialize(
-                self.journal(),
-                &self.inner.engine.options().runs_root,
-                run_id,
-                manifest,
-            )
-            .await?;
-        } // else a run made outside the service (babysitter layout): files in place
-        lock(&self.inner.materialized).insert(run_id.to_owned());
-        Ok(())
-    }
-
-    async fn after_iteration(
-        &self,
-        run_id: &str,
-        it: crate::engine::Iteration,
-        recovered: bool,
-    ) -> Result<()> {
-        let journal = self.journal();
-        let pending: Vec<EffectRecord> = self
-            .engine()
-            .view(run_id, |_, idx| idx.pending().cloned().collect())
-            .await?;
-        let namespace = lock(&self.inner.runs)
-            .get(run_id)
-            .map(|r| r.namespace.clone())
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
-        // The task.json the iteration just stored, so new tasks are dispatched without a read.
-        let fresh: HashMap<&str, &Bytes> = it
-            .requested
-            .iter()
-            .map(String::as_str)
-            .zip(it.requested_tasks.iter())
-            .collect();
-        let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
-        for r in &pending {
-            let kind = r.kind.clone().unwrap_or_else(|| "unknown".into());
-            *by_kind.entry(kind.clone()).or_default() += 1;
-            match kind.as_str() {
-                "breakpoint" => {}
-                "sleep" => self.arm_timer(run_id, r).await?,
-                _ if self.inner.queue.is_known(run_id, &r.effect_id) => {}
-                _ => {
-                    let task = match fresh.get(r.effect_id.as_str()) {
-                        Some(doc) => (*doc).clone(),
-                        None => {
-                            journal
-                                .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
-                                .await?
-                        }
-                    };
-                    let spec = task_spec(&namespace, run_id, r, &kind, task)?;
-                    self.inner.queue.enqueue(spec, recovered);
-                }
-            }
-        }
-        let (queued, leased) = self.inner.queue.counts_for_run(run_id);
-        let (status, reason) = match it.status {
-            IterationStatus::Completed => (RunStatus::Completed, String::new()),
-            IterationStatus::Halted => (RunStatus::Halted, it.reason.clone().unwrap_or_default()),
-            IterationStatus::Failed => (RunStatus::Failed, it.reason.clone().unwrap_or_default()),
-            IterationStatus::None => {
-                let (status, error) = self.terminal_of(run_id).await?;
-                if let Some(r) = lock(&self.inner.runs).get_mut(run_id) {
-                    r.error = error;
-                }
-                (status, String::new())
-            }
-            IterationStatus::Waiting if queued + leased > 0 => (RunStatus::Running, String::new()),
-            IterationStatus::Waiting if by_kind.contains_key("breakpoint") => {
-                (RunStatus::Waiting, "breakpoint-waiting".into())
-            }
-            IterationStatus::Waiting if by_kind.contains_key("sleep") => {
-                (RunStatus::Waiting, "sleeping".into())
-            }
-            IterationStatus::Waiting => (RunStatus::Waiting, "external-task-waiting".into()),
-        };
-        if self.inner.config.evict_idle_sessions && (status.is_terminal() || queued + leased == 0) {
-            self.inner.engine.evict(run_id).await?;
-        }
-        let head = it.head;
-        let mut runs = lock(&self.inner.runs);
-        if let Some(r) = runs.get_mut(run_id) {
-            r.updated_at = Some(crate::engine::iso(self
-                .inner
-                .engine
-                .options()
-                .clock
-                .as_ref()()));
-            r.status = status;
-            if !(status == RunStatus::Running && r.status_reason.starts_with("no live worker")) {
-                r.status_reason = reason;
-            }
-            r.head_seq = r.head_seq.max(head.seq);
-            r.pending_by_kind = by_kind;
-            if let Some(o) = it.output {
-                r.output = Some(o);
-            }
-            if let Some(e) = it.error {
-                r.error = Some(e);
-            }
-        }
-        drop(runs);
-        if status.is_terminal() {
-            self.finished(run_id);
-        }
-        Ok(())
-    }
-
-    /// Drops a finished run's queue entries, timers and lock.
-    fn finished(&self, run_id: &str) {
-        self.inner.queue.cancel_run(run_id, "the run ended");
-        lock(&self.inner.timers).retain(|(r, _)| r != run_id);
-        lock(&self.inner.materialized).remove(run_id);
-    }
-
-    /// The terminal status and error of a run whose last lifecycle event is terminal.
-    async fn terminal_of(&self, run_id: &str) -> Result<(RunStatus, Option<Value>)> {
-        let mark = self
-            .engine()
-            .view(run_id, |_, idx| idx.last_lifecycle.clone())
-            .await?;
-        let Some(mark) = mark else {
-            return Ok((RunStatus::Running, None));
-        };
-        let event = self.journal().read(run_id, mark.seq, mark.seq).await?;
-        let data = event
-            .first()
-            .map(|e| e.body.data.clone())
-            .unwrap_or_default();
-        let status =
-            RunStatus::of_terminal_event(&mark.event_type, &data).unwrap_or(RunStatus::Running);
-        Ok((status, data.get("error").cloned()))
-    }
-
-    /// A durable timer for a pending sleep: when it fires, the run is iterated and the engine
-    /// resolves the sleep (it is past due then). Re-armed from the journal after a restart.
-    async fn arm_timer(&self, run_id: &str, r: &EffectRecord) -> Result<()> {
-        let key = (run_id.to_owned(), r.effect_id.clone());
-        if !lock(&self.inner.timers).insert(key.clone()) {
-            return Ok(());
-        }
-        let task = self
-            .journal()
-            .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
-            .await?;
-        let target = serde_json::from_slice::<Value>(&task)
-            .ok()
-            .and_then(|t| t.pointer("/sleep/targetEpochMs").and_then(Value::as_i64))
-            .unwrap_or(0);
-        let now = self.inner.engine.options().clock.as_ref()();
-        let wait = Duration::from_millis(u64::try_from(target - now).unwrap_or(0));
-        let this = self.clone();
-        let stop = self.inner.shutdown.clone();
-        self.inner.tracker.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(wait + Duration::from_millis(1)) => {
-                    lock(&this.inner.timers).remove(&key);
-                    this.schedule(&key.0, false);
-                }
-                () = stop.cancelled() => {}
-            }
-        });
-        Ok(())
-    }
-
-    /// Periodic work: expired leases, tasks that ran out of attempts, unroutable tasks.
-    pub fn spawn_sweeper(&self) {
-        let this = self.clone();
-        let stop = self.inner.shutdown.clone();
-        let every = self.inner.config.sweep_interval;
-        self.inner.tracker.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => this.sweep().await,
-                    () = stop.cancelled() => break,
-                }
-            }
-        });
-    }
-
-    pub async fn sweep(&self) {
-        for gave_up in self.inner.queue.expire() {
-            if let Err(e) = self.give_up(&gave_up).await {
-                tracing::warn!(run_id = %gave_up.spec.run_id, effect_id = %gave_up.spec.effect_id,
-                    error = %e, "could not fail a task that ran out of attempts");
-            }
-        }
-        let unroutable: HashMap<String, String> = self
-            .inner
-            .queue
-            .unroutable()
-            .into_iter()
-            .map(|(spec, why)| (spec.run_id.clone(), why))
-            .collect();
-        let mut runs = lock(&self.inner.runs);
-        for r in runs.values_mut() {
-            if let Some(why) = unroutable.get(&r.run_id) {
-                if r.status_reason != *why {
-                    tracing::warn!(run_id = %r.run_id, reason = %why, "task cannot be routed");
-                }
-                r.status_reason = why.clone();
-            } else if r.status_reason.starts_with("no live worker") {
-                r.status_reason.clear();
-            }
-        }
-    }
-
-    pub(crate) fn set_summary(&self, run_id: &str, f: impl FnOnce(&mut RunSummary)) {
-        if let Some(r) = lock(&self.inner.runs).get_mut(run_id) {
-            f(r);
-        }
-    }
-}
-
-/// A worker task from its journal record and `task.json`.
-fn task_spec(
-    namespace: &str,
-    run_id: &str,
-    r: &EffectRecord,
-    kind: &str,
-    task_json: Bytes,
-) -> Result<TaskSpec> {
-    let def: Value = serde_json::from_slice(&task_json).map_err(|e| {
-        ServiceError::Conflict(format!(
-            "run {run_id}: tasks/{}/task.json is not JSON: {e}",
-            r.effect_id
-        ))
-    })?;
-    let execution = def.get("execution");
-    let harness = execution
-        .and_then(|x| x.get("harness"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let required_labels = execution
-        .and_then(|x| x.get("labels"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
-    let timeout_ms = def
-        .pointer("/shell/timeout")
-        .or_else(|| def.pointer("/node/timeoutMs"))
-        .or_else(|| def.pointer("/agent/timeoutMs"))
-        .and_then(Value::as_u64);
-    Ok(TaskSpec {
-        namespace: namespace.to_owned(),
-        run_id: run_id.to_owned(),
-        effect_id: r.effect_id.clone(),
-        task_id: r.task_id.clone(),
-        invocation_key: r.invocation_key.clone(),
-        kind: kind.to_owned(),
-        label: r.label.clone().unwrap_or_default(),
-        task_json,
-        harness,
-        required_labels,
-        timeout: timeout_ms.map(Duration::from_millis),
-    })
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babysitter_common::auth::{AuthConfig, Role, Secret, TokenEntry};
-use babysitter_common::client::{AuthedChannel, connect_lazy};
+use babysitter_common::client::{AuthedChannel, ClientOptions, connect_lazy};
 use babysitter_common::server::ServerConfig;
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::fs::FsStore;
@@ -65,6 +65,19 @@ pub async fn start(queue: QueueConfig, auth: AuthConfig) -> Service {
 }
 
 pub async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor) -> Service {
+    let server = ServerConfig {
+        auth,
+        ..ServerConfig::default()
+    };
+    start_with_server(queue, server, secrets).await
+}
+
+/// The orchestrator with its `[server]` section set to `config` (auth, limits).
+pub async fn start_with_server(
+    queue: QueueConfig,
+    config: ServerConfig,
+    secrets: Redactor,
+) -> Service {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
     let secrets = Arc::new(secrets);
@@ -92,10 +105,6 @@ pub async fn start_with(queue: QueueConfig, auth: AuthConfig, secrets: Redactor)
     manager.spawn_sweeper();
     let stop = CancellationToken::new();
     let services = Services::new(manager.clone(), stop.clone());
-    let config = ServerConfig {
-        auth,
-        ..ServerConfig::default()
-    };
     let server = services.into_server(&config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -116,7 +125,8 @@ pub fn fast_queue() -> QueueConfig {
 }
 
 pub fn client(s: &Service, tok: Option<&str>) -> RunServiceClient<AuthedChannel> {
-    RunServiceClient::new(connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap())
+    let token = tok.map(Secret::new);
+    babysitter_common::client::client(&s.url, token.as_ref(), &ClientOptions::default()).unwrap()
 }
 
 pub fn spawn_worker(
@@ -144,7 +154,8 @@ pub fn spawn_worker(
 
 /// A bare WorkerService client registered as a shell worker `id`.
 pub async fn raw_worker(s: &Service, id: &str) -> WorkerServiceClient<AuthedChannel> {
-    let mut w = WorkerServiceClient::new(connect_lazy(&s.url, None).unwrap());
+    let mut w: WorkerServiceClient<AuthedChannel> =
+        babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap();
     w.register_worker(pb::RegisterWorkerRequest {
         worker_id: id.into(),
         capabilities: Some(cpb::WorkerCapabilities {

@@ -4,49 +4,41 @@ use std::collections::BTreeMap;
 use std::pin::Pin;
 
 use babysitter_common::auth::Role;
-use babysitter_journal::StoredEvent;
+use babysitter_common::error::{ErrorKind, status};
+use babysitter_common::server::ServerConfig;
 use babysitter_journal::grpc::event_to_pb;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_server::{RunService, RunServiceServer};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::Value;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::{
-    AgentBatch, AgentEventHub, authorize, json_bytes, namespace_for, outcome_of, parse_json,
-    timestamp_of,
+    agent_event_pb, authorize, json_bytes, namespace_for, outcome_of, parse_json, timestamp_of,
 };
 use crate::service::ServiceError;
 use crate::service::bundle::Bundle;
-use crate::service::runs::{Decision, NewRun, RunManager, RunStatus, RunSummary};
+use crate::service::runs::{
+    AgentBatch, Decision, NewRun, RunManager, RunStatus, RunSummary, RunWatch, WatchUpdate,
+};
 
 #[derive(Debug, Clone)]
 pub struct RunApi {
     manager: RunManager,
-    hub: AgentEventHub,
+    /// The server's: open watches end with Unavailable (resume) so it can drain.
     shutdown: CancellationToken,
 }
 
 impl RunApi {
-    pub(super) fn new(
-        manager: RunManager,
-        hub: AgentEventHub,
-        shutdown: CancellationToken,
-    ) -> Self {
-        Self {
-            manager,
-            hub,
-            shutdown,
-        }
+    pub(super) fn new(manager: RunManager, shutdown: CancellationToken) -> Self {
+        Self { manager, shutdown }
     }
 
-    pub fn into_service(self) -> RunServiceServer<Self> {
-        RunServiceServer::new(self)
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024)
+    /// The tonic service, with the message-size limits and compression of `config`.
+    pub fn into_service(self, config: &ServerConfig) -> RunServiceServer<Self> {
+        babysitter_common::tune_grpc_service!(RunServiceServer::new(self), config)
     }
 }
 
@@ -54,28 +46,41 @@ const CLIENT: &[Role] = &[Role::Client];
 
 fn task_agent_events(batch: &AgentBatch) -> pb::TaskAgentEvents {
     pb::TaskAgentEvents {
-        effect_id: batch.0.clone(),
-        events: batch.1.clone(),
+        effect_id: batch.effect_id.clone(),
+        events: batch.events.iter().map(agent_event_pb).collect(),
     }
 }
 
-/// The agent batches a watch has received and not yet sent, without waiting. Sent with the run's
-/// terminal event: a worker finishes `ReportEvents` before it completes its task, so by then
-/// every batch of the run's tasks is queued here, and a watch that is behind (both ready at
-/// once) must not end without them.
-fn queued_agent_events(
-    rx: Option<&mut broadcast::Receiver<AgentBatch>>,
-) -> Vec<pb::TaskAgentEvents> {
-    let mut out = Vec::new();
-    let Some(rx) = rx else { return out };
-    loop {
-        match rx.try_recv() {
-            Ok(batch) => out.push(task_agent_events(&batch)),
-            // Batches the watch fell too far behind to keep are gone; send the rest.
-            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-            Err(_) => return out,
-        }
+fn watch_update_pb(u: WatchUpdate) -> pb::WatchRunResponse {
+    pb::WatchRunResponse {
+        events: u.events.iter().map(event_to_pb).collect(),
+        run: u.run.as_ref().map(run_pb),
+        agent_events: u
+            .agent_events
+            .iter()
+            .map(|b| task_agent_events(b))
+            .collect(),
     }
+}
+
+/// The watch as a response stream that ends with Unavailable when the server shuts down.
+fn watch_stream(watch: RunWatch, shutdown: CancellationToken) -> WatchStream {
+    Box::pin(futures::stream::unfold(
+        Some((watch, shutdown)),
+        |state| async move {
+            let (mut watch, shutdown) = state?;
+            tokio::select! {
+                item = watch.next() => {
+                    let item = item?.map(watch_update_pb).map_err(Status::from);
+                    Some((item, Some((watch, shutdown))))
+                }
+                () = shutdown.cancelled() => {
+                    let msg = "the orchestrator is shutting down; resume the watch";
+                    Some((Err(status(ErrorKind::Unavailable, msg, true, &[])), None))
+                }
+            }
+        },
+    ))
 }
 
 fn status_pb(s: RunStatus) -> pb::RunStatus {
@@ -149,10 +154,6 @@ fn page_size(n: u32) -> usize {
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchRunResponse, Status>> + Send>>;
 
-fn terminal_status(e: &StoredEvent) -> Option<RunStatus> {
-    RunStatus::of_terminal_event(e.body.kind.as_str(), &e.body.data)
-}
-
 #[tonic::async_trait]
 impl RunService for RunApi {
     async fn create_run(
@@ -205,7 +206,7 @@ impl RunService for RunApi {
         let who = authorize(&req, CLIENT)?;
         let r = req.into_inner();
         let ns = namespace_for(&who, &r.namespace)?;
-        let run = self.manager.get(&ns, &r.run_id)?;
+        let run = self.manager.get(&ns, &r.run_id).await?;
         Ok(Response::new(pb::GetRunResponse {
             run: Some(run_pb(&run)),
         }))
@@ -225,9 +226,10 @@ impl RunService for RunApi {
             .collect::<Result<Vec<_>, _>>()?;
         let labels: BTreeMap<String, String> = r.label_selector.into_iter().collect();
         let token = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
-        let (runs, next) =
-            self.manager
-                .list(&ns, &statuses, &labels, page_size(r.page_size), token);
+        let (runs, next) = self
+            .manager
+            .list(&ns, &statuses, &labels, page_size(r.page_size), token)
+            .await?;
         Ok(Response::new(pb::ListRunsResponse {
             runs: runs.iter().map(run_pb).collect(),
             next_page_token: next.unwrap_or_default(),
@@ -243,109 +245,11 @@ impl RunService for RunApi {
         let who = authorize(&req, CLIENT)?;
         let r = req.into_inner();
         let ns = namespace_for(&who, &r.namespace)?;
-        let first = self.manager.get(&ns, &r.run_id)?;
-        let from = r.from_seq.max(1);
-        let manager = self.manager.clone();
-        let run_id = r.run_id.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::WatchRunResponse, Status>>(16);
-        let mut agent_rx = r.include_agent_events.then(|| self.hub.subscribe(&run_id));
-        let mut journal = manager.journal().watch(&run_id, from);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            let mut last = first.clone();
-            let send_first = pb::WatchRunResponse {
-                events: vec![],
-                run: Some(run_pb(&first)),
-                agent_events: vec![],
-            };
-            if tx.send(Ok(send_first)).await.is_err() {
-                return;
-            }
-            if first.status.is_terminal() && from > first.head_seq {
-                return; // nothing more will ever come
-            }
-            // Status changes without new events (a run that starts waiting on a breakpoint, an
-            // unroutable task) are sent when seen.
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let Ok(now) = manager.get(&ns, &run_id) else { continue };
-                        if now.status != last.status || now.status_reason != last.status_reason
-                            || now.pending_by_kind != last.pending_by_kind
-                        {
-                            let msg = pb::WatchRunResponse { events: vec![], run: Some(run_pb(&now)), agent_events: vec![] };
-                            last = now;
-                            if tx.send(Ok(msg)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    batch = journal.next() => {
-                        let events = match batch {
-                            Some(Ok(events)) => events,
-                            Some(Err(e)) => { let _ = tx.send(Err(Status::from(e))).await; return; }
-                            None => return,
-                        };
-                        let ended = events.iter().find_map(terminal_status);
-                        let mut now = manager.get(&ns, &run_id).unwrap_or_else(|_| last.clone());
-                        if let Some(s) = ended {
-                            // The summary (output, error) is updated right after the terminal
-                            // append: wait for it briefly so the last message, and any GetRun
-                            // after the stream ends, show the finished run.
-                            for _ in 0..200 {
-                                if now.status.is_terminal() {
-                                    break;
-                                }
-                                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                                now = manager.get(&ns, &run_id).unwrap_or_else(|_| now.clone());
-                            }
-                            now.status = s;
-                        }
-                        let changed = now.status != last.status || now.status_reason != last.status_reason;
-                        let msg = pb::WatchRunResponse {
-                            events: events.iter().map(event_to_pb).collect(),
-                            run: changed.then(|| run_pb(&now)),
-                            // The stream ends here: agent events still queued go with it.
-                            agent_events: if ended.is_some() {
-                                queued_agent_events(agent_rx.as_mut())
-                            } else {
-                                vec![]
-                            },
-                        };
-                        last = now;
-                        if tx.send(Ok(msg)).await.is_err() || ended.is_some() {
-                            return;
-                        }
-                    }
-                    agent = async {
-                        match agent_rx.as_mut() {
-                            Some(rx) => rx.recv().await.ok(),
-                            None => std::future::pending().await,
-                        }
-                    } => {
-                        if let Some(batch) = agent {
-                            let msg = pb::WatchRunResponse {
-                                events: vec![],
-                                run: None,
-                                agent_events: vec![task_agent_events(&batch)],
-                            };
-                            if tx.send(Ok(msg)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    () = shutdown.cancelled() => {
-                        let _ = tx.send(Err(Status::unavailable("the orchestrator is shutting down; resume the watch"))).await;
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        let watch = self
+            .manager
+            .watch(&ns, &r.run_id, r.from_seq, r.include_agent_events)
+            .await?;
+        Ok(Response::new(watch_stream(watch, self.shutdown.clone())))
     }
 
     async fn cancel_run(

@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use babysitter_common::auth::Role;
+use babysitter_common::server::ServerConfig;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_server::{
     WorkerService, WorkerServiceServer,
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{AgentEventHub, authorize, outcome_of, system_time_to_pb};
+use super::{agent_event_of, authorize, outcome_of, system_time_to_pb};
 use crate::service::ServiceError;
 use crate::service::queue::{Capabilities, LeaseVerdict};
 use crate::service::runs::{RunManager, TaskOutcome};
@@ -17,18 +18,16 @@ use crate::service::runs::{RunManager, TaskOutcome};
 #[derive(Debug, Clone)]
 pub struct WorkerApi {
     manager: RunManager,
-    hub: AgentEventHub,
 }
 
 impl WorkerApi {
-    pub(super) fn new(manager: RunManager, hub: AgentEventHub) -> Self {
-        Self { manager, hub }
+    pub(super) fn new(manager: RunManager) -> Self {
+        Self { manager }
     }
 
-    pub fn into_service(self) -> WorkerServiceServer<Self> {
-        WorkerServiceServer::new(self)
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024)
+    /// The tonic service, with the message-size limits and compression of `config`.
+    pub fn into_service(self, config: &ServerConfig) -> WorkerServiceServer<Self> {
+        babysitter_common::tune_grpc_service!(WorkerServiceServer::new(self), config)
     }
 }
 
@@ -203,25 +202,11 @@ impl WorkerService for WorkerApi {
         let mut stream = req.into_inner();
         let mut accepted = 0u64;
         while let Some(msg) = stream.message().await? {
-            let Some((run_id, effect_id)) = self
+            let events = msg.events.into_iter().map(agent_event_of).collect();
+            accepted += self
                 .manager
-                .queue()
-                .lease_task(&msg.worker_id, &msg.lease_id)
-            else {
-                continue; // a lost lease: its events are dropped
-            };
-            accepted += msg.events.len() as u64;
-            let secrets = self.manager.secrets();
-            let events = msg
-                .events
-                .into_iter()
-                .map(|mut e| {
-                    e.data_json = secrets.bytes(e.data_json);
-                    e.raw_json = secrets.bytes(e.raw_json);
-                    e
-                })
-                .collect();
-            self.hub.publish(&run_id, &effect_id, events);
+                .report_agent_events(&msg.worker_id, &msg.lease_id, events)
+                as u64;
         }
         Ok(Response::new(pb::ReportEventsResponse {
             accepted_events: accepted,

@@ -1,14 +1,13 @@
-//! Start-up recovery: every run in the journal gets its summary back, and every unfinished one is
-//! iterated again, which re-queues its requested-but-unresolved effects (held for adoption by the
-//! workers that were running them) and re-arms its sleep timers.
+//! Start-up recovery: every unfinished run in the journal gets a live entry back and is iterated
+//! again, which re-queues its requested-but-unresolved effects (held for adoption by the workers
+//! that were running them) and re-arms its sleep timers. The most recently created finished runs
+//! fill the finished-run cache; older ones are read from the journal when asked for.
 
-use std::collections::BTreeMap;
-
-use babysitter_journal::store::RunFile;
-use babysitter_journal::{EventType, JournalError, NewEvent};
+use babysitter_journal::{EventType, NewEvent};
 use serde_json::{Map, Value, json};
 
-use super::{DEFAULT_NAMESPACE, RunManager, RunStatus, RunSummary, lock, str_of};
+use super::query::StoredRun;
+use super::{RunManager, RunStatus, lock};
 use crate::service::Result;
 
 impl RunManager {
@@ -26,51 +25,52 @@ impl RunManager {
                 None => break,
             }
         }
-        let loaded: Vec<Result<Option<(RunSummary, bool)>>> = futures::stream::iter(ids)
+        let loaded: Vec<Result<Option<StoredRun>>> = futures::stream::iter(ids)
             .map(|id| {
                 let this = self.clone();
-                async move { this.load_summary(&id).await }
+                async move { this.load_run(&id).await }
             })
             .buffer_unordered(16)
             .collect()
             .await;
-        let mut resumed = 0;
+        let mut runs: Vec<StoredRun> = Vec::with_capacity(loaded.len());
         for item in loaded {
             match item {
-                Ok(Some((summary, resume))) => {
-                    let id = summary.run_id.clone();
-                    lock(&self.inner.runs).insert(id.clone(), summary);
-                    if resume {
-                        resumed += 1;
-                        self.schedule(&id, true);
-                    }
-                }
+                Ok(Some(run)) => runs.push(run),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "a run could not be loaded at start"),
             }
         }
-        Ok(resumed)
+        // Oldest first, so the cache keeps the newest finished runs.
+        runs.sort_by(|a, b| a.summary.run_id.cmp(&b.summary.run_id));
+        let mut resumed = Vec::new();
+        {
+            let mut table = lock(&self.inner.runs);
+            for run in runs {
+                if run.summary.status.is_terminal() {
+                    table.remember_finished(run.summary, run.idempotency_key);
+                } else {
+                    let id = run.summary.run_id.clone();
+                    if table.insert_live(run.summary, run.idempotency_key) {
+                        resumed.push(id);
+                    }
+                }
+            }
+        }
+        for id in &resumed {
+            self.schedule(id, true);
+        }
+        Ok(resumed.len())
     }
 
-    async fn load_summary(&self, run_id: &str) -> Result<Option<(RunSummary, bool)>> {
-        let journal = self.journal();
-        let files = match journal.run_files(run_id).await {
-            Ok(f) => f,
-            Err(JournalError::RunNotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
+    /// A run as the journal has it, finishing its creation if `RUN_CREATED` never landed.
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
+        let Some(mut run) = self.read_run(run_id).await? else {
+            return Ok(None);
         };
-        let rj = &files.run_json;
-        let namespace = str_of(rj, "namespace").unwrap_or_else(|| DEFAULT_NAMESPACE.into());
-        let labels: BTreeMap<String, String> = rj
-            .get("labels")
-            .and_then(|l| serde_json::from_value(l.clone()).ok())
-            .unwrap_or_default();
-        if let Some(k) = str_of(rj, "idempotencyKey") {
-            lock(&self.inner.idempotency).insert((namespace.clone(), k), run_id.to_owned());
-        }
-        let head = journal.head(run_id).await?;
-        if head.seq == 0 {
+        if run.summary.head_seq == 0 {
             // Created but RUN_CREATED never landed (a crash in CreateRun): finish the creation.
+            let rj = self.journal().run_files(run_id).await?.run_json;
             let mut data = Map::new();
             data.insert("runId".into(), json!(run_id));
             for k in ["processId", "entrypoint", "processCodeHash"] {
@@ -78,38 +78,16 @@ impl RunManager {
                     data.insert(k.into(), v.clone());
                 }
             }
-            journal
+            self.journal()
                 .append(
                     run_id,
                     1,
                     vec![NewEvent::new(EventType::RunCreated, Value::Object(data))],
                 )
                 .await?;
+            run.summary.head_seq = 1;
+            run.summary.status = RunStatus::Running;
         }
-        let (status, error) = self.terminal_of(run_id).await?;
-        let output = if status == RunStatus::Completed {
-            journal
-                .get_run_file(run_id, &RunFile::state("output.json")?)
-                .await
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-        } else {
-            None
-        };
-        let summary = RunSummary {
-            run_id: run_id.to_owned(),
-            namespace,
-            status,
-            labels,
-            process_id: str_of(rj, "processId").unwrap_or_default(),
-            created_at: str_of(rj, "createdAt"),
-            updated_at: None,
-            head_seq: head.seq.max(1),
-            pending_by_kind: BTreeMap::new(),
-            status_reason: String::new(),
-            output,
-            error,
-        };
-        Ok(Some((summary, !status.is_terminal())))
+        Ok(Some(run))
     }
 }

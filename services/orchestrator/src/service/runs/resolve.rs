@@ -70,6 +70,14 @@ pub struct BreakpointInfo {
     pub auto_approval: Option<Value>,
 }
 
+/// Whether a run can still be written to.
+enum Writable {
+    /// Live: its write lock (check it is still live once holding it).
+    Live(std::sync::Arc<tokio::sync::Mutex<()>>),
+    /// It has ended.
+    Ended,
+}
+
 /// How a commit ended.
 enum Settled {
     New(u64),
@@ -78,9 +86,27 @@ enum Settled {
 }
 
 impl RunManager {
+    /// Whether the run visible in `namespace` is live (its lock) or has ended.
+    async fn writable(&self, namespace: &str, run_id: &str) -> Result<Writable> {
+        let run_lock = self.run_lock(run_id);
+        // Visibility (NotFound); read after the lock so a run that ended just now reads as ended.
+        let summary = self.get(namespace, run_id).await?;
+        if let Some(run_lock) = run_lock {
+            return Ok(Writable::Live(run_lock));
+        }
+        if summary.status.is_terminal() {
+            Ok(Writable::Ended)
+        } else {
+            // In the journal, unfinished, yet not live here: it failed to load at start.
+            Err(ServiceError::Conflict(format!(
+                "run {run_id} is not active in this orchestrator"
+            )))
+        }
+    }
+
     /// The effect's record, the run being visible in `namespace`.
     async fn record(&self, namespace: &str, run_id: &str, effect_id: &str) -> Result<EffectRecord> {
-        self.get(namespace, run_id)?;
+        self.get(namespace, run_id).await?;
         self.engine()
             .view(run_id, |_, idx| {
                 idx.effects.get(effect_id).map(|r| (**r).clone())
@@ -95,15 +121,15 @@ impl RunManager {
         let outcome = o.outcome.clone().ok_or_else(|| {
             ServiceError::invalid("result", "neither value_json nor error is set")
         })?;
-        let run_lock = self.lock_for(run_id);
-        let _guard = run_lock.lock().await;
-        if lock(&self.inner.runs)
-            .get(run_id)
-            .is_some_and(|r| r.status.is_terminal())
-        {
-            return Err(ServiceError::Conflict(format!(
+        let ended = || {
+            ServiceError::Conflict(format!(
                 "run {run_id} has ended; effect {effect_id} can no longer be resolved"
-            )));
+            ))
+        };
+        let run_lock = self.run_lock(run_id).ok_or_else(ended)?;
+        let _guard = run_lock.lock().await;
+        if !self.is_live(run_id) {
+            return Err(ended());
         }
         let (head, record) = self
             .engine()
@@ -383,16 +409,17 @@ impl RunManager {
     /// Cancels a run: pending effects are cancelled, running tasks told at their next heartbeat,
     /// and the run ends with `RUN_FAILED` marked `cancelled`.
     pub async fn cancel(&self, namespace: &str, run_id: &str, reason: &str) -> Result<RunSummary> {
-        self.get(namespace, run_id)?;
         let reason = if reason.is_empty() {
             "cancelled"
         } else {
             reason
         };
-        let run_lock = self.lock_for(run_id);
+        let Writable::Live(run_lock) = self.writable(namespace, run_id).await? else {
+            return self.get(namespace, run_id).await;
+        };
         let _guard = run_lock.lock().await;
-        if self.get(namespace, run_id)?.status.is_terminal() {
-            return self.get(namespace, run_id);
+        if !self.is_live(run_id) {
+            return self.get(namespace, run_id).await;
         }
         self.inner.queue.cancel_run(run_id, reason);
         let pending: Vec<String> = self
@@ -428,7 +455,7 @@ impl RunManager {
             r.pending_by_kind.clear();
         });
         self.finished(run_id);
-        self.get(namespace, run_id)
+        self.get(namespace, run_id).await
     }
 
     /// babysitter's `run:halt`: seals an unfinished run as completed or failed. A run that has
@@ -440,16 +467,17 @@ impl RunManager {
         reason: &str,
         failed: bool,
     ) -> Result<(RunSummary, bool)> {
-        self.get(namespace, run_id)?;
         let reason = if reason.is_empty() {
             "manual_halt"
         } else {
             reason
         };
-        let run_lock = self.lock_for(run_id);
+        let Writable::Live(run_lock) = self.writable(namespace, run_id).await? else {
+            return Ok((self.get(namespace, run_id).await?, true));
+        };
         let _guard = run_lock.lock().await;
-        if self.get(namespace, run_id)?.status.is_terminal() {
-            return Ok((self.get(namespace, run_id)?, true));
+        if !self.is_live(run_id) {
+            return Ok((self.get(namespace, run_id).await?, true));
         }
         let files = self.journal().run_files(run_id).await?;
         let (kind, data) = lifecycle::manual_seal(&files.run_json, reason, failed);
@@ -474,7 +502,7 @@ impl RunManager {
             r.head_seq = head.seq + 1;
         });
         self.finished(run_id);
-        Ok((self.get(namespace, run_id)?, false))
+        Ok((self.get(namespace, run_id).await?, false))
     }
 
     /// Waiting breakpoints of one run or of every run in the namespace, in (run, effect) order,
@@ -488,17 +516,20 @@ impl RunManager {
     ) -> Result<(Vec<BreakpointInfo>, Option<String>)> {
         let runs = match run_id {
             Some(id) => {
-                self.get(namespace, id)?;
+                self.get(namespace, id).await?;
                 vec![id.to_owned()]
             }
-            None => self.run_ids_in(namespace),
+            None => self.live_run_ids_in(namespace),
         };
         let size = page_size.clamp(1, 1000);
         let mut out = Vec::new();
         for run in runs {
-            let waiting = lock(&self.inner.runs)
-                .get(&run)
-                .is_some_and(|r| r.pending_by_kind.contains_key("breakpoint"));
+            let waiting = lock(&self.inner.runs).live(&run).is_some_and(|r| {
+                r.summary
+                    .borrow()
+                    .pending_by_kind
+                    .contains_key("breakpoint")
+            });
             if !waiting {
                 continue;
             }

@@ -1,0 +1,357 @@
+//! The run table: everything the manager keeps about a run, in one entry per run id.
+//!
+//! A live run (unfinished, managed here) has a [`LiveRun`]: its summary as a `watch` channel that
+//! every change is published on, its write lock, its driver flags, its armed sleep timers, whether
+//! its bundle is materialized, its live agent-event channel and a token that stops its timers and
+//! retries. When the run ends the entry shrinks to a [`FinishedRun`] (the final summary) and joins
+//! a bounded FIFO of finished runs; the oldest falls out once there are more than
+//! `finished_runs_cached`. The journal holds every run, so a run that fell out is read back from
+//! it on demand (see `query.rs`); the memory this table holds is bounded by the live runs plus
+//! that cap, not by how many runs the journal has ever seen.
+//!
+//! The idempotency index ((namespace, key) → run id) is the one structure not keyed by run id; a
+//! key lives exactly as long as its run's entry (inserted with it, removed when it is evicted), so
+//! a `CreateRun` retry is deduplicated while the run is live or among the cached finished runs.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::RunSummary;
+use super::agents::AgentBatch;
+
+/// Agent batches a watcher may fall behind by before it loses the oldest (writers never wait).
+const AGENT_EVENT_BUFFER: usize = 1024;
+
+/// A run with a driver task: `again` = iterate once more when the current iteration ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct DriveFlags {
+    pub again: bool,
+    pub recovered: bool,
+}
+
+/// What the manager keeps about an unfinished run.
+#[derive(Debug)]
+pub(super) struct LiveRun {
+    /// The summary; receivers are woken when its status, reason or pending counts change.
+    pub summary: watch::Sender<RunSummary>,
+    /// Serializes writes to the run's journal (iterations, results, cancel, halt).
+    pub lock: Arc<tokio::sync::Mutex<()>>,
+    pub driver: Option<DriveFlags>,
+    /// Sleep effects with an armed timer.
+    pub timers: HashSet<String>,
+    /// The bundle has been written and verified locally by this process.
+    pub materialized: bool,
+    /// Live agent events, while someone watches them.
+    pub agents: Option<broadcast::Sender<Arc<AgentBatch>>>,
+    pub idempotency_key: Option<String>,
+    /// Cancelled when the run ends (or the manager stops): its timers and retries stop.
+    pub stop: CancellationToken,
+}
+
+impl LiveRun {
+    /// Applies `f` to the summary and wakes the watchers when anything they show changed.
+    pub fn update(&self, f: impl FnOnce(&mut RunSummary)) {
+        self.summary.send_if_modified(|s| {
+            let before = (s.status, s.status_reason.clone(), s.pending_by_kind.clone());
+            f(s);
+            before != (s.status, s.status_reason.clone(), s.pending_by_kind.clone())
+        });
+    }
+
+    pub fn current(&self) -> RunSummary {
+        self.summary.borrow().clone()
+    }
+
+    /// A receiver of the run's agent batches from now on.
+    pub fn subscribe_agents(&mut self) -> broadcast::Receiver<Arc<AgentBatch>> {
+        match &self.agents {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = broadcast::channel(AGENT_EVENT_BUFFER);
+                self.agents = Some(tx);
+                rx
+            }
+        }
+    }
+
+    /// The agent-event sender while someone listens (the buffer is freed when no one does).
+    pub fn agent_sender(&mut self) -> Option<broadcast::Sender<Arc<AgentBatch>>> {
+        if self
+            .agents
+            .as_ref()
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            self.agents = None;
+        }
+        self.agents.clone()
+    }
+}
+
+/// What is kept of a run that has ended.
+#[derive(Debug)]
+pub(super) struct FinishedRun {
+    pub summary: RunSummary,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug)]
+pub(super) enum Entry {
+    Live(LiveRun),
+    /// Boxed: a summary is large, and most entries of a busy table are live.
+    Finished(Box<FinishedRun>),
+}
+
+impl Entry {
+    pub fn summary(&self) -> RunSummary {
+        match self {
+            Self::Live(run) => run.current(),
+            Self::Finished(run) => run.summary.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct RunTable {
+    runs: HashMap<String, Entry>,
+    /// Ids of the `Finished` entries, oldest first.
+    finished: VecDeque<String>,
+    finished_cap: usize,
+    idempotency: HashMap<(String, String), String>,
+    /// Parent of every live run's `stop` token.
+    stop: CancellationToken,
+}
+
+impl RunTable {
+    pub fn new(finished_cap: usize, stop: CancellationToken) -> Self {
+        Self {
+            runs: HashMap::new(),
+            finished: VecDeque::new(),
+            finished_cap,
+            idempotency: HashMap::new(),
+            stop,
+        }
+    }
+
+    /// Adds a live run; false (and nothing changes) when the id is already known.
+    pub fn insert_live(&mut self, summary: RunSummary, idempotency_key: Option<String>) -> bool {
+        if self.runs.contains_key(&summary.run_id) {
+            return false;
+        }
+        let run_id = summary.run_id.clone();
+        if let Some(k) = &idempotency_key {
+            self.idempotency
+                .insert((summary.namespace.clone(), k.clone()), run_id.clone());
+        }
+        let run = LiveRun {
+            summary: watch::Sender::new(summary),
+            lock: Arc::default(),
+            driver: None,
+            timers: HashSet::new(),
+            materialized: false,
+            agents: None,
+            idempotency_key,
+            stop: self.stop.child_token(),
+        };
+        self.runs.insert(run_id, Entry::Live(run));
+        true
+    }
+
+    /// Shrinks a live run to its final summary (stopping its timers, closing its channels) and
+    /// evicts the oldest finished runs beyond the cap.
+    pub fn finish(&mut self, run_id: &str) {
+        let Some(Entry::Live(run)) = self.runs.remove(run_id) else {
+            return;
+        };
+        run.stop.cancel();
+        let finished = FinishedRun {
+            summary: run.current(),
+            idempotency_key: run.idempotency_key,
+        };
+        self.keep_finished(run_id.to_owned(), finished);
+    }
+
+    /// Caches a finished run read back from the journal (unless the id is known already).
+    pub fn remember_finished(&mut self, summary: RunSummary, idempotency_key: Option<String>) {
+        if !summary.status.is_terminal() || self.runs.contains_key(&summary.run_id) {
+            return;
+        }
+        if let Some(k) = &idempotency_key {
+            self.idempotency
+                .entry((summary.namespace.clone(), k.clone()))
+                .or_insert_with(|| summary.run_id.clone());
+        }
+        let run_id = summary.run_id.clone();
+        self.keep_finished(
+            run_id,
+            FinishedRun {
+                summary,
+                idempotency_key,
+            },
+        );
+    }
+
+    fn keep_finished(&mut self, run_id: String, run: FinishedRun) {
+        self.runs
+            .insert(run_id.clone(), Entry::Finished(Box::new(run)));
+        self.finished.push_back(run_id);
+        while self.finished.len() > self.finished_cap {
+            let Some(old) = self.finished.pop_front() else {
+                break;
+            };
+            if let Some(Entry::Finished(gone)) = self.runs.remove(&old)
+                && let Some(k) = gone.idempotency_key
+            {
+                self.forget_key(&gone.summary.namespace, &k, &old);
+            }
+        }
+    }
+
+    fn forget_key(&mut self, namespace: &str, key: &str, run_id: &str) {
+        let k = (namespace.to_owned(), key.to_owned());
+        if self.idempotency.get(&k).is_some_and(|r| r == run_id) {
+            self.idempotency.remove(&k);
+        }
+    }
+
+    pub fn get(&self, run_id: &str) -> Option<&Entry> {
+        self.runs.get(run_id)
+    }
+
+    pub fn live(&self, run_id: &str) -> Option<&LiveRun> {
+        match self.runs.get(run_id) {
+            Some(Entry::Live(run)) => Some(run),
+            _ => None,
+        }
+    }
+
+    pub fn live_mut(&mut self, run_id: &str) -> Option<&mut LiveRun> {
+        match self.runs.get_mut(run_id) {
+            Some(Entry::Live(run)) => Some(run),
+            _ => None,
+        }
+    }
+
+    pub fn lives(&self) -> impl Iterator<Item = &LiveRun> {
+        self.runs.values().filter_map(|e| match e {
+            Entry::Live(run) => Some(run),
+            Entry::Finished(_) => None,
+        })
+    }
+
+    /// The run a `CreateRun` with this key already made.
+    pub fn idempotent(&self, namespace: &str, key: &str) -> Option<String> {
+        self.idempotency
+            .get(&(namespace.to_owned(), key.to_owned()))
+            .cloned()
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.runs.len() - self.finished.len()
+    }
+
+    pub fn finished_count(&self) -> usize {
+        self.finished.len()
+    }
+
+    #[cfg(test)]
+    pub fn idempotency_keys(&self) -> usize {
+        self.idempotency.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::runs::RunStatus;
+
+    fn summary(id: &str, status: RunStatus) -> RunSummary {
+        RunSummary {
+            run_id: id.into(),
+            namespace: "ns".into(),
+            status,
+            labels: Default::default(),
+            process_id: String::new(),
+            created_at: None,
+            updated_at: None,
+            head_seq: 1,
+            pending_by_kind: Default::default(),
+            status_reason: String::new(),
+            output: None,
+            error: None,
+        }
+    }
+
+    fn finish(t: &mut RunTable, id: &str) {
+        t.live(id)
+            .unwrap()
+            .update(|s| s.status = RunStatus::Completed);
+        t.finish(id);
+    }
+
+    #[test]
+    fn finished_runs_shrink_and_the_oldest_are_evicted_with_their_keys() {
+        let mut t = RunTable::new(2, CancellationToken::new());
+        for n in 0..4 {
+            let id = format!("r{n}");
+            assert!(t.insert_live(summary(&id, RunStatus::Running), Some(format!("k{n}"))));
+        }
+        assert!(!t.insert_live(summary("r0", RunStatus::Running), None));
+        assert_eq!((t.live_count(), t.finished_count()), (4, 0));
+        let stop = t.live("r0").unwrap().stop.clone();
+        for n in 0..4 {
+            finish(&mut t, &format!("r{n}"));
+        }
+        assert!(stop.is_cancelled(), "a finished run's timers stop");
+        assert_eq!((t.live_count(), t.finished_count()), (0, 2));
+        assert!(t.get("r0").is_none() && t.get("r1").is_none());
+        assert_eq!(
+            t.get("r3").map(|e| e.summary().status),
+            Some(RunStatus::Completed)
+        );
+        assert_eq!(t.idempotent("ns", "k0"), None);
+        assert_eq!(t.idempotent("ns", "k3").as_deref(), Some("r3"));
+        assert_eq!(t.idempotency_keys(), 2);
+    }
+
+    #[test]
+    fn runs_read_back_are_cached_only_when_finished_and_unknown() {
+        let mut t = RunTable::new(1, CancellationToken::new());
+        t.remember_finished(summary("a", RunStatus::Running), None);
+        assert!(t.get("a").is_none(), "an unfinished run is not cached");
+        t.insert_live(summary("b", RunStatus::Running), None);
+        t.remember_finished(summary("b", RunStatus::Completed), None);
+        assert!(t.live("b").is_some(), "a live run is not replaced");
+        t.remember_finished(summary("c", RunStatus::Failed), Some("k".into()));
+        t.remember_finished(summary("d", RunStatus::Failed), None);
+        assert!(t.get("c").is_none() && t.get("d").is_some());
+        assert_eq!(t.idempotency_keys(), 0);
+        let mut none = RunTable::new(0, CancellationToken::new());
+        none.insert_live(summary("e", RunStatus::Running), Some("k".into()));
+        finish(&mut none, "e");
+        assert!(none.get("e").is_none());
+        assert_eq!((none.idempotency_keys(), none.finished_count()), (0, 0));
+    }
+
+    #[test]
+    fn watchers_are_woken_only_by_what_they_show() {
+        let mut t = RunTable::new(1, CancellationToken::new());
+        t.insert_live(summary("a", RunStatus::Created), None);
+        let run = t.live("a").unwrap();
+        let mut rx = run.summary.subscribe();
+        run.update(|s| s.head_seq = 9);
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(rx.borrow().head_seq, 9, "the value is current anyway");
+        run.update(|s| s.status = RunStatus::Running);
+        assert!(rx.has_changed().unwrap());
+        rx.mark_unchanged();
+        finish(&mut t, "a");
+        assert_eq!(rx.borrow().status, RunStatus::Completed);
+        assert!(
+            rx.has_changed().is_err(),
+            "the channel closes when the run ends"
+        );
+    }
+}
