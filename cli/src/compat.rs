@@ -45,6 +45,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use babysitter_common::EnvMap;
+use babysitter_journal::fs::FsRuntime;
 
 use output::{Category, CliError};
 
@@ -115,8 +116,9 @@ impl Cli<'_> {
     }
 }
 
-/// Runs one babysitter command; returns its exit code (every failure is 1, F19).
-pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
+/// Runs one babysitter command on `fs` (the process's filesystem journal runtime); returns its
+/// exit code (every failure is 1, F19).
+pub fn main(argv: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
     // For the two failures before the arguments are parsed.
     let json = argv.iter().any(|a| a == "--json");
     let cwd = match std::env::current_dir() {
@@ -137,12 +139,18 @@ pub fn main(argv: &[String], env: &EnvMap) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(runtime.block_on(execute(argv, env, cwd)))
+    ExitCode::from(runtime.block_on(execute(argv, env, cwd, fs)))
 }
 
-/// Parses and runs one command in `cwd`; everything it prints goes through `output` (the
-/// process's streams, or the warm server's capture).
-pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
+/// Parses and runs one command in `cwd`, its runs' stores and holds on `fs` (see
+/// [`runs::with_fs`]); everything it prints goes through `output` (the process's streams, or
+/// the warm server's capture).
+pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf, fs: FsRuntime) -> u8 {
+    // Boxed: a command's future is large (tens of KiB), and a scope would carry it inline.
+    runs::with_fs(fs, Box::pin(execute_command(argv, env, cwd))).await
+}
+
+async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
     // Everything after the command name is the command to run, flags included.
     if argv.first().map(String::as_str) == Some("compress-output") {
         return compress_output::run(&argv[1..]).await;

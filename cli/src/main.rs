@@ -45,9 +45,11 @@ fn main() -> ExitCode {
     if remote.is_none() && first == Some("run:create") {
         compat::warm::prestart(&env);
     }
-    // Still one thread: the journal's large batches need a descriptor table that will not grow
-    // under several threads (see `reserve_descriptors`).
-    babysitter_journal::fs::reserve_descriptors();
+    // Still one thread: the filesystem journal's runtime, which every command's stores and run
+    // holds share, grows the descriptor table for large batches now, before it would have to
+    // grow under several threads (see `FsRuntime::new`). Dropped when the command ends, it
+    // settles what its stores wrote.
+    let fs = babysitter_journal::fs::FsRuntime::new();
     // `up` sets up the services' telemetry and `warm serve` its own (each command's logs go to
     // its client); every other command logs warnings on stderr (a library's warning was
     // dropped before: no subscriber).
@@ -58,10 +60,10 @@ fn main() -> ExitCode {
         );
     }
     match (first, remote) {
-        (Some("run"), _) => run::main(&args[1..], &env),
-        (Some("up"), _) => up::main(&args[1..]),
-        (Some("warm"), _) => compat::warm::main(&args[1..], &env),
+        (Some("run"), _) => run::main(&args[1..], &env, fs),
+        (Some("up"), _) => up::main(&args[1..], fs),
+        (Some("warm"), _) => compat::warm::main(&args[1..], &env, fs),
         (Some(cmd), Some((url, rest))) => remote::main(cmd, &url, &rest, &env),
-        _ => compat::main(&args, &env),
+        _ => compat::main(&args, &env, fs),
     }
 }

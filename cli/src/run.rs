@@ -27,7 +27,7 @@ use babysitter_engine::commit::Commit;
 use babysitter_engine::lifecycle::{self, NewRun};
 use babysitter_engine::{Engine, EngineOptions, Iteration, IterationStatus};
 use babysitter_harness_launcher::exec;
-use babysitter_journal::fs::FsStore;
+use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, Journal, NewEvent};
 use serde_json::{Value, json};
@@ -114,7 +114,7 @@ fn parse(args: &[String]) -> Result<Args> {
     Ok(a)
 }
 
-pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
+pub fn main(args: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
     let args = match parse(args) {
         Ok(a) => a,
         Err(e) => {
@@ -156,7 +156,7 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
         };
     }
     let ui = Ui::new(args.json, std::io::stderr().is_terminal());
-    match runtime.block_on(drive(args, env, &ui)) {
+    match runtime.block_on(drive(args, env, &ui, fs)) {
         Ok(code) => code,
         Err(e) => {
             ui.error(&format!("{e:#}"));
@@ -264,9 +264,9 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     Ok(run_id)
 }
 
-async fn drive(args: Args, env: &EnvMap, ui: &Ui) -> Result<ExitCode> {
+async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitCode> {
     let runs = runs_dir(&args, env)?;
-    let journal = Journal::new(Arc::new(FsStore::new(&runs)), crate::cli_journal_options());
+    let journal = Journal::new(Arc::new(fs.store(&runs)), crate::cli_journal_options());
     let mut options = EngineOptions::new(&runs);
     options.breakpoint_rules = match &args.rules {
         // Given explicitly: it must be there and readable.

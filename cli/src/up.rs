@@ -22,7 +22,8 @@ use babysitter_common::telemetry::{TelemetryConfig, init_telemetry};
 use babysitter_harness_launcher::config::LauncherConfig;
 use babysitter_harness_launcher::worker::Worker;
 use babysitter_journal::Journal;
-use babysitter_journal::config::{JournalServiceConfig, open_store};
+use babysitter_journal::config::{JournalServiceConfig, open_store_on};
+use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::grpc::JournalGrpcServer;
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
@@ -68,7 +69,7 @@ impl Default for UpConfig {
 
 const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config]";
 
-pub fn main(args: &[String]) -> ExitCode {
+pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
     let mut common = CommonArgs::default();
     let mut data_dir: Option<String> = None;
     let mut no_worker = false;
@@ -96,7 +97,9 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     }
     common.flags = json!({"data-dir": data_dir, "worker": no_worker.then_some(false)});
-    service_main("babysitter up", "BABYSITTER_UP", common, serve)
+    service_main("babysitter up", "BABYSITTER_UP", common, |config, env| {
+        serve(config, env, fs.clone())
+    })
 }
 
 fn usage_error(why: &str) -> ExitCode {
@@ -110,7 +113,7 @@ async fn listen(config: &ServerConfig) -> anyhow::Result<tokio::net::TcpListener
         .with_context(|| format!("cannot listen on {}", config.listen_addr))
 }
 
-async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
+async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Result<()> {
     let telemetry = init_telemetry("babysitter-up", &config.telemetry, &env)?;
     let data = &config.data_dir;
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
@@ -120,7 +123,7 @@ async fn serve(mut config: UpConfig, env: EnvMap) -> anyhow::Result<()> {
     if config.journal.store.url.is_empty() {
         config.journal.store.url = format!("file://{}", data.join("runs").display());
     }
-    let store = open_store(&config.journal.store, &config.journal.limits, &env)
+    let store = open_store_on(&fs, &config.journal.store, &config.journal.limits, &env)
         .await
         .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.journal.store.url))?;
     let secrets = Arc::new(config.orchestrator.secrets.redactor(&env)?);

@@ -9,13 +9,13 @@
 //!    alive (a dead holder's file is left for the journal's stale-lock takeover).
 //!
 //! Once both are free, the command holds the journal's writer locks for its whole duration
-//! (`babysitter_journal::fs::hold_run`: the `journal/` `flock` and `run.lock` with our pid), as
-//! the reference's `withRunLock` does: a reference CLI that starts during one of our iterations
-//! waits on `run.lock` instead of interleaving with it, and the command's own appends go ahead
-//! under the hold.
+//! (`FsRuntime::hold_run` on the command's runtime, `runs::fs_runtime`: the `journal/` `flock`
+//! and `run.lock` with our pid), as the reference's `withRunLock` does: a reference CLI that
+//! starts during one of our iterations waits on `run.lock` instead of interleaving with it, and
+//! the command's own appends (its stores are on the same runtime) go ahead under the hold.
 
 use babysitter_journal::JournalError;
-use babysitter_journal::fs::{HeldRun, hold_run, pid_alive, run_lock_holder};
+use babysitter_journal::fs::{HeldRun, pid_alive, run_lock_holder};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -104,7 +104,7 @@ pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, Lock
             None => {
                 // In place: the run directory's flock is ours, so this only creates `run.lock`
                 // (a few short retries at most); a trip to the blocking pool would cost a thread.
-                match hold_run(run_dir, 4) {
+                match super::runs::fs_runtime().hold_run(run_dir, 4) {
                     Ok(held) => {
                         return Ok(RunGuard {
                             _held: held,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use babysitter_common::EnvMap;
 use babysitter_engine::{Engine, EngineOptions};
-use babysitter_journal::fs::FsStore;
+use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
 use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
 use babysitter_journal::{Head, state_cache};
@@ -29,6 +29,25 @@ pub fn one_shot_engine(root: &Path) -> EngineOptions {
     opts.cached_runs = 1;
     opts.warm = false;
     opts
+}
+
+tokio::task_local! {
+    /// The filesystem journal runtime of the command being run ([`with_fs`]).
+    static FS: FsRuntime;
+}
+
+/// Runs `command` with `fs` as the runtime its runs' stores and holds share ([`fs_runtime`]):
+/// the process's for a local call, the server's for a command the warm server runs.
+pub async fn with_fs<T>(fs: FsRuntime, command: impl Future<Output = T>) -> T {
+    FS.scope(fs, command).await
+}
+
+/// The runtime of the command being run: [`Run::open`] puts the run's store on it and
+/// [`super::lock`] holds runs through it, so the command's own appends go ahead under its hold
+/// (a `flock` belongs to one open file description: a store of another runtime would wait for
+/// the hold like another process). Outside a command (a unit test), a runtime of its own.
+pub fn fs_runtime() -> FsRuntime {
+    FS.try_with(FsRuntime::clone).unwrap_or_default()
 }
 
 /// An opened run: `<root>/<id>` with its journal.
@@ -68,7 +87,7 @@ impl Run {
         }
         // One command per process: file I/O in place (see FsStore::inline_io).
         let journal = Journal::new(
-            Arc::new(FsStore::new(&root).inline_io()),
+            Arc::new(fs_runtime().store(&root).inline_io()),
             crate::cli_journal_options(),
         );
         Ok(Run {

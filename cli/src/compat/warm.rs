@@ -45,6 +45,7 @@ use std::time::Duration;
 use babysitter_common::EnvMap;
 use babysitter_engine::Engine;
 use babysitter_journal::Journal;
+use babysitter_journal::fs::FsRuntime;
 use tracing_subscriber::filter::LevelFilter;
 
 use super::output;
@@ -294,7 +295,7 @@ fn server_log(socket: &Path) -> std::process::Stdio {
 
 /// `babysitter warm serve [--socket PATH] [--idle-timeout SECS] [--verbose]` | `warm status` |
 /// `warm stop`.
-pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
+pub fn main(args: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
     let mut socket = None;
     let mut idle = None;
     let mut verbose = false;
@@ -328,7 +329,7 @@ pub fn main(args: &[String], env: &EnvMap) -> ExitCode {
         })
         .unwrap_or_else(|| default_socket(env, &build));
     match args.first().map(String::as_str) {
-        Some("serve") => serve(&socket, build, idle, verbose, env),
+        Some("serve") => serve(&socket, build, idle, verbose, env, fs),
         Some("status") => match control(&socket, &Request::Ping) {
             Ok(report) => {
                 output::line(&format!(
@@ -395,6 +396,7 @@ fn serve(
     idle: Option<Duration>,
     verbose: bool,
     env: &EnvMap,
+    fs: FsRuntime,
 ) -> ExitCode {
     let dir = socket.parent().unwrap_or_else(|| Path::new("."));
     if let Err(e) = private_dir(dir) {
@@ -454,7 +456,7 @@ fn serve(
         };
         let _ = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600));
         eprintln!("babysitter warm: listening on {}", socket.display());
-        let server = Arc::new(server::Server::new(build, verbose));
+        let server = Arc::new(server::Server::new(build, verbose, fs));
         let code = server.run(&listener, socket, idle).await;
         let _ = std::fs::remove_file(socket);
         code

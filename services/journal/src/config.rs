@@ -18,7 +18,7 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JournalError, Result};
-use crate::fs::FsStore;
+use crate::fs::{FsRuntime, FsStore};
 use crate::journal::JournalOptions;
 use crate::object::{ObjectJournal, probe_conditional_create};
 use crate::store::JournalStore;
@@ -139,15 +139,40 @@ impl LimitsConfig {
     }
 }
 
-/// Opens the backend `cfg.url` names. `env` supplies the standard `AWS_*` variables.
+/// Opens the backend `cfg.url` names. `env` supplies the standard `AWS_*` variables. A
+/// filesystem store gets a runtime of its own; a binary builds one first thing in `main` and
+/// uses [`open_store_on`].
 pub async fn open_store(
     cfg: &StoreConfig,
     limits: &LimitsConfig,
     env: &EnvMap,
 ) -> Result<Arc<dyn JournalStore>> {
+    open(cfg, limits, env, None).await
+}
+
+/// [`open_store`], a filesystem store on `fs`: the runtime this process's filesystem stores
+/// share (see [`FsRuntime`]).
+pub async fn open_store_on(
+    fs: &FsRuntime,
+    cfg: &StoreConfig,
+    limits: &LimitsConfig,
+    env: &EnvMap,
+) -> Result<Arc<dyn JournalStore>> {
+    open(cfg, limits, env, Some(fs)).await
+}
+
+async fn open(
+    cfg: &StoreConfig,
+    limits: &LimitsConfig,
+    env: &EnvMap,
+    fs: Option<&FsRuntime>,
+) -> Result<Arc<dyn JournalStore>> {
     let url = cfg.url.trim();
     if let Some(path) = url.strip_prefix("file://") {
-        return Ok(Arc::new(FsStore::new(path)));
+        return Ok(Arc::new(match fs {
+            Some(fs) => FsStore::with_runtime(path, fs.clone()),
+            None => FsStore::new(path),
+        }));
     }
     if let Some(path) = url.strip_prefix("object+file://") {
         std::fs::create_dir_all(path).map_err(|e| JournalError::io(path, e))?;

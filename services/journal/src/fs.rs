@@ -35,16 +35,17 @@ use crate::{Head, validate_id};
 
 mod lock;
 mod read;
+mod runtime;
 mod seen;
 mod write;
 
-pub use lock::{HeldRun, RunLock, hold_run, lock_run_dir, pid_alive, run_lock_holder};
-use lock::{forget_listing, held_by_this_process, held_listing, lock_run, remember_listing};
+pub use lock::{HeldRun, pid_alive, run_lock_holder};
+pub use runtime::FsRuntime;
+pub use write::write_atomic;
 use write::{
     StreamedFiles, fsync_dir, join_background, write_all_atomic, write_derived, write_events,
     write_for_commit_background,
 };
-pub use write::{reserve_descriptors, write_atomic};
 
 const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 
@@ -52,6 +53,8 @@ const GITIGNORE: &str = "state/\ntasks/*/artifacts/\nblobs/\norphaned/\n";
 #[derive(Debug, Clone)]
 pub struct FsStore {
     root: PathBuf,
+    /// What this process's stores share: run holds, deferred writes, commit-log settling.
+    runtime: FsRuntime,
     /// How long a commit waits for the run's locks before failing with [`JournalError::Locked`].
     lock_attempts: u32,
     /// File I/O in the calling thread instead of tokio's blocking pool ([`FsStore::inline_io`]).
@@ -63,9 +66,18 @@ pub struct FsStore {
 }
 
 impl FsStore {
+    /// A store on a runtime of its own: for a process with one filesystem store. A process
+    /// with several — or one that holds runs for whole commands — builds one [`FsRuntime`] and
+    /// uses [`FsStore::with_runtime`] (see `fs/runtime.rs`).
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self::with_runtime(root, FsRuntime::new())
+    }
+
+    /// A store on `runtime`, shared with the process's other stores.
+    pub fn with_runtime(root: impl Into<PathBuf>, runtime: FsRuntime) -> Self {
         Self {
             root: root.into(),
+            runtime,
             lock_attempts: 6000,
             inline_io: false,
             commit_log: false,
@@ -77,9 +89,10 @@ impl FsStore {
     /// durable append to the run's commit log (`state/commit.log`: the events and the task
     /// files they refer to), and its files are made durable in the background, instead of an
     /// `fsync` per file and directory (or, for a fan-out's hundreds of files, two syncs of the
-    /// filesystem) while the caller waits (see `fs/write/commit_log.rs`). Such a process calls
-    /// [`settle_commit_logs`] before it exits. Every store reads runs with a commit log,
-    /// whether it writes them or not.
+    /// filesystem) while the caller waits (see `fs/write/commit_log.rs`). The store's runtime
+    /// settles the logs in the background, and on the way out when its last handle is
+    /// dropped ([`FsRuntime::settle`] waits for it on demand). Every store
+    /// reads runs with a commit log, whether it writes them or not.
     pub fn commit_log(mut self) -> Self {
         self.commit_log = true;
         self
@@ -96,6 +109,11 @@ impl FsStore {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The runtime this store shares with the process's other stores.
+    pub fn runtime(&self) -> &FsRuntime {
+        &self.runtime
     }
 
     pub fn run_dir(&self, run_id: &str) -> PathBuf {
@@ -119,7 +137,7 @@ impl FsStore {
         validate_id("run id", run_id)?;
         let dir = self.run_dir(run_id);
         // Held for this command: it exists (its lock file is in it).
-        if held_by_this_process(&dir) {
+        if self.runtime.shared().holds.held(&dir) {
             return Ok(dir);
         }
         match fs::metadata(dir.join("run.json")) {
@@ -169,20 +187,19 @@ fn list_settled(run_id: &str, journal_dir: &Path) -> Result<Vec<Entry>> {
 /// How long a reader that must restore a commit log's events waits for the run's lock.
 const RECOVERY_LOCK_ATTEMPTS: u32 = 6000;
 
-/// Waits for the commit logs this process is settling (see [`FsStore::commit_log`]).
-pub fn settle_commit_logs() {
-    write::commit_log::settle_all();
-}
-
-/// The journal for readers: the listing taken under this process's hold of the run when there
+/// The journal for readers: the listing taken under the runtime's hold of the run when there
 /// is one (see [`lock`]), else a fresh settled listing (kept if the run is held).
-fn listing(run_id: &str, run_dir: &Path) -> Result<std::sync::Arc<Vec<Entry>>> {
-    if let Some(l) = held_listing(run_dir) {
+fn listing(
+    rt: &runtime::Shared,
+    run_id: &str,
+    run_dir: &Path,
+) -> Result<std::sync::Arc<Vec<Entry>>> {
+    if let Some(l) = rt.holds.listing(run_dir) {
         return Ok(l);
     }
-    write::commit_log::recover(run_id, run_dir, false, RECOVERY_LOCK_ATTEMPTS)?;
+    write::commit_log::recover(rt, run_id, run_dir, false, RECOVERY_LOCK_ATTEMPTS)?;
     let l = std::sync::Arc::new(list_settled(run_id, &run_dir.join("journal"))?);
-    remember_listing(run_dir, &l);
+    rt.holds.remember_listing(run_dir, &l);
     Ok(l)
 }
 
@@ -270,99 +287,6 @@ fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(JournalError::io(path.display(), e)),
     }
-}
-
-/// Replaces `<runDir>/journal/` with `events` (written with their own seq and ULID) and keeps
-/// the old directory as `<runDir>/<backup_name>/`. The new journal is built whole in
-/// `<runDir>/<staging_name>/` and made durable (every file and the directory fsynced) before
-/// anything is renamed, then swapped in with one atomic `RENAME_EXCHANGE`, so a crash leaves
-/// either the old journal in place or the new one (the old one beside it) — never a half-written
-/// or missing journal. The run's snapshots (`state/snapshots`,
-/// keyed by the old sequence numbers) are removed. Call it under [`lock_run_dir`].
-pub fn replace_journal(
-    run_dir: &Path,
-    events: &[StoredEvent],
-    staging_name: &str,
-    backup_name: &str,
-) -> Result<PathBuf> {
-    forget_listing(run_dir);
-    // Its sequence numbers would name other events after the swap.
-    write::commit_log::discard(run_dir)?;
-    let journal = run_dir.join("journal");
-    let staging = run_dir.join(staging_name);
-    let backup = run_dir.join(backup_name);
-    for p in [&staging, &backup] {
-        if p.symlink_metadata().is_ok() {
-            return Err(JournalError::io(
-                p.display(),
-                std::io::Error::new(ErrorKind::AlreadyExists, "already exists"),
-            ));
-        }
-    }
-    let build = || -> Result<()> {
-        fs::create_dir(&staging).map_err(|e| JournalError::io(staging.display(), e))?;
-        for ev in events {
-            let path = staging.join(ev.file_name());
-            let io = |e| JournalError::io(path.display(), e);
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(io)?;
-            f.write_all(&ev.file_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        fsync_dir(&staging)
-    };
-    if let Err(e) = build() {
-        let _ = fs::remove_dir_all(&staging);
-        return Err(e);
-    }
-    // Snapshots describe the old journal's sequence numbers: drop them (derived data, rebuilt
-    // from the journal; losing them costs one full read) before the new journal is visible.
-    let snapshots = snapshot_dir(run_dir);
-    match fs::remove_dir_all(&snapshots) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(JournalError::io(snapshots.display(), e));
-        }
-    }
-    // One atomic exchange: `journal/` is the old directory or the new one, never missing (two
-    // renames would leave no journal between them if the process died there).
-    let cwd = rustix::fs::CWD;
-    match rustix::fs::renameat_with(
-        cwd,
-        &staging,
-        cwd,
-        &journal,
-        rustix::fs::RenameFlags::EXCHANGE,
-    ) {
-        Ok(()) => {
-            // The old journal now sits at the staging name: keep it as the backup.
-            fs::rename(&staging, &backup).map_err(|e| JournalError::io(staging.display(), e))?;
-        }
-        // A filesystem without RENAME_EXCHANGE: two renames, the original put back on failure.
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-            if let Err(e) = fs::rename(&journal, &backup) {
-                let _ = fs::remove_dir_all(&staging);
-                return Err(JournalError::io(journal.display(), e));
-            }
-            if let Err(e) = fs::rename(&staging, &journal) {
-                // Put the original back; the staged copy stays for inspection.
-                let _ = fs::rename(&backup, &journal);
-                return Err(JournalError::io(staging.display(), e));
-            }
-        }
-        Err(e) => {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(JournalError::io(journal.display(), e.into()));
-        }
-    }
-    fsync_dir(run_dir)?;
-    forget_listing(run_dir);
-    Ok(backup)
 }
 
 fn snapshot_dir(run_dir: &Path) -> PathBuf {
@@ -466,23 +390,25 @@ impl JournalStore for FsStore {
             .map(|e| (e.file_name(), e.file_bytes()))
             .collect();
         self.blocking(move |this| {
-            let lock = lock_run(&run_id, &dir, this.lock_attempts);
+            let rt = this.runtime.shared();
+            let lock = rt.holds.lock_run(&run_id, &dir, this.lock_attempts);
             let _lock = match lock {
                 Ok(l) => l,
                 Err(e) => {
-                    let _ = join_background(&dir); // their files are orphans now
+                    let _ = join_background(rt, &dir); // their files are orphans now
                     return Err(e);
                 }
             };
             let journal_dir = dir.join("journal");
-            write::commit_log::recover(&run_id, &dir, true, this.lock_attempts)?;
+            write::commit_log::recover(rt, &run_id, &dir, true, this.lock_attempts)?;
             // Always listed afresh (not the held listing): see `lock`.
             let mut entries = list_entries(&run_id, &journal_dir)?;
             let head = head_of(&entries);
             if head.seq + 1 != expected {
-                let _ = join_background(&dir);
+                let _ = join_background(rt, &dir);
                 // Another writer got there first: readers under the hold must see it too.
-                remember_listing(&dir, &std::sync::Arc::new(entries));
+                rt.holds
+                    .remember_listing(&dir, &std::sync::Arc::new(entries));
                 return Err(JournalError::Conflict {
                     run_id,
                     expected,
@@ -493,7 +419,7 @@ impl JournalStore for FsStore {
                 .iter()
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
-            write_events(&dir, &journal_dir, &staged, this.commit_log)?;
+            write_events(rt, &dir, &journal_dir, &staged, this.commit_log)?;
             for (name, _) in &files {
                 let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {
@@ -501,7 +427,8 @@ impl JournalStore for FsStore {
                     name: name.clone(),
                 });
             }
-            remember_listing(&dir, &std::sync::Arc::new(entries));
+            rt.holds
+                .remember_listing(&dir, &std::sync::Arc::new(entries));
             Ok(())
         })
         .await
@@ -518,7 +445,7 @@ impl JournalStore for FsStore {
         let mut chain = from.clone();
         self.blocking(move |this| {
             let journal_dir = dir.join("journal");
-            let entries = listing(&run_id, &dir)?;
+            let entries = listing(this.runtime.shared(), &run_id, &dir)?;
             let start = chain.head.seq;
             if start > 0 {
                 match entries.get(start as usize - 1) {
@@ -571,7 +498,7 @@ impl JournalStore for FsStore {
     async fn head(&self, run_id: &str, _hint: Option<&Head>) -> Result<Head> {
         let dir = self.existing_run_dir(run_id)?;
         let run_id = run_id.to_owned();
-        self.blocking(move |_| Ok(head_of(&listing(&run_id, &dir)?)))
+        self.blocking(move |this| Ok(head_of(&listing(this.runtime.shared(), &run_id, &dir)?)))
             .await
     }
 
@@ -707,8 +634,8 @@ impl JournalStore for FsStore {
     async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
         let rel = file.path();
-        self.blocking(move |_| {
-            join_background(&dir)?;
+        self.blocking(move |this| {
+            join_background(this.runtime.shared(), &dir)?;
             let path = dir.join(&rel);
             if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent).map_err(|e| JournalError::io(parent.display(), e))?;
@@ -720,8 +647,8 @@ impl JournalStore for FsStore {
 
     async fn put_run_files(&self, run_id: &str, files: Vec<(RunFile, Bytes)>) -> Result<()> {
         let dir = self.existing_run_dir(run_id)?;
-        self.blocking(move |_| {
-            join_background(&dir)?;
+        self.blocking(move |this| {
+            join_background(this.runtime.shared(), &dir)?;
             write_all_atomic(&run_paths(&dir, &files))
         })
         .await
@@ -738,21 +665,25 @@ impl JournalStore for FsStore {
                 .into_iter()
                 .map(|(file, bytes)| (dir.join(file.path()), bytes))
                 .collect();
-            write_for_commit_background(dir, files, this.commit_log)
+            write_for_commit_background(this.runtime.shared(), dir, files, this.commit_log)
         })
         .await
     }
 
     fn run_file_writer(&self, run_id: &str) -> Result<Option<Box<dyn RunFileWriter>>> {
         let dir = self.existing_run_dir(run_id)?;
-        Ok(Some(Box::new(StreamedFiles::new(dir, self.commit_log)?)))
+        Ok(Some(Box::new(StreamedFiles::new(
+            self.runtime.shared().clone(),
+            dir,
+            self.commit_log,
+        )?)))
     }
 
     async fn get_run_file(&self, run_id: &str, file: &RunFile) -> Result<Bytes> {
         let dir = self.existing_run_dir(run_id)?;
         let (run_id, rel) = (run_id.to_owned(), file.path());
-        self.blocking(move |_| {
-            join_background(&dir)?;
+        self.blocking(move |this| {
+            join_background(this.runtime.shared(), &dir)?;
             let path = dir.join(&rel);
             match fs::read(&path) {
                 Ok(b) => Ok(Bytes::from(b)),
@@ -771,8 +702,8 @@ impl JournalStore for FsStore {
             run_id.to_owned(),
             files.iter().map(RunFile::path).collect::<Vec<_>>(),
         );
-        self.blocking(move |_| {
-            join_background(&dir)?;
+        self.blocking(move |this| {
+            join_background(this.runtime.shared(), &dir)?;
             read::run_files(&dir, &run_id, rels)
         })
         .await

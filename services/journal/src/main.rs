@@ -8,7 +8,8 @@ use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
 use babysitter_journal::Journal;
-use babysitter_journal::config::{JournalServiceConfig, open_store};
+use babysitter_journal::config::{JournalServiceConfig, open_store_on};
+use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::grpc::JournalGrpcServer;
 use clap::Parser;
 use serde_json::json;
@@ -36,8 +37,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    // Before the runtime's threads (see `reserve_descriptors`).
-    babysitter_journal::fs::reserve_descriptors();
+    // The filesystem store's runtime, built before the async runtime's threads (see
+    // `FsRuntime::new`); dropped last, on the way out, it settles what its stores wrote.
+    let fs = FsRuntime::new();
     let args = Args::parse();
     let flags = json!({"store": {"url": args.store}, "server": {"listen-addr": args.listen}});
     service_main(
@@ -49,13 +51,13 @@ fn main() -> ExitCode {
             flags,
             dump_config: args.dump_config,
         },
-        serve,
+        |config, env| serve(config, env, fs.clone()),
     )
 }
 
-async fn serve(config: JournalServiceConfig, env: EnvMap) -> anyhow::Result<()> {
+async fn serve(config: JournalServiceConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Result<()> {
     let telemetry = init_telemetry("journal", &config.telemetry, &env)?;
-    let store = open_store(&config.store, &config.limits, &env)
+    let store = open_store_on(&fs, &config.store, &config.limits, &env)
         .await
         .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.store.url))?;
     tracing::info!(store = %store.describe(), "journal store ready");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use babysitter_journal::config::{LimitsConfig, object_journal};
-use babysitter_journal::fs::FsStore;
+use babysitter_journal::fs::{FsRuntime, FsStore};
 use babysitter_journal::object::ObjectJournal;
 use babysitter_journal::store::JournalStore;
 use babysitter_journal::testsuite::{self, Factory};
@@ -74,16 +74,18 @@ async fn suite_filesystem_babysitter_layout_inline_io() {
 }
 
 /// The layout with large batches committed through the run's commit log (the warm server's
-/// store).
+/// store), every store on one runtime as in the warm server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite_filesystem_babysitter_layout_commit_log() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join(".a5c").join("runs");
+    let fs = FsRuntime::new();
+    let runtime = fs.clone();
     testsuite::run_all(Arc::new(move || {
-        Arc::new(FsStore::new(root.clone()).commit_log()) as Arc<dyn JournalStore>
+        Arc::new(runtime.store(root.clone()).commit_log()) as Arc<dyn JournalStore>
     }))
     .await;
-    babysitter_journal::fs::settle_commit_logs();
+    fs.settle().await;
 }
 
 /// In-place I/O really is in place: with no tokio runtime at all (where a trip to the blocking
@@ -328,11 +330,11 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
     );
 }
 
-/// A filesystem journal in a temp dir with one created run `id`.
-async fn fs_run(id: &str) -> (tempfile::TempDir, babysitter_journal::Journal) {
+/// A filesystem journal in a temp dir with one created run `id`, on `fs`.
+async fn fs_run(fs: &FsRuntime, id: &str) -> (tempfile::TempDir, babysitter_journal::Journal) {
     let dir = tempfile::tempdir().unwrap();
     let journal = babysitter_journal::Journal::new(
-        Arc::new(FsStore::new(dir.path().to_path_buf())),
+        Arc::new(fs.store(dir.path().to_path_buf())),
         babysitter_journal::JournalOptions::default(),
     );
     journal
@@ -348,24 +350,25 @@ async fn fs_run(id: &str) -> (tempfile::TempDir, babysitter_journal::Journal) {
     (dir, journal)
 }
 
-/// A command's hold on a run (`fs::hold_run`, what the CLI takes around an iteration or a post):
+/// A command's hold on a run (`FsRuntime::hold_run`, what the CLI takes around an iteration or
+/// a post):
 /// `run.lock` names this process for the whole hold, so the reference CLI waits instead of
 /// interleaving; this process's own appends go ahead under it; a nested hold does not end the
 /// outer one; the lock file goes with the last hold.
 #[tokio::test]
 async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
-    use babysitter_journal::fs::hold_run;
     use babysitter_journal::{EventType, NewEvent};
-    let (dir, journal) = fs_run("held").await;
+    let fs = FsRuntime::new();
+    let (dir, journal) = fs_run(&fs, "held").await;
     let run_dir = dir.path().join("held");
     let lock_file = run_dir.join("run.lock");
     let pid_in_lock = || -> Option<u64> {
         let text = std::fs::read_to_string(&lock_file).ok()?;
         serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
     };
-    let outer = hold_run(&run_dir, 4).unwrap();
+    let outer = fs.hold_run(&run_dir, 4).unwrap();
     assert_eq!(pid_in_lock(), Some(u64::from(std::process::id())));
-    let inner = hold_run(&run_dir, 4).unwrap();
+    let inner = fs.hold_run(&run_dir, 4).unwrap();
     drop(inner);
     assert_eq!(
         pid_in_lock(),
@@ -413,9 +416,9 @@ async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
 /// file with the same sequence number, and the holder's readers see the event from then on.
 #[tokio::test]
 async fn a_held_run_commit_sees_an_unlocked_foreign_append() {
-    use babysitter_journal::fs::hold_run;
     use babysitter_journal::{EventType, Journal, JournalError, JournalOptions, NewEvent};
-    let (dir, journal) = fs_run("held2").await;
+    let fs = FsRuntime::new();
+    let (dir, journal) = fs_run(&fs, "held2").await;
     let ev = || {
         vec![NewEvent::new(
             EventType::RunCreated,
@@ -426,7 +429,7 @@ async fn a_held_run_commit_sees_an_unlocked_foreign_append() {
         journal.append("held2", seq, ev()).await.unwrap();
     }
     let run_dir = dir.path().join("held2");
-    let hold = hold_run(&run_dir, 4).unwrap();
+    let hold = fs.hold_run(&run_dir, 4).unwrap();
     assert_eq!(journal.head("held2").await.unwrap().seq, 2);
     // The reference appends seq 3 without taking run.lock: a copy of event 2 under a later ULID.
     let journal_dir = run_dir.join("journal");

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use babysitter_journal::fs::FsStore;
+use babysitter_journal::fs::{FsRuntime, FsStore};
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::testsuite::requested;
 use babysitter_journal::{Journal, JournalOptions};
@@ -52,8 +52,9 @@ fn descriptor_table() -> u64 {
 #[tokio::test(flavor = "current_thread")]
 async fn batches_wider_than_the_descriptor_limit_are_committed() {
     let limit = getrlimit(Resource::Nofile);
-    // The table is grown up front, for a batch of half the limit (at most 4,096 descriptors).
-    babysitter_journal::fs::reserve_descriptors();
+    // The table is grown up front, for a batch of half the limit (at most 4,096 descriptors),
+    // when the stores' runtime is built.
+    let fs = FsRuntime::new();
     let soft = limit.current.unwrap_or(u64::MAX);
     assert!(descriptor_table() >= (soft / 2 + 64).min(4096).min(soft - 1));
     setrlimit(
@@ -67,8 +68,8 @@ async fn batches_wider_than_the_descriptor_limit_are_committed() {
     for commit_log in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let store = |root: &Path| match commit_log {
-            false => FsStore::new(root.to_path_buf()),
-            true => FsStore::new(root.to_path_buf()).commit_log(),
+            false => fs.store(root.to_path_buf()),
+            true => fs.store(root.to_path_buf()).commit_log(),
         };
         Journal::new(Arc::new(store(dir.path())), JournalOptions::default())
             .create_run(
@@ -97,5 +98,5 @@ async fn batches_wider_than_the_descriptor_limit_are_committed() {
             "no temp file left (commit log: {commit_log})"
         );
     }
-    babysitter_journal::fs::settle_commit_logs();
+    fs.settle().await;
 }

@@ -10,12 +10,11 @@
 use std::path::{Path, PathBuf};
 
 use babysitter_journal::event::parse_file_name;
-use babysitter_journal::fs::{RunLock, lock_run_dir, replace_journal};
 use babysitter_journal::{EventBody, EventType, StoredEvent};
 use serde_json::{Map, Value};
 
 use crate::compat::output::io_message;
-use crate::compat::{Cli, lock};
+use crate::compat::{Cli, lock, runs};
 
 /// One event as read from a journal file, before any validation.
 #[derive(Debug, Clone)]
@@ -116,11 +115,11 @@ pub fn read_raw(run_dir: &Path) -> Result<RawJournal, String> {
 }
 
 /// Every lock a journal swap needs, released on drop: the command-level lock of [`lock`] (other
-/// babysitter-rs commands, and the reference's live `run.lock`), then the journal's own writer
-/// locks (its `flock` and `run.lock`), so no append can land in a directory being replaced.
+/// babysitter-rs commands, and the reference's live `run.lock`), which holds the journal's own
+/// writer locks (its `flock` and `run.lock`) on the command's runtime, so no append can land in
+/// a directory being replaced (and the runtime lets the swap go ahead).
 #[derive(Debug)]
 pub struct SwapGuard {
-    _writers: RunLock,
     _command: lock::RunGuard,
 }
 
@@ -131,18 +130,8 @@ pub async fn lock_for_swap(cli: &Cli<'_>, run_dir: &Path) -> anyhow::Result<Swap
     if !journal.is_dir() {
         anyhow::bail!("{} is not a journal directory", journal.display());
     }
-    let timeout = cli.lock_timeout();
-    let command = lock::acquire(run_dir, timeout).await?;
-    // The journal lock backs off in 5 ms steps after 20 short ones.
-    let attempts = 20 + u32::try_from(timeout.as_millis() / 5).unwrap_or(u32::MAX);
-    let dir = run_dir.to_path_buf();
-    let writers = tokio::task::spawn_blocking(move || lock_run_dir(&dir, attempts))
-        .await
-        .map_err(|e| anyhow::anyhow!("lock task failed: {e}"))??;
-    Ok(SwapGuard {
-        _writers: writers,
-        _command: command,
-    })
+    let command = lock::acquire(run_dir, cli.lock_timeout()).await?;
+    Ok(SwapGuard { _command: command })
 }
 
 /// Writes `events` as the run's new journal (seq 1.., fresh ascending ULIDs, no `sdkVersion`),
@@ -180,8 +169,9 @@ pub async fn swap_journal(
     let staging = format!("{staging_prefix}.{stamp}");
     let backup = format!("{backup_prefix}.{stamp}");
     let dir = run_dir.to_path_buf();
+    let fs = runs::fs_runtime();
     let backup_dir =
-        tokio::task::spawn_blocking(move || replace_journal(&dir, &sealed, &staging, &backup))
+        tokio::task::spawn_blocking(move || fs.replace_journal(&dir, &sealed, &staging, &backup))
             .await
             .map_err(|e| anyhow::anyhow!("journal rewrite task failed: {e}"))??;
     Ok(backup_dir)

@@ -23,7 +23,7 @@ use std::time::Duration;
 use babysitter_common::EnvMap;
 use babysitter_engine::{Engine, EngineOptions};
 use babysitter_journal::Journal;
-use babysitter_journal::fs::FsStore;
+use babysitter_journal::fs::FsRuntime;
 use tracing_subscriber::filter::LevelFilter;
 
 use super::super::output;
@@ -41,8 +41,10 @@ const MAX_CONNECTIONS: usize = 64;
 const REQUEST_WAIT: Duration = Duration::from_secs(30);
 
 /// Per-runs-root state shared by the commands the server runs.
-#[derive(Default)]
 pub struct Context {
+    /// The filesystem journal runtime of every root's store and every command's run holds
+    /// (one per process: a command's appends go ahead under its own hold).
+    fs: FsRuntime,
     roots: Mutex<HashMap<(PathBuf, UserFiles), Root>>,
     pub(super) deferred: Mutex<Vec<Deferred>>,
     tick: AtomicU64,
@@ -65,7 +67,17 @@ struct Root {
 }
 
 impl Context {
-    /// Waits for the journals' background writes (snapshots) to end.
+    fn new(fs: FsRuntime) -> Context {
+        Context {
+            fs,
+            roots: Mutex::default(),
+            deferred: Mutex::default(),
+            tick: AtomicU64::default(),
+        }
+    }
+
+    /// Waits for the journals' background writes (snapshots) to end, then settles the commit
+    /// logs they committed to.
     pub(super) async fn flush(&self) {
         let journals: Vec<Journal> = {
             let roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
@@ -74,7 +86,7 @@ impl Context {
         for journal in journals {
             journal.flush().await;
         }
-        babysitter_journal::fs::settle_commit_logs();
+        self.fs.settle().await;
     }
 
     /// The journal and warm engine for `run_id` under `root`, for a client whose per-user files
@@ -112,7 +124,7 @@ impl Context {
             let journal = Journal::new(
                 // A long-lived process: a fan-out's events commit through the run's commit
                 // log (one durable write; settled in the background, waited for at exit).
-                Arc::new(FsStore::new(root).inline_io().commit_log()),
+                Arc::new(self.fs.store(root).inline_io().commit_log()),
                 babysitter_journal::JournalOptions {
                     // A long-lived process: snapshots are written after the command has
                     // answered, not while its client waits (flushed before the server exits).
@@ -250,9 +262,10 @@ pub(super) struct Server {
 }
 
 impl Server {
-    pub fn new(build: String, verbose: bool) -> Server {
+    /// A server whose commands' stores and run holds are on `fs`.
+    pub fn new(build: String, verbose: bool, fs: FsRuntime) -> Server {
         Server {
-            ctx: Arc::new(Context::default()),
+            ctx: Arc::new(Context::new(fs)),
             build,
             verbose,
             served: AtomicU64::new(0),
@@ -419,6 +432,7 @@ impl Server {
         self.served.fetch_add(1, Ordering::AcqRel);
         let started = tokio::time::Instant::now();
         let name = argv.first().cloned().unwrap_or_default();
+        let fs = self.ctx.fs.clone();
         let scope = Scope {
             ctx: self.ctx.clone(),
             user: UserFiles::of(&env, &cwd),
@@ -429,7 +443,7 @@ impl Server {
         // Awaited here, not spawned: a spawned task's end wakes this handler behind whatever
         // else the command left ready (a journal's background snapshot), before its answer.
         let task = output::captured(WARM.scope(scope, async move {
-            crate::compat::execute(&argv, &env, cwd).await
+            crate::compat::execute(&argv, &env, cwd, fs).await
         }));
         let done =
             futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(Box::pin(task))).await;
@@ -507,7 +521,7 @@ mod tests {
     #[tokio::test]
     async fn roots_are_bounded_and_a_replaced_journal_drops_its_root() {
         let tmp = tempfile::tempdir().unwrap();
-        let ctx = Context::default();
+        let ctx = Context::new(FsRuntime::new());
         let user = UserFiles::default();
         let run_in = |i: usize| {
             let root = tmp.path().join(format!("root{i}"));
@@ -547,7 +561,7 @@ mod tests {
     #[test]
     fn clients_with_other_homes_get_engines_of_their_own() {
         let tmp = tempfile::tempdir().unwrap();
-        let ctx = Context::default();
+        let ctx = Context::new(FsRuntime::new());
         let root = tmp.path().join("runs");
         let dir = root.join("r1");
         std::fs::create_dir_all(dir.join("journal")).unwrap();
@@ -625,7 +639,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let socket = tmp.path().join("warm.sock");
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-        let server = Arc::new(Server::new("this-build".into(), false));
+        let server = Arc::new(Server::new("this-build".into(), false, FsRuntime::new()));
         let serving = {
             let (server, socket) = (server.clone(), socket.clone());
             tokio::spawn(async move { server.run(&listener, &socket, None).await })

@@ -1,26 +1,34 @@
 //! The run's writer locks — the `journal/` directory's `flock` (babysitter-rs writers) and
-//! babysitter's `run.lock` (the reference CLI) — and the process-wide record of runs held for a
-//! whole command ([`hold_run`]).
+//! babysitter's `run.lock` (the reference CLI) — and the runtime's record of runs held for a
+//! whole command ([`super::FsRuntime::hold_run`]).
 //!
-//! While this process holds a run, no babysitter-rs writer and no lock-respecting reference
+//! While a runtime holds a run, no babysitter-rs writer and no lock-respecting reference
 //! writer can append to it, so the journal listing taken under the hold stays true: reads use
 //! it instead of listing `journal/` again (a cold `run:iterate` used to list an 800-entry
 //! directory five times; ext4 hashes and sorts every name on each `readdir`). Commits still
 //! list afresh, because the reference appends a few events without its lock (spec §2.5) and a
 //! stale head there would write a duplicate sequence number; each commit then refreshes the
 //! held listing with what it wrote.
+//!
+//! Why the record lives in the runtime, and why a process keeps one runtime: `flock` locks
+//! belong to an open file description, so a second `flock` of the same `journal/` from this
+//! process — through another descriptor — waits for the first like any other writer would.
+//! The stores and holds that may reach the same run in one process must therefore see one
+//! [`Holds`]: then a store's commit under its own command's hold goes ahead instead of waiting
+//! on it until it fails with `Locked`. Stores of two runtimes exclude each other as two
+//! processes do (both locks are taken afresh), which is safe, only slower.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde_json::{Value, json};
 
-use super::Entry;
+use super::{Entry, FsRuntime};
 use crate::error::{JournalError, Result};
 use crate::jsjson;
 
@@ -28,8 +36,8 @@ const LOCK_OWNER: &str = "babysitter-rs:journal";
 
 /// Holds the journal directory's `flock` and babysitter's `run.lock` until dropped.
 #[derive(Debug)]
-pub struct RunLock {
-    /// `None`: the locks were already held by this process for a whole command ([`hold_run`]).
+pub(super) struct RunLock {
+    /// `None`: the locks were already held by this runtime for a whole command.
     held: Option<(rustix::fd::OwnedFd, PathBuf)>,
 }
 
@@ -49,87 +57,124 @@ struct Held {
     listing: Option<Arc<Vec<Entry>>>,
 }
 
-/// Runs whose writer locks this process holds for a whole command ([`hold_run`]), by canonical
-/// run directory; their appends proceed under that hold instead of taking the (not
-/// re-entrant) locks again.
-static HELD: std::sync::Mutex<BTreeMap<PathBuf, Held>> = std::sync::Mutex::new(BTreeMap::new());
+/// The runs whose writer locks a runtime holds for a whole command, by canonical run
+/// directory; their appends proceed under that hold instead of taking the (not re-entrant)
+/// locks again.
+#[derive(Debug, Default)]
+pub(super) struct Holds(Mutex<BTreeMap<PathBuf, Held>>);
 
 fn held_key(run_dir: &Path) -> PathBuf {
     fs::canonicalize(run_dir).unwrap_or_else(|_| run_dir.to_path_buf())
 }
 
-/// `f` on the hold of `run_dir`, if this process holds it. The path the command uses is
-/// matched as given first; only a miss resolves it (a syscall per path component).
-fn with_held<R>(run_dir: &Path, f: impl FnOnce(&mut Held) -> R) -> Option<R> {
-    let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
-    if held.is_empty() {
-        return None;
+impl Holds {
+    fn all(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Held>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-    if let Some(h) = held
-        .values_mut()
-        .find(|h| h.paths.iter().any(|p| p == run_dir))
-    {
-        return Some(f(h));
+
+    /// `f` on the hold of `run_dir`, if this runtime holds it. The path the command uses is
+    /// matched as given first; only a miss resolves it (a syscall per path component).
+    fn with_held<R>(&self, run_dir: &Path, f: impl FnOnce(&mut Held) -> R) -> Option<R> {
+        let mut held = self.all();
+        if held.is_empty() {
+            return None;
+        }
+        if let Some(h) = held
+            .values_mut()
+            .find(|h| h.paths.iter().any(|p| p == run_dir))
+        {
+            return Some(f(h));
+        }
+        let h = held.get_mut(&held_key(run_dir))?;
+        h.paths.push(run_dir.to_path_buf());
+        Some(f(h))
     }
-    let h = held.get_mut(&held_key(run_dir))?;
-    h.paths.push(run_dir.to_path_buf());
-    Some(f(h))
+
+    pub(super) fn held(&self, run_dir: &Path) -> bool {
+        self.with_held(run_dir, |_| ()).is_some()
+    }
+
+    /// The journal listing taken under this runtime's hold of the run, if any.
+    pub(super) fn listing(&self, run_dir: &Path) -> Option<Arc<Vec<Entry>>> {
+        self.with_held(run_dir, |h| h.listing.clone()).flatten()
+    }
+
+    /// Records `listing` as the run's journal while this runtime holds it (no-op otherwise).
+    pub(super) fn remember_listing(&self, run_dir: &Path, listing: &Arc<Vec<Entry>>) {
+        self.with_held(run_dir, |h| h.listing = Some(listing.clone()));
+    }
+
+    /// Drops the held listing (the journal directory is being replaced).
+    pub(super) fn forget_listing(&self, run_dir: &Path) {
+        self.with_held(run_dir, |h| h.listing = None);
+    }
+
+    /// Takes the run's writer locks for one write — or nothing, when this runtime holds the run
+    /// for a whole command (its writes go ahead under that hold). Blocking; waits about
+    /// `attempts` × 5 ms before failing with [`JournalError::Locked`].
+    pub(super) fn lock_run(&self, run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
+        if self.held(run_dir) {
+            return Ok(RunLock { held: None });
+        }
+        lock_run(run_id, run_dir, attempts)
+    }
 }
 
-pub(super) fn held_by_this_process(run_dir: &Path) -> bool {
-    with_held(run_dir, |_| ()).is_some()
-}
-
-/// The journal listing taken under this process's hold of the run, if any.
-pub(super) fn held_listing(run_dir: &Path) -> Option<Arc<Vec<Entry>>> {
-    with_held(run_dir, |h| h.listing.clone()).flatten()
-}
-
-/// Records `listing` as the run's journal while this process holds it (no-op otherwise).
-pub(super) fn remember_listing(run_dir: &Path, listing: &Arc<Vec<Entry>>) {
-    with_held(run_dir, |h| h.listing = Some(listing.clone()));
-}
-
-/// Drops the held listing (the journal directory is being replaced).
-pub(super) fn forget_listing(run_dir: &Path) {
-    with_held(run_dir, |h| h.listing = None);
-}
-
-/// A run's writer locks held for a whole command (see [`hold_run`]); released on drop.
+/// A run's writer locks held for a whole command (see [`FsRuntime::hold_run`]); released on
+/// drop.
 #[derive(Debug)]
 pub struct HeldRun {
     /// `None` for a nested hold: the outer one releases.
     key: Option<PathBuf>,
-    _lock: RunLock,
+    /// `None` once released.
+    lock: Option<RunLock>,
+    runtime: FsRuntime,
 }
 
 impl Drop for HeldRun {
     fn drop(&mut self) {
-        if let Some(key) = &self.key {
-            HELD.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        }
+        let Some(key) = &self.key else { return };
+        let shared = self.runtime.shared();
+        // A commit-log write or settling that went ahead under the hold ends before the hold
+        // does; one that starts after it takes the locks itself.
+        let _guard = shared.settle.guard();
+        shared.holds.all().remove(key);
+        self.lock.take();
     }
 }
 
-/// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
-/// pid) for the whole of a command such as one iteration or one `task:post`, the way the
-/// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on `run.lock`
-/// instead of interleaving its appends with ours. This process's own appends to the run go
-/// ahead under the hold. Blocking; waits about `attempts` × 5 ms.
-pub fn hold_run(run_dir: &Path, attempts: u32) -> Result<HeldRun> {
-    let nested = held_by_this_process(run_dir);
-    let lock = lock_run_dir(run_dir, attempts)?;
-    let key = (!nested).then(|| held_key(run_dir));
-    if let Some(k) = &key {
-        HELD.lock().unwrap_or_else(|p| p.into_inner()).insert(
-            k.clone(),
-            Held {
-                paths: vec![run_dir.to_path_buf(), k.clone()],
-                listing: None,
-            },
-        );
+impl FsRuntime {
+    /// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
+    /// pid) for the whole of a command such as one iteration or one `task:post`, the way the
+    /// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on
+    /// `run.lock` instead of interleaving its appends with ours. Appends to the run through
+    /// stores of this runtime go ahead under the hold, as does a nested hold (the outer one
+    /// releases); a store of another runtime waits for it like another process. Blocking;
+    /// waits about `attempts` × 5 ms before failing with [`JournalError::Locked`].
+    pub fn hold_run(&self, run_dir: &Path, attempts: u32) -> Result<HeldRun> {
+        let holds = &self.shared().holds;
+        let run_id = run_dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let nested = holds.held(run_dir);
+        let lock = holds.lock_run(&run_id, run_dir, attempts)?;
+        let key = (!nested).then(|| held_key(run_dir));
+        if let Some(k) = &key {
+            holds.all().insert(
+                k.clone(),
+                Held {
+                    paths: vec![run_dir.to_path_buf(), k.clone()],
+                    listing: None,
+                },
+            );
+        }
+        Ok(HeldRun {
+            key,
+            lock: Some(lock),
+            runtime: self.clone(),
+        })
     }
-    Ok(HeldRun { key, _lock: lock })
 }
 
 /// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
@@ -137,10 +182,8 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_micros(u64::from(attempt.min(20)) * 250)
 }
 
-pub(super) fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
-    if held_by_this_process(run_dir) {
-        return Ok(RunLock { held: None });
-    }
+/// Takes both locks afresh (see [`Holds::lock_run`]).
+fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
     let journal_dir = run_dir.join("journal");
     fs::create_dir_all(&journal_dir).map_err(|e| JournalError::io(journal_dir.display(), e))?;
     let dir = rustix::fs::open(
@@ -208,18 +251,6 @@ pub(super) fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<Ru
             Err(e) => return Err(JournalError::io(lock_file.display(), e)),
         }
     }
-}
-
-/// Takes a run's writer locks (the `journal/` `flock` every babysitter-rs append takes, and
-/// babysitter's `run.lock`) for a maintenance command that replaces the journal wholesale, so no
-/// appender — ours or the reference CLI — can write into a directory that is being swapped.
-/// Blocking; waits about `attempts` × 5 ms. Not re-entrant: the holder must not append.
-pub fn lock_run_dir(run_dir: &Path, attempts: u32) -> Result<RunLock> {
-    let run_id = run_dir
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    lock_run(&run_id, run_dir, attempts)
 }
 
 /// The pid and owner recorded in a run's babysitter `run.lock`, if it exists and parses.

@@ -11,6 +11,10 @@
 //!   files one `fsync` at a time, many with one `syncfs` that covers the events too
 //!   ([`deferred`] keeps the account, by run).
 //!
+//! The account of deferred files, the background writes and what the process may do when it
+//! links files are kept in the stores' [`super::FsRuntime`] ([`Writes`]): a commit must see
+//! what every earlier write to its run left, whichever store of the process made it.
+//!
 //! Large batches are written from two threads: creating an inode is the expensive part on ext4
 //! (more so without a journal, where each allocation scans past the recently deleted inodes of
 //! its block group), and the threads are arranged so that neither waits for a directory lock the
@@ -20,26 +24,42 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
+use super::runtime::Shared;
 use crate::error::{JournalError, Result};
 
-pub use anonymous::reserve_descriptors;
+pub(super) use anonymous::reserve_descriptors;
 use anonymous::{Anonymous, stage_anonymous};
 
 /// Batches at least this large are written from two threads.
 const PARALLEL_MIN: usize = 32;
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// A runtime's write bookkeeping (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct Writes {
+    /// Files written, not yet durable, by run ([`deferred`]).
+    deferred: deferred::Deferreds,
+    /// Large [`write_for_commit`] batches being written in the background, by run directory:
+    /// the commit that refers to them stages its own events meanwhile and joins them before its
+    /// sync (a fan-out's new task directories, created one at a time under `tasks/`'s lock, are
+    /// the long pole of an iteration; its events need no part of them until then). Every other
+    /// access to the run's files joins them first ([`join_background`]).
+    background: Mutex<Vec<(PathBuf, std::thread::JoinHandle<Result<()>>)>>,
+    /// How this process may name anonymous files.
+    links: anonymous::Links,
+}
 
-/// `<name>.tmp-<pid>-<n>` next to `path`: never ends in `.json`, so loaders skip it.
+/// `<name>.tmp-<pid>-<ULID>` next to `path`: never ends in `.json`, so loaders skip it. The
+/// ULID's 80 random bits make the name unique without a counter the process's stores (and
+/// [`write_atomic`], which has no store) would have to share.
 pub(super) fn tmp_path(path: &Path) -> PathBuf {
-    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     path.with_file_name(format!(
-        "{}.tmp-{}-{n}",
+        "{}.tmp-{}-{}",
         path.file_name().and_then(|s| s.to_str()).unwrap_or("file"),
-        std::process::id()
+        std::process::id(),
+        ulid::Ulid::generate()
     ))
 }
 
@@ -300,6 +320,7 @@ pub(super) fn write_all_atomic(files: &[(PathBuf, &[u8])]) -> Result<()> {
 /// an existing one is made durable before the rename (a file an event may already refer to is
 /// never torn), as in [`write_all_atomic`].
 pub(super) fn write_for_commit(
+    rt: &Shared,
     run_dir: &Path,
     files: &[(PathBuf, &[u8])],
     log: bool,
@@ -317,17 +338,22 @@ pub(super) fn write_for_commit(
         Ok(staged) => staged,
         Err(e) => {
             // Whatever was written, even on error, is not known to be durable.
-            deferred::note(run_dir, None);
+            rt.writes.deferred.note(run_dir, None);
             return Err(e);
         }
     };
-    place_for_commit(run_dir, &staged, contents)
+    place_for_commit(rt, run_dir, &staged, contents)
 }
 
 /// Puts staged files where they go — new ones by name, existing ones replaced durably — and
 /// notes them for the run's next commit to make durable ([`write_for_commit`]), with their
 /// bytes when the run's commits go through its commit log (which then carries them).
-fn place_for_commit(run_dir: &Path, staged: &[Staged], contents: Option<Contents>) -> Result<()> {
+fn place_for_commit(
+    rt: &Shared,
+    run_dir: &Path,
+    staged: &[Staged],
+    contents: Option<Contents>,
+) -> Result<()> {
     let done = (|| {
         let replacing = rename_new(staged)?;
         if let Some((tmp, _)) = replacing.first() {
@@ -349,8 +375,11 @@ fn place_for_commit(run_dir: &Path, staged: &[Staged], contents: Option<Contents
         })
         .collect();
     match &done {
-        Ok(()) => deferred::note_with(run_dir, Some(placed), contents),
-        Err(_) => deferred::note(run_dir, None),
+        Ok(()) => rt
+            .writes
+            .deferred
+            .note_with(run_dir, Some(placed), contents),
+        Err(_) => rt.writes.deferred.note(run_dir, None),
     }
     done
 }
@@ -358,40 +387,34 @@ fn place_for_commit(run_dir: &Path, staged: &[Staged], contents: Option<Contents
 /// Files' paths and bytes, for a commit log.
 pub(super) type Contents = Vec<(PathBuf, std::sync::Arc<[u8]>)>;
 
-/// Large [`write_for_commit`] batches being written in the background, by run directory: the
-/// commit that refers to them stages its own events meanwhile and joins them before its sync
-/// (a fan-out's new task directories, created one at a time under `tasks/`'s lock, are the long
-/// pole of an iteration; its events need no part of them until then). Every other access to the
-/// run's files joins them first ([`join_background`]).
-static BACKGROUND: Mutex<Vec<(PathBuf, std::thread::JoinHandle<Result<()>>)>> =
-    Mutex::new(Vec::new());
-
 /// [`write_for_commit`], on a thread of its own for a large batch; its outcome is reported by
 /// the next [`join_background`] of `run_dir` (the commit's, at the latest).
 pub(super) fn write_for_commit_background(
+    rt: &Arc<Shared>,
     run_dir: PathBuf,
     files: Vec<(PathBuf, bytes::Bytes)>,
     log: bool,
 ) -> Result<()> {
-    join_background(&run_dir)?;
+    join_background(rt, &run_dir)?;
     if files.len() < PARALLEL_MIN {
-        return write_for_commit(&run_dir, &borrowed(&files), log);
+        return write_for_commit(rt, &run_dir, &borrowed(&files), log);
     }
-    let files = std::sync::Arc::new(files);
-    let (dir, batch) = (run_dir.clone(), files.clone());
+    let files = Arc::new(files);
+    let (shared, dir, batch) = (rt.clone(), run_dir.clone(), files.clone());
     match std::thread::Builder::new()
         .name("journal-files".into())
-        .spawn(move || write_for_commit(&dir, &borrowed(&batch), log))
+        .spawn(move || write_for_commit(&shared, &dir, &borrowed(&batch), log))
     {
         Ok(handle) => {
-            BACKGROUND
+            rt.writes
+                .background
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push((run_dir, handle));
             Ok(())
         }
         // No thread to be had: write them here.
-        Err(_) => write_for_commit(&run_dir, &borrowed(&files), log),
+        Err(_) => write_for_commit(rt, &run_dir, &borrowed(&files), log),
     }
 }
 
@@ -400,9 +423,13 @@ fn borrowed(files: &[(PathBuf, bytes::Bytes)]) -> Vec<(PathBuf, &[u8])> {
 }
 
 /// Waits for the background writes of `run_dir`'s files; the first error among them.
-pub(super) fn join_background(run_dir: &Path) -> Result<()> {
+pub(super) fn join_background(rt: &Shared, run_dir: &Path) -> Result<()> {
     let mine: Vec<std::thread::JoinHandle<Result<()>>> = {
-        let mut all = BACKGROUND.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = rt
+            .writes
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if all.is_empty() {
             return Ok(());
         }
@@ -439,20 +466,24 @@ pub(super) fn join_background(run_dir: &Path) -> Result<()> {
 /// `run_dir`'s background writes ([`write_for_commit_background`]) are joined after the events
 /// are staged and before the sync; if one failed, no event is named.
 pub(super) fn write_events(
+    rt: &Arc<Shared>,
     run_dir: &Path,
     journal_dir: &Path,
     files: &[(PathBuf, &[u8])],
     commit_log: bool,
 ) -> Result<()> {
     if commit_log {
-        return write_events_logged(run_dir, journal_dir, files);
+        return write_events_logged(rt, run_dir, journal_dir, files);
     }
-    let background = BACKGROUND
+    let background = rt
+        .writes
+        .background
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .any(|(dir, _)| dir == run_dir);
-    let pending = deferred::of(run_dir);
+    let deferred = &rt.writes.deferred;
+    let pending = deferred.of(run_dir);
     if !background && files.len() <= PER_FILE_EVENTS && pending.as_ref().is_none_or(|d| !d.many) {
         if let Some(d) = &pending {
             deferred::sync_each(d)?;
@@ -462,27 +493,27 @@ pub(super) fn write_events(
         }
         fsync_dir(journal_dir)?;
         if let Some(d) = pending {
-            deferred::settle(run_dir, d.generation);
+            deferred.settle(run_dir, d.generation);
         }
         return Ok(());
     }
     if let Some(anonymous) = stage_anonymous(journal_dir, files)? {
-        join_background(run_dir)?;
+        join_background(rt, run_dir)?;
         // Data and inodes durable (with the deferred files) before any event has a name; then
         // the names, in order; then one more sync for the names and link counts, also when a
         // link failed part way (the events linked so far are committed: a prefix).
-        sync_with_deferred(run_dir, journal_dir)?;
+        sync_with_deferred(rt, run_dir, journal_dir)?;
         let linked = files
             .iter()
             .enumerate()
-            .try_for_each(|(i, (path, _))| anonymous.link(i, path));
+            .try_for_each(|(i, (path, _))| anonymous.link(&rt.writes.links, i, path));
         let synced = syncfs(journal_dir);
         return linked.and(synced);
     }
     let staged = stage_all(files)?;
     let done = (|| {
-        join_background(run_dir)?;
-        sync_with_deferred(run_dir, journal_dir)?;
+        join_background(rt, run_dir)?;
+        sync_with_deferred(rt, run_dir, journal_dir)?;
         rename_all(&staged)?;
         fsync_dir(journal_dir)
     })();
@@ -499,12 +530,14 @@ pub(super) fn write_events(
 /// large batch on a thread of its own while the events are staged), then the events named in
 /// order; their own durability follows in the background.
 fn write_events_logged(
+    rt: &Arc<Shared>,
     run_dir: &Path,
     journal_dir: &Path,
     files: &[(PathBuf, &[u8])],
 ) -> Result<()> {
-    join_background(run_dir)?;
-    let pending = deferred::of(run_dir);
+    join_background(rt, run_dir)?;
+    let deferred = &rt.writes.deferred;
+    let pending = deferred.of(run_dir);
     let carried = match pending.as_ref().map(|d| (d, &d.contents)) {
         Some((d, Some(contents)))
             if contents.len() <= commit_log::MAX_CARRIED
@@ -516,10 +549,10 @@ fn write_events_logged(
         }
         Some((d, _)) => {
             if d.many {
-                sync_with_deferred(run_dir, journal_dir)?;
+                sync_with_deferred(rt, run_dir, journal_dir)?;
             } else {
                 deferred::sync_each(d)?;
-                deferred::settle(run_dir, d.generation);
+                deferred.settle(run_dir, d.generation);
             }
             None
         }
@@ -529,7 +562,7 @@ fn write_events_logged(
     if let Some((_, contents)) = carried {
         logged.extend(contents.iter().map(|(p, b)| (p.as_path(), &b[..])));
     }
-    let _guard = commit_log::guard();
+    let _guard = rt.settle.guard();
     // The record does not need the staged files (it holds their bytes): a large batch appends
     // and syncs it on a thread of its own while the events are staged (the sync is mostly a
     // wait for the disk). A small batch does both here, the record first.
@@ -537,11 +570,11 @@ fn write_events_logged(
         beside(
             "journal-log",
             run_dir,
-            || commit_log::append(run_dir, &logged),
+            || commit_log::append(rt, run_dir, &logged),
             || stage_events(journal_dir, files),
         )
     } else {
-        let record = commit_log::append(run_dir, &logged);
+        let record = commit_log::append(rt, run_dir, &logged);
         let staging = match record {
             Ok(_) => stage_events(journal_dir, files),
             Err(_) => Ok((None, Vec::new())),
@@ -552,7 +585,7 @@ fn write_events_logged(
         (Ok(record), Ok((anonymous, staged))) => (record, anonymous, staged),
         (Ok(record), Err(e)) => {
             // Logged but not staged: the log must not complete it later.
-            commit_log::void(run_dir, record)?;
+            commit_log::void(rt, run_dir, record)?;
             return Err(e);
         }
         (Err(e), staging) => {
@@ -563,24 +596,24 @@ fn write_events_logged(
         }
     };
     if let Some((generation, _)) = carried {
-        deferred::settle(run_dir, generation);
+        deferred.settle(run_dir, generation);
     }
     let named = match &anonymous {
         Some(anonymous) => files
             .iter()
             .enumerate()
-            .try_for_each(|(i, (path, _))| anonymous.link(i, path)),
+            .try_for_each(|(i, (path, _))| anonymous.link(&rt.writes.links, i, path)),
         None => rename_each_new(&staged),
     };
     if let Err(e) = named {
         // Not named whole: the log must not complete it later; the events named so far are
         // committed (a prefix), as without a log.
         discard_tmps(&staged);
-        commit_log::void(run_dir, record)?;
+        commit_log::void(rt, run_dir, record)?;
         syncfs(journal_dir)?;
         return Err(e);
     }
-    commit_log::committed(run_dir, journal_dir, record);
+    commit_log::committed(rt, run_dir, journal_dir, record);
     Ok(())
 }
 
@@ -672,11 +705,11 @@ fn rename_each_new(staged: &[Staged]) -> Result<()> {
 }
 
 /// One `syncfs` of `dir`'s filesystem, settling `run_dir`'s deferred writes noted before it.
-fn sync_with_deferred(run_dir: &Path, dir: &Path) -> Result<()> {
-    let pending = deferred::of(run_dir);
+fn sync_with_deferred(rt: &Shared, run_dir: &Path, dir: &Path) -> Result<()> {
+    let pending = rt.writes.deferred.of(run_dir);
     syncfs(dir)?;
     if let Some(d) = pending {
-        deferred::settle(run_dir, d.generation);
+        rt.writes.deferred.settle(run_dir, d.generation);
     }
     Ok(())
 }

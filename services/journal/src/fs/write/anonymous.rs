@@ -2,7 +2,8 @@
 //! name (`linkat`), and created without taking the directory's lock. The whole batch is held
 //! open until it is named, so its width is bounded by this process's descriptor limit (a wider
 //! batch is staged by name, see [`anonymous_cap`]), and the descriptor table is best grown
-//! before the process has threads ([`reserve_descriptors`]).
+//! before the process has threads ([`reserve_descriptors`], which building the stores'
+//! [`crate::fs::FsRuntime`] does).
 
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -30,11 +31,13 @@ fn descriptor_limit() -> usize {
 const RESERVED_MAX: usize = 4096;
 
 /// Grows this process's descriptor table now to hold a large batch's anonymous files (up to
-/// [`anonymous_cap`], at most [`RESERVED_MAX`]). Call it while the process has one thread:
-/// the kernel grows a table that several threads share only after an RCU grace period, and
-/// a first 200-task fan-out in a young warm server spent ~30 ms in two such waits (measured);
-/// with one thread the growth is a plain reallocation, and a table never shrinks. Best effort.
-pub fn reserve_descriptors() {
+/// [`anonymous_cap`], at most [`RESERVED_MAX`]). Best called while the process has one
+/// thread (`FsRuntime::new`, first thing in `main`): the kernel grows a table that several
+/// threads share only after an RCU grace period, and a first 200-task fan-out in a young warm
+/// server spent ~30 ms in two such waits (measured); with one thread the growth is a plain
+/// reallocation, and a table never shrinks. Best effort; once the table is grown, a further
+/// call costs three system calls and changes nothing.
+pub(in crate::fs) fn reserve_descriptors() {
     let limit = descriptor_limit();
     let want = (limit / 2)
         .saturating_add(64)
@@ -125,27 +128,31 @@ pub(super) struct Anonymous {
     pub(super) fds: Vec<OwnedFd>,
 }
 
-/// Whether `linkat(…, AT_EMPTY_PATH)` was refused here (it needs `CAP_DAC_READ_SEARCH`): then
-/// files are linked through `/proc/self/fd` only.
-static NO_EMPTY_PATH_LINK: AtomicBool = AtomicBool::new(false);
+/// How this process may name anonymous files, learnt by the runtime on its first try.
+#[derive(Debug, Default)]
+pub(super) struct Links {
+    /// `linkat(…, AT_EMPTY_PATH)` was refused here (it needs `CAP_DAC_READ_SEARCH`): files are
+    /// linked through `/proc/self/fd` only.
+    no_empty_path: AtomicBool,
+}
 
 impl Anonymous {
     /// Gives the `i`th file its name (`path`, in the batch's directory); fails if the name is
     /// taken. Linked by descriptor where the process may (no path lookup at all), else through
     /// `/proc/self/fd`; the new name is looked up relative to the directory either way.
-    pub(super) fn link(&self, i: usize, path: &Path) -> Result<()> {
+    pub(super) fn link(&self, links: &Links, i: usize, path: &Path) -> Result<()> {
         let io = |e: rustix::io::Errno| JournalError::io(path.display(), e.into());
         let name = path
             .file_name()
             .ok_or_else(|| io(rustix::io::Errno::INVAL))?;
         let fd = &self.fds[i];
-        if !NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) {
+        if !links.no_empty_path.load(Ordering::Relaxed) {
             match rustix::fs::linkat(fd, "", &self.dir, name, rustix::fs::AtFlags::EMPTY_PATH) {
                 Ok(()) => return Ok(()),
                 Err(
                     rustix::io::Errno::NOENT | rustix::io::Errno::PERM | rustix::io::Errno::INVAL,
                 ) => {
-                    NO_EMPTY_PATH_LINK.store(true, Ordering::Relaxed);
+                    links.no_empty_path.store(true, Ordering::Relaxed);
                 }
                 Err(e) => return Err(io(e)),
             }

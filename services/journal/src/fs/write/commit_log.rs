@@ -9,8 +9,9 @@
 //! event files and the files they refer to (task files, a completed run's output) — to one
 //! file, `state/commit.log`, as one checksummed record and `fdatasync`s it: that is the commit
 //! point. The event files are then named without waiting for their blocks; a background
-//! `syncfs` ([`settle`]) makes them durable and marks the log settled up to there. It is a write-ahead log in front of
-//! babysitter's journal files, as databases keep one in front of their data files.
+//! `syncfs` ([`settle`], run by the store's `FsRuntime`) makes them durable and marks the log
+//! settled up to there. It is a write-ahead log in front of babysitter's journal files, as
+//! databases keep one in front of their data files.
 //!
 //! After a machine crash a live record's files may be missing, or empty or cut short. Every
 //! reader and writer of the run ([`recover`], from the listing and the commit) first compares
@@ -43,10 +44,11 @@ use sha2::{Digest as _, Sha256};
 
 use super::{fsync_dir, syncfs, write_atomic};
 use crate::error::{JournalError, Result};
+use crate::fs::runtime::Shared;
 
 mod settle;
-pub use settle::settle_all;
-pub(super) use settle::{committed, guard};
+pub(in crate::fs) use settle::Settling;
+pub(super) use settle::committed;
 
 const MAGIC: &[u8; 8] = b"BSCLOG02";
 const MAGIC_V1: &[u8; 8] = b"BSCLOG01";
@@ -354,8 +356,8 @@ pub(super) struct Appended {
 
 /// Appends `files` (a batch's event files and the files they refer to) to the run's log as one
 /// record and makes it durable: the batch's commit point. The caller holds the run's lock and
-/// its [`guard`], and has run [`recover`].
-pub(super) fn append(run_dir: &Path, files: &[(&Path, &[u8])]) -> Result<Appended> {
+/// its runtime's [`Settling::guard`], and has run [`recover`].
+pub(super) fn append(rt: &Shared, run_dir: &Path, files: &[(&Path, &[u8])]) -> Result<Appended> {
     let p = path(run_dir);
     let state = run_dir.join("state");
     let (f, found, len, new) = match open(run_dir, true)? {
@@ -372,10 +374,10 @@ pub(super) fn append(run_dir: &Path, files: &[(&Path, &[u8])]) -> Result<Appende
             (f, Kind::None, 0, true)
         }
     };
-    // Where the next record goes: after the last whole record (this process knows it when it
+    // Where the next record goes: after the last whole record (this runtime knows it when it
     // wrote the log last; else read back, and anything torn after it cut off).
     let (header, start) = match found {
-        Kind::Current(h) if settle::known_end(run_dir, h.epoch) == Some(len) => (h, len),
+        Kind::Current(h) if rt.settle.known_end(run_dir, h.epoch) == Some(len) => (h, len),
         Kind::Current(h) => {
             let end = read_records(run_dir, &f, h, len)?.end;
             if end < len {
@@ -405,12 +407,12 @@ pub(super) fn append(run_dir: &Path, files: &[(&Path, &[u8])]) -> Result<Appende
 }
 
 /// The batch of `record` was not named whole: the log must never complete it. Durable.
-pub(super) fn void(run_dir: &Path, record: Appended) -> Result<()> {
+pub(super) fn void(rt: &Shared, run_dir: &Path, record: Appended) -> Result<()> {
     let p = path(run_dir);
     let f = OpenOptions::new().write(true).open(&p).map_err(io(&p))?;
     f.write_all_at(&[VOID], record.start).map_err(io(&p))?;
     f.sync_data().map_err(io(&p))?;
-    settle::known(run_dir, record.epoch, record.end);
+    rt.settle.known(run_dir, record.epoch, record.end);
     Ok(())
 }
 
@@ -450,6 +452,7 @@ fn to_restore(run_dir: &Path, records: &[Entries]) -> Result<Vec<(PathBuf, Vec<u
 /// only when something must be restored (and everything compared again under it: a writer
 /// may have been naming a batch).
 pub(in crate::fs) fn recover(
+    rt: &Shared,
     run_id: &str,
     run_dir: &Path,
     locked: bool,
@@ -461,8 +464,8 @@ pub(in crate::fs) fn recover(
     let records = match kind {
         Kind::None => return Ok(()),
         Kind::Current(h) if h.settled_to >= len => return Ok(()),
-        // This process named every record up to the end.
-        Kind::Current(h) if settle::known_end(run_dir, h.epoch) == Some(len) => return Ok(()),
+        // This runtime named every record up to the end.
+        Kind::Current(h) if rt.settle.known_end(run_dir, h.epoch) == Some(len) => return Ok(()),
         Kind::Current(h) => read_records(run_dir, &f, h, len)?.records,
         Kind::V1 => read_v1(run_dir, &f, len)?.into_iter().collect(),
     };
@@ -472,15 +475,15 @@ pub(in crate::fs) fn recover(
     }
     let _lock = match locked {
         true => None,
-        false => Some(super::super::lock_run(run_id, run_dir, attempts)?),
+        false => Some(rt.holds.lock_run(run_id, run_dir, attempts)?),
     };
-    let _guard = guard();
-    restore(run_id, run_dir)
+    let _guard = rt.settle.guard();
+    restore(rt, run_id, run_dir)
 }
 
 /// [`recover`]'s restoring part, under the run's lock: compares again, restores, syncs, and
 /// empties the log.
-fn restore(run_id: &str, run_dir: &Path) -> Result<()> {
+fn restore(rt: &Shared, run_id: &str, run_dir: &Path) -> Result<()> {
     let Some((f, kind, len)) = open(run_dir, true)? else {
         return Ok(());
     };
@@ -507,8 +510,8 @@ fn restore(run_id: &str, run_dir: &Path) -> Result<()> {
     }
     syncfs(run_dir)?;
     reset(&f, &path(run_dir), epoch, true)?;
-    settle::forget_known(run_dir);
-    super::super::forget_listing(run_dir);
+    rt.settle.forget_known(run_dir);
+    rt.holds.forget_listing(run_dir);
     if !missing.is_empty() {
         tracing::warn!(
             run_id,
@@ -521,9 +524,9 @@ fn restore(run_id: &str, run_dir: &Path) -> Result<()> {
 
 /// Voids the run's log durably before its journal is replaced (its events' sequence numbers
 /// would name other events after).
-pub(in crate::fs) fn discard(run_dir: &Path) -> Result<()> {
-    settle::forget(run_dir);
-    let _guard = guard();
+pub(in crate::fs) fn discard(rt: &Shared, run_dir: &Path) -> Result<()> {
+    rt.settle.forget(run_dir);
+    let _guard = rt.settle.guard();
     let p = path(run_dir);
     match OpenOptions::new().read(true).write(true).open(&p) {
         Ok(f) => {

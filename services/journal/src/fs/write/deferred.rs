@@ -36,71 +36,79 @@ pub(super) struct Deferred {
     pub contents: Option<super::Contents>,
 }
 
-static DEFERRED: Mutex<BTreeMap<PathBuf, Deferred>> = Mutex::new(BTreeMap::new());
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-fn registry() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, Deferred>> {
-    DEFERRED.lock().unwrap_or_else(|p| p.into_inner())
+/// The account of every run's deferred files, kept by the runtime: whichever of the process's
+/// stores writes a run's files, its next commit sees them.
+#[derive(Debug, Default)]
+pub(super) struct Deferreds {
+    runs: Mutex<BTreeMap<PathBuf, Deferred>>,
+    generation: AtomicU64,
 }
 
-/// Notes a batch of `run_dir`'s files as written, not durable: `files` where they now are, or
-/// `None` when the batch failed part way (whatever it left is synced the thorough way).
-pub(super) fn note(run_dir: &Path, files: Option<Vec<&Path>>) {
-    note_with(run_dir, files, None);
-}
-
-/// [`note`], with the files' bytes (`None`: not kept).
-pub(super) fn note_with(
-    run_dir: &Path,
-    files: Option<Vec<&Path>>,
-    contents: Option<super::Contents>,
-) {
-    let generation = GENERATION.fetch_add(1, Ordering::SeqCst) + 1;
-    let mut all = registry();
-    let entry = all
-        .entry(run_dir.to_path_buf())
-        .or_insert_with(|| Deferred {
-            contents: Some(Vec::new()),
-            ..Deferred::default()
-        });
-    entry.generation = generation;
-    match (&mut entry.contents, contents) {
-        (Some(kept), Some(new)) => kept.extend(new),
-        (kept, _) => *kept = None,
+impl Deferreds {
+    fn runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, Deferred>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
-    match files {
-        Some(files) if !entry.many && entry.files.len() + files.len() <= PER_FILE_MAX => {
-            for file in files {
-                let mut dir = file.parent();
-                while let Some(d) = dir {
-                    entry.dirs.insert(d.to_path_buf());
-                    if d == run_dir || !d.starts_with(run_dir) {
-                        break;
+
+    /// Notes a batch of `run_dir`'s files as written, not durable: `files` where they now are,
+    /// or `None` when the batch failed part way (whatever it left is synced the thorough way).
+    pub(super) fn note(&self, run_dir: &Path, files: Option<Vec<&Path>>) {
+        self.note_with(run_dir, files, None);
+    }
+
+    /// [`Deferreds::note`], with the files' bytes (`None`: not kept).
+    pub(super) fn note_with(
+        &self,
+        run_dir: &Path,
+        files: Option<Vec<&Path>>,
+        contents: Option<super::Contents>,
+    ) {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut all = self.runs();
+        let entry = all
+            .entry(run_dir.to_path_buf())
+            .or_insert_with(|| Deferred {
+                contents: Some(Vec::new()),
+                ..Deferred::default()
+            });
+        entry.generation = generation;
+        match (&mut entry.contents, contents) {
+            (Some(kept), Some(new)) => kept.extend(new),
+            (kept, _) => *kept = None,
+        }
+        match files {
+            Some(files) if !entry.many && entry.files.len() + files.len() <= PER_FILE_MAX => {
+                for file in files {
+                    let mut dir = file.parent();
+                    while let Some(d) = dir {
+                        entry.dirs.insert(d.to_path_buf());
+                        if d == run_dir || !d.starts_with(run_dir) {
+                            break;
+                        }
+                        dir = d.parent();
                     }
-                    dir = d.parent();
+                    entry.files.push(file.to_path_buf());
                 }
-                entry.files.push(file.to_path_buf());
+            }
+            _ => {
+                entry.many = true;
+                entry.files = Vec::new();
+                entry.dirs = BTreeSet::new();
             }
         }
-        _ => {
-            entry.many = true;
-            entry.files = Vec::new();
-            entry.dirs = BTreeSet::new();
-        }
     }
-}
 
-/// What `run_dir` has deferred, if anything.
-pub(super) fn of(run_dir: &Path) -> Option<Deferred> {
-    registry().get(run_dir).cloned()
-}
+    /// What `run_dir` has deferred, if anything.
+    pub(super) fn of(&self, run_dir: &Path) -> Option<Deferred> {
+        self.runs().get(run_dir).cloned()
+    }
 
-/// A sync that covered `run_dir`'s deferred files as of `generation` happened (a batch noted
-/// since stays pending).
-pub(super) fn settle(run_dir: &Path, generation: u64) {
-    let mut all = registry();
-    if all.get(run_dir).is_some_and(|d| d.generation == generation) {
-        all.remove(run_dir);
+    /// A sync that covered `run_dir`'s deferred files as of `generation` happened (a batch
+    /// noted since stays pending).
+    pub(super) fn settle(&self, run_dir: &Path, generation: u64) {
+        let mut all = self.runs();
+        if all.get(run_dir).is_some_and(|d| d.generation == generation) {
+            all.remove(run_dir);
+        }
     }
 }
 

@@ -13,9 +13,11 @@
 
 use std::fs;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::{Staged, discard_tmps, join_background, place_for_commit, stage, syncfs};
 use crate::error::Result;
+use crate::fs::runtime::Shared;
 use crate::store::{RunFile, RunFileWriter};
 
 /// New files from which an early `syncfs` is started.
@@ -24,6 +26,8 @@ pub(super) const EARLY_SYNC_MIN: usize = 32;
 /// [`RunFileWriter`] for a run directory.
 #[derive(Debug)]
 pub(in crate::fs) struct StreamedFiles {
+    /// The store's runtime: the run's background writes, and the account its next commit reads.
+    rt: Arc<Shared>,
     run_dir: PathBuf,
     /// Staged and not yet durable (or temp files still to be renamed).
     staged: Vec<Staged>,
@@ -40,9 +44,10 @@ pub(in crate::fs) struct StreamedFiles {
 
 impl StreamedFiles {
     /// A writer for `run_dir` (which exists), after its earlier background writes are done.
-    pub(in crate::fs) fn new(run_dir: PathBuf, commit_log: bool) -> Result<Self> {
-        join_background(&run_dir)?;
+    pub(in crate::fs) fn new(rt: Arc<Shared>, run_dir: PathBuf, commit_log: bool) -> Result<Self> {
+        join_background(&rt, &run_dir)?;
         Ok(Self {
+            rt,
             run_dir,
             staged: Vec::new(),
             durable: Vec::new(),
@@ -123,7 +128,7 @@ impl RunFileWriter for StreamedFiles {
 
     fn close(mut self: Box<Self>) -> Result<()> {
         self.closed = true;
-        join_background(&self.run_dir)?;
+        join_background(&self.rt, &self.run_dir)?;
         // A sync still under way is not waited for: its files go to the commit's own sync
         // (which waits for the same writeback anyway).
         match self.syncing.take() {
@@ -138,7 +143,7 @@ impl RunFileWriter for StreamedFiles {
             return Ok(());
         }
         let contents = self.contents.take();
-        place_for_commit(&self.run_dir, &self.staged, contents)
+        place_for_commit(&self.rt, &self.run_dir, &self.staged, contents)
     }
 }
 

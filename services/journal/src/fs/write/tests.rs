@@ -25,6 +25,11 @@ pub(super) fn batch(dir: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
+/// A runtime of the test's own: what a process's stores share.
+pub(super) fn runtime() -> crate::fs::FsRuntime {
+    crate::fs::FsRuntime::new()
+}
+
 pub(super) fn borrowed(files: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, &[u8])> {
     files
         .iter()
@@ -57,7 +62,7 @@ fn anonymous_files_are_linked_either_way() {
     };
     for (i, (path, _)) in files.iter().enumerate() {
         if i % 2 == 0 {
-            anonymous.link(i, path).unwrap();
+            anonymous.link(&Default::default(), i, path).unwrap();
         } else {
             anonymous
                 .link_through_proc(i, path.file_name().unwrap())
@@ -68,7 +73,10 @@ fn anonymous_files_are_linked_either_way() {
         assert_eq!(&fs::read(path).unwrap(), bytes);
     }
     assert_eq!(names(dir.path()).len(), 40);
-    assert!(anonymous.link(0, &files[1].0).is_err(), "name taken");
+    assert!(
+        anonymous.link(&Default::default(), 0, &files[1].0).is_err(),
+        "name taken"
+    );
     assert!(
         anonymous
             .link_through_proc(0, files[1].0.file_name().unwrap())
@@ -110,10 +118,12 @@ fn run_with_tasks(n: usize) -> (tempfile::TempDir, PathBuf, Vec<(PathBuf, Vec<u8
 /// visible before them.
 #[test]
 fn deferred_files_are_synced_by_the_next_commit() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let (dir, journal, tasks) = run_with_tasks(3);
     let run = dir.path();
-    write_for_commit(run, &borrowed(&tasks), false).unwrap();
-    let pending = deferred::of(run).expect("pending a sync");
+    write_for_commit(rt, run, &borrowed(&tasks), false).unwrap();
+    let pending = rt.writes.deferred.of(run).expect("pending a sync");
     assert!(!pending.many);
     assert_eq!(
         pending.files,
@@ -137,8 +147,8 @@ fn deferred_files_are_synced_by_the_next_commit() {
         "{pending:?}"
     );
     let events = batch(&journal, 2);
-    write_events(run, &journal, &borrowed(&events), false).unwrap();
-    assert_eq!(deferred::of(run), None, "settled by the commit");
+    write_events(rt, run, &journal, &borrowed(&events), false).unwrap();
+    assert_eq!(rt.writes.deferred.of(run), None, "settled by the commit");
     assert_eq!(
         names(&journal),
         events
@@ -152,38 +162,42 @@ fn deferred_files_are_synced_by_the_next_commit() {
 /// batch that failed part way is too; either way the account is settled.
 #[test]
 fn many_or_failed_deferred_files_take_the_filesystem_sync() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let (dir, journal, tasks) = run_with_tasks(deferred::PER_FILE_MAX + 1);
     let run = dir.path();
-    write_for_commit(run, &borrowed(&tasks), false).unwrap();
-    let pending = deferred::of(run).unwrap();
+    write_for_commit(rt, run, &borrowed(&tasks), false).unwrap();
+    let pending = rt.writes.deferred.of(run).unwrap();
     assert!(pending.many && pending.files.is_empty(), "{pending:?}");
-    write_events(run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
-    assert_eq!(deferred::of(run), None);
+    write_events(rt, run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
+    assert_eq!(rt.writes.deferred.of(run), None);
     // A file under a regular file cannot be written: the batch fails, its account says so.
     fs::write(run.join("blocker"), b"x").unwrap();
     let bad = vec![(run.join("blocker/E0/task.json"), b"{}".to_vec())];
-    assert!(write_for_commit(run, &borrowed(&bad), false).is_err());
-    assert!(deferred::of(run).unwrap().many);
+    assert!(write_for_commit(rt, run, &borrowed(&bad), false).is_err());
+    assert!(rt.writes.deferred.of(run).unwrap().many);
     // A later small batch does not make the run's account small again.
-    write_for_commit(run, &borrowed(&tasks[..1]), false).unwrap();
-    assert!(deferred::of(run).unwrap().many);
+    write_for_commit(rt, run, &borrowed(&tasks[..1]), false).unwrap();
+    assert!(rt.writes.deferred.of(run).unwrap().many);
 }
 
 /// The account of one run says nothing about another's: a commit settles its own run only.
 #[test]
 fn deferred_files_are_kept_by_run() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     for run in [&a, &b] {
         fs::create_dir_all(run.join("journal")).unwrap();
         let files = vec![(run.join("tasks/E1/task.json"), b"{}".to_vec())];
-        write_for_commit(run, &borrowed(&files), false).unwrap();
+        write_for_commit(rt, run, &borrowed(&files), false).unwrap();
     }
     let events = batch(&a.join("journal"), 1);
-    write_events(&a, &a.join("journal"), &borrowed(&events), false).unwrap();
-    assert_eq!(deferred::of(&a), None);
+    write_events(rt, &a, &a.join("journal"), &borrowed(&events), false).unwrap();
+    assert_eq!(rt.writes.deferred.of(&a), None);
     assert_eq!(
-        deferred::of(&b).unwrap().files,
+        rt.writes.deferred.of(&b).unwrap().files,
         vec![b.join("tasks/E1/task.json")]
     );
 }
@@ -192,12 +206,14 @@ fn deferred_files_are_kept_by_run() {
 /// replaced through a temp file made durable first, never rewritten in place.
 #[test]
 fn an_existing_file_is_replaced_whole() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tasks/E1/task.json");
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(&path, b"{\"torn").unwrap();
     let new = vec![(path.clone(), b"{\"whole\": true}\n".to_vec())];
-    write_for_commit(dir.path(), &borrowed(&new), false).unwrap();
+    write_for_commit(rt, dir.path(), &borrowed(&new), false).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"{\"whole\": true}\n");
     assert_eq!(names(path.parent().unwrap()), vec!["task.json"]);
 }
@@ -228,11 +244,13 @@ fn a_large_batch_over_new_directories_is_written_in_place() {
 /// commit's to sync; the rest are noted for the commit as a batch would be.
 #[test]
 fn streamed_files_are_synced_early_or_left_to_the_commit() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     use crate::store::{RunFile, RunFileWriter};
     let (dir, journal, _) = run_with_tasks(0);
     let run = dir.path();
     fs::create_dir(run.join("tasks")).unwrap();
-    let mut w = streamed::StreamedFiles::new(run.to_path_buf(), false).unwrap();
+    let mut w = streamed::StreamedFiles::new(rt.clone(), run.to_path_buf(), false).unwrap();
     let n = streamed::EARLY_SYNC_MIN;
     for i in 0..n {
         let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
@@ -251,23 +269,29 @@ fn streamed_files_are_synced_early_or_left_to_the_commit() {
     let last = RunFile::task("Elast", "task.json").unwrap();
     w.write(&last, b"{}\n").unwrap();
     Box::new(w).close().unwrap();
-    let pending = deferred::of(run).expect("the last file is the commit's");
+    let pending = rt
+        .writes
+        .deferred
+        .of(run)
+        .expect("the last file is the commit's");
     assert!(!pending.many, "{pending:?}");
     assert_eq!(pending.files, vec![run.join("tasks/Elast/task.json")]);
-    write_events(run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
-    assert_eq!(deferred::of(run), None);
+    write_events(rt, run, &journal, &borrowed(&batch(&journal, 1)), false).unwrap();
+    assert_eq!(rt.writes.deferred.of(run), None);
 }
 
 /// A writer dropped unclosed removes what it wrote — durable or not, with the directories it
 /// made — and leaves a file it would have replaced as it was, with no temp file beside it.
 #[test]
 fn an_unclosed_streamed_writer_removes_what_it_wrote() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     use crate::store::{RunFile, RunFileWriter};
     let (dir, _journal, _) = run_with_tasks(0);
     let run = dir.path();
     fs::create_dir_all(run.join("tasks/OLD")).unwrap();
     fs::write(run.join("tasks/OLD/task.json"), b"old").unwrap();
-    let mut w = streamed::StreamedFiles::new(run.to_path_buf(), false).unwrap();
+    let mut w = streamed::StreamedFiles::new(rt.clone(), run.to_path_buf(), false).unwrap();
     for i in 0..(streamed::EARLY_SYNC_MIN + 5) {
         let file = RunFile::task(&format!("E{i}"), "task.json").unwrap();
         w.write(&file, b"{}\n").unwrap();
@@ -279,5 +303,9 @@ fn an_unclosed_streamed_writer_removes_what_it_wrote() {
     assert_eq!(names(&run.join("tasks")), vec!["OLD"]);
     assert_eq!(names(&run.join("tasks/OLD")), vec!["task.json"]);
     assert_eq!(fs::read(run.join("tasks/OLD/task.json")).unwrap(), b"old");
-    assert_eq!(deferred::of(run), None, "nothing left for a commit");
+    assert_eq!(
+        rt.writes.deferred.of(run),
+        None,
+        "nothing left for a commit"
+    );
 }

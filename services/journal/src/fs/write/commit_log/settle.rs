@@ -1,28 +1,31 @@
 //! Settling: making a log's committed records durable in the run's own files, in the
 //! background, and marking the log settled up to there.
 //!
-//! One thread per process does it for every run it committed to: the first commit after a
-//! quiet spell schedules the run, and [`DELAY`] later (commits in between join the same round)
-//! one `syncfs` per filesystem makes everything named so far durable; then, under the run's
-//! lock, each log is marked settled up to the end this process had reached before the sync —
-//! or emptied when nothing was appended since. The delay keeps the sync's writeback from
-//! holding up the filesystem's metadata journal while the committing command still answers,
-//! and lets one sync cover a run loop's several commits.
+//! One thread per runtime (`FsRuntime`: per process) does it for every run its stores committed
+//! to: the first commit after a quiet spell schedules the run, and [`DELAY`] later (commits in
+//! between join the same round) one `syncfs` per filesystem makes everything named so far
+//! durable; then, under the run's lock, each log is marked settled up to the end this runtime
+//! had reached before the sync — or emptied when nothing was appended since. The delay keeps
+//! the sync's writeback from holding up the filesystem's metadata journal while the committing
+//! command still answers, and lets one sync cover a run loop's several commits. The thread
+//! ends with the runtime, after a last round ([`Settling::settle_all`]).
 //!
 //! In-process exclusion: the warm server holds a run's lock for a whole command, and this
-//! thread, in the same process, would be let through by it; a [`guard`] orders it with the
-//! process's own commits (taken after the run's lock by a commit, and before a single
-//! non-blocking try of it here, so no one waits on the other in a cycle).
+//! thread, on the same runtime, would be let through by it; a [`Settling::guard`] orders it
+//! with the runtime's own commits (taken after the run's lock by a commit, and before a single
+//! non-blocking try of it here, so no one waits on the other in a cycle), and the end of a hold
+//! waits for it (see `fs/lock.rs`).
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{Appended, HEADER, Kind, open, reset};
 use crate::error::{JournalError, Result};
+use crate::fs::runtime::Shared;
 
 /// How long after the first unsettled commit a round starts.
 const DELAY: Duration = Duration::from_millis(100);
@@ -31,39 +34,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Orders this process's log writes with its settling (see the module docs). One for every
-/// run: a run reached by two spellings of its path (a symlink) must not get two, and the
-/// process that commits through logs (the warm server) runs one command at a time.
-static GUARD: Mutex<()> = Mutex::new(());
-
-/// The guard against this process's settling (see the module docs), for any run.
-pub(in crate::fs::write) fn guard() -> MutexGuard<'static, ()> {
-    lock(&GUARD)
-}
-
-/// Per run with records this process committed and did not settle yet: the log's epoch and
-/// its end after this process's last commit (every record before it named).
-static KNOWN: Mutex<Vec<(PathBuf, u64, u64)>> = Mutex::new(Vec::new());
-
-pub(super) fn known(run_dir: &Path, epoch: u64, end: u64) {
-    let mut all = lock(&KNOWN);
-    all.retain(|(d, _, _)| d != run_dir);
-    all.push((run_dir.to_path_buf(), epoch, end));
-}
-
-/// Where the log of `epoch` ends as far as this process knows (it wrote it last).
-pub(super) fn known_end(run_dir: &Path, epoch: u64) -> Option<u64> {
-    lock(&KNOWN)
-        .iter()
-        .find(|(d, e, _)| d == run_dir && *e == epoch)
-        .map(|(_, _, end)| *end)
-}
-
-pub(super) fn forget_known(run_dir: &Path) {
-    lock(&KNOWN).retain(|(d, _, _)| d != run_dir);
+/// A runtime's settling: what it committed and did not settle yet, and its thread's state.
+#[derive(Debug, Default)]
+pub(in crate::fs) struct Settling {
+    /// Orders the runtime's log writes with its settling (see the module docs). One for every
+    /// run: a run reached by two spellings of its path (a symlink) must not get two, and the
+    /// process that commits through logs (the warm server) runs one command at a time.
+    guard: Mutex<()>,
+    /// Per run with records this runtime committed and did not settle yet: the log's epoch and
+    /// its end after this runtime's last commit (every record before it named).
+    known: Mutex<Vec<(PathBuf, u64, u64)>>,
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
 }
 
 /// A run waiting for its round.
+#[derive(Debug)]
 struct Due {
     run_dir: PathBuf,
     journal_dir: PathBuf,
@@ -72,33 +59,95 @@ struct Due {
     since: Instant,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct State {
     due: Vec<Due>,
-    /// A round was asked for now ([`settle_all`]).
+    /// A round was asked for now ([`Settling::settle_all`]).
     urgent: bool,
     /// The runs of the round in progress.
     in_flight: Vec<PathBuf>,
     rounds: u64,
+    /// The thread is running.
     thread: bool,
+    /// The runtime is gone: the thread ends, and none is started again.
+    stopping: bool,
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
-static WAKE: Condvar = Condvar::new();
-static DONE: Condvar = Condvar::new();
+impl Settling {
+    /// The guard against this runtime's settling (see the module docs), for any run.
+    pub(in crate::fs) fn guard(&self) -> MutexGuard<'_, ()> {
+        lock(&self.guard)
+    }
 
-fn state() -> MutexGuard<'static, Option<State>> {
-    let mut s = lock(&STATE);
-    s.get_or_insert_with(State::default);
-    s
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    pub(super) fn known(&self, run_dir: &Path, epoch: u64, end: u64) {
+        let mut all = lock(&self.known);
+        all.retain(|(d, _, _)| d != run_dir);
+        all.push((run_dir.to_path_buf(), epoch, end));
+    }
+
+    /// Where the log of `epoch` ends as far as this runtime knows (it wrote it last).
+    pub(super) fn known_end(&self, run_dir: &Path, epoch: u64) -> Option<u64> {
+        lock(&self.known)
+            .iter()
+            .find(|(d, e, _)| d == run_dir && *e == epoch)
+            .map(|(_, _, end)| *end)
+    }
+
+    pub(super) fn forget_known(&self, run_dir: &Path) {
+        lock(&self.known).retain(|(d, _, _)| d != run_dir);
+    }
+
+    /// Runs a round now for everything this runtime committed and waits for it (a run whose
+    /// lock stays busy is left live: readers compare).
+    pub(in crate::fs) fn settle_all(&self) {
+        let mut st = self.state();
+        for _ in 0..3 {
+            if !st.thread || (st.due.is_empty() && st.in_flight.is_empty()) {
+                return;
+            }
+            st.urgent = true;
+            let round = st.rounds;
+            self.wake.notify_all();
+            while st.thread && st.rounds == round {
+                st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// Ends the thread (the runtime is gone; [`Settling::settle_all`] came first).
+    pub(in crate::fs) fn stop(&self) {
+        self.state().stopping = true;
+        self.wake.notify_all();
+    }
+
+    /// Forgets this runtime's records of `run_dir` (its journal is being replaced), after any
+    /// round in progress for it.
+    pub(super) fn forget(&self, run_dir: &Path) {
+        let mut st = self.state();
+        st.due.retain(|d| d.run_dir != run_dir);
+        while st.thread && st.in_flight.iter().any(|d| d == run_dir) {
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(st);
+        self.forget_known(run_dir);
+    }
 }
 
-/// Every record of `record`'s log up to its end is named: readers here need not compare them,
-/// and the run is scheduled for settling.
-pub(in crate::fs::write) fn committed(run_dir: &Path, journal_dir: &Path, record: Appended) {
-    known(run_dir, record.epoch, record.end);
-    let mut guard = state();
-    let Some(st) = guard.as_mut() else { return };
+/// Every record of `record`'s log up to its end is named: readers on this runtime need not
+/// compare them, and the run is scheduled for settling.
+pub(in crate::fs::write) fn committed(
+    rt: &Arc<Shared>,
+    run_dir: &Path,
+    journal_dir: &Path,
+    record: Appended,
+) {
+    let s = &rt.settle;
+    s.known(run_dir, record.epoch, record.end);
+    let mut st = s.state();
     let since = st
         .due
         .iter()
@@ -112,27 +161,43 @@ pub(in crate::fs::write) fn committed(run_dir: &Path, journal_dir: &Path, record
         end: record.end,
         since,
     });
-    if !st.thread {
+    if !st.thread && !st.stopping {
+        let shared = rt.clone();
         st.thread = std::thread::Builder::new()
             .name("journal-settle".into())
-            .spawn(run)
+            .spawn(move || run(&shared))
             .is_ok();
     }
-    WAKE.notify_all();
+    s.wake.notify_all();
 }
 
-fn run() {
-    let mut guard = state();
+/// Marks the thread gone when it ends, a panic included: no one waits for its rounds then.
+struct Ended<'a>(&'a Settling);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.state().thread = false;
+        self.0.done.notify_all();
+    }
+}
+
+fn run(rt: &Shared) {
+    let s = &rt.settle;
+    let _ended = Ended(s);
+    let mut st = s.state();
     loop {
-        let Some(st) = guard.as_mut() else { return };
+        if st.stopping {
+            return;
+        }
         let Some(oldest) = st.due.iter().map(|d| d.since).min() else {
-            guard = WAKE.wait(guard).unwrap_or_else(|p| p.into_inner());
+            st = s.wake.wait(st).unwrap_or_else(|p| p.into_inner());
             continue;
         };
         let wait = (oldest + DELAY).saturating_duration_since(Instant::now());
         if !st.urgent && !wait.is_zero() {
-            guard = WAKE
-                .wait_timeout(guard, wait)
+            st = s
+                .wake
+                .wait_timeout(st, wait)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
             continue;
@@ -140,10 +205,9 @@ fn run() {
         st.urgent = false;
         let round = std::mem::take(&mut st.due);
         st.in_flight = round.iter().map(|d| d.run_dir.clone()).collect();
-        drop(guard);
-        let retry = settle_round(round);
-        guard = state();
-        let Some(st) = guard.as_mut() else { return };
+        drop(st);
+        let retry = settle_round(rt, round);
+        st = s.state();
         for d in retry {
             if !st.due.iter().any(|n| n.run_dir == d.run_dir) {
                 st.due.push(Due {
@@ -154,12 +218,12 @@ fn run() {
         }
         st.in_flight.clear();
         st.rounds += 1;
-        DONE.notify_all();
+        s.done.notify_all();
     }
 }
 
 /// One `syncfs` per filesystem, then each log marked; returns the runs whose lock was busy.
-fn settle_round(round: Vec<Due>) -> Vec<Due> {
+fn settle_round(rt: &Shared, round: Vec<Due>) -> Vec<Due> {
     let mut synced: Vec<u64> = Vec::new();
     let mut failed: Vec<u64> = Vec::new();
     let mut retry = Vec::new();
@@ -176,7 +240,7 @@ fn settle_round(round: Vec<Due>) -> Vec<Due> {
         if failed.contains(&dev) {
             continue;
         }
-        match settle_one(&d) {
+        match settle_one(rt, &d) {
             Ok(true) | Err(_) => {}
             Ok(false) => retry.push(d),
         }
@@ -186,15 +250,15 @@ fn settle_round(round: Vec<Due>) -> Vec<Due> {
 
 /// Marks `d`'s log settled up to `d.end` (emptied when nothing came after it); `false` when
 /// the run's lock was busy.
-fn settle_one(d: &Due) -> Result<bool> {
-    let _g = guard();
+fn settle_one(rt: &Shared, d: &Due) -> Result<bool> {
+    let _g = rt.settle.guard();
     let run_id = d
         .run_dir
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default()
         .to_owned();
-    let _lock = match super::super::super::lock_run(&run_id, &d.run_dir, 1) {
+    let _lock = match rt.holds.lock_run(&run_id, &d.run_dir, 1) {
         Ok(l) => l,
         Err(JournalError::Locked { .. }) => return Ok(false),
         Err(e) => return Err(e),
@@ -208,46 +272,11 @@ fn settle_one(d: &Due) -> Result<bool> {
     let p = super::path(&d.run_dir);
     if len == d.end {
         reset(&f, &p, h.epoch, false)?;
-        forget_known(&d.run_dir);
+        rt.settle.forget_known(&d.run_dir);
     } else {
         use std::os::unix::fs::FileExt as _;
         f.write_all_at(&d.end.max(HEADER).to_le_bytes(), 16)
             .map_err(|e| JournalError::io(p.display(), e))?;
     }
     Ok(true)
-}
-
-/// Runs a round now for everything this process committed and waits for it (before the
-/// process exits; a run whose lock stays busy is left live: readers compare).
-pub fn settle_all() {
-    let mut guard = state();
-    for _ in 0..3 {
-        let Some(st) = guard.as_mut() else { return };
-        if !st.thread || (st.due.is_empty() && st.in_flight.is_empty()) {
-            return;
-        }
-        st.urgent = true;
-        let round = st.rounds;
-        WAKE.notify_all();
-        while guard.as_ref().is_some_and(|s| s.rounds == round) {
-            guard = DONE.wait(guard).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
-
-/// Forgets this process's records of `run_dir` (its journal is being replaced), after any
-/// round in progress for it.
-pub(super) fn forget(run_dir: &Path) {
-    let mut guard = state();
-    if let Some(st) = guard.as_mut() {
-        st.due.retain(|d| d.run_dir != run_dir);
-    }
-    while guard
-        .as_ref()
-        .is_some_and(|s| s.in_flight.iter().any(|d| d == run_dir))
-    {
-        guard = DONE.wait(guard).unwrap_or_else(|p| p.into_inner());
-    }
-    drop(guard);
-    forget_known(run_dir);
 }

@@ -4,8 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::super::tests::{batch as events, borrowed};
-use super::super::{deferred, write_events, write_for_commit};
+use super::super::tests::{batch as events, borrowed, runtime};
+use super::super::{write_events, write_for_commit};
 use super::*;
 
 const RUN: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
@@ -57,18 +57,24 @@ fn tasks(run: &Path, n: usize) -> Vec<(PathBuf, Vec<u8>)> {
 /// record each; the settling empties the log.
 #[test]
 fn batches_commit_through_the_log_and_settle() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let result = vec![(run.join("tasks/E9/result.json"), b"{\"ok\": 1}".to_vec())];
-    write_for_commit(&run, &borrowed(&result), true).unwrap();
+    write_for_commit(rt, &run, &borrowed(&result), true).unwrap();
     let small = events(&journal, 2);
-    write_events(&run, &journal, &borrowed(&small), true).unwrap();
-    assert_eq!(deferred::of(&run), None, "the log carried the result file");
+    write_events(rt, &run, &journal, &borrowed(&small), true).unwrap();
+    assert_eq!(
+        rt.writes.deferred.of(&run),
+        None,
+        "the log carried the result file"
+    );
     let files = tasks(&run, 3);
-    write_for_commit(&run, &borrowed(&files), true).unwrap();
+    write_for_commit(rt, &run, &borrowed(&files), true).unwrap();
     let large: Vec<_> = events(&journal, 42).split_off(2);
-    write_events(&run, &journal, &borrowed(&large), true).unwrap();
-    assert_eq!(deferred::of(&run), None);
+    write_events(rt, &run, &journal, &borrowed(&large), true).unwrap();
+    assert_eq!(rt.writes.deferred.of(&run), None);
     for (p, b) in small.iter().chain(&large).chain(&files).chain(&result) {
         assert_eq!(fs::read(p).unwrap(), *b, "{}", p.display());
     }
@@ -88,26 +94,46 @@ fn batches_commit_through_the_log_and_settle() {
         "no temp file left"
     );
     let epoch = header(&run).epoch;
-    settle_all();
+    rt.settle.settle_all();
     assert_eq!(log_len(&run), HEADER, "emptied once settled");
     assert_ne!(header(&run).epoch, epoch, "a new epoch");
     assert!(live(&run).is_empty());
+}
+
+/// The runtime settles what its stores committed through their logs when its last handle
+/// goes: a binary has nothing to call on its way out, and the log is emptied by the time the
+/// drop returns (not merely scheduled for the background round).
+#[test]
+fn dropping_the_runtime_settles_its_logs() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, journal) = run_dir(dir.path());
+    let evs = events(&journal, 3);
+    write_events(runtime.shared(), &run, &journal, &borrowed(&evs), true).unwrap();
+    let epoch = header(&run).epoch;
+    drop(runtime);
+    assert_eq!(log_len(&run), HEADER, "emptied when the runtime went");
+    assert_ne!(header(&run).epoch, epoch, "a new epoch");
+    assert!(live(&run).is_empty());
+    assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
 }
 
 /// A file the log cannot name (outside `tasks/<effect>/`) is not carried: it is synced as for
 /// any batch, and the commit goes through.
 #[test]
 fn files_a_log_cannot_name_are_synced_instead() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let other = vec![(run.join("state/extra.json"), b"{}".to_vec())];
-    write_for_commit(&run, &borrowed(&other), true).unwrap();
+    write_for_commit(rt, &run, &borrowed(&other), true).unwrap();
     let evs = events(&journal, 3);
-    write_events(&run, &journal, &borrowed(&evs), true).unwrap();
-    assert_eq!(deferred::of(&run), None, "synced");
+    write_events(rt, &run, &journal, &borrowed(&evs), true).unwrap();
+    assert_eq!(rt.writes.deferred.of(&run), None, "synced");
     assert_eq!(live(&run)[0].len(), 3, "events only");
     assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
-    settle_all();
+    rt.settle.settle_all();
 }
 
 /// A completed run's output (`state/output.json`, which its `RUN_COMPLETED` refers to) is
@@ -115,14 +141,20 @@ fn files_a_log_cannot_name_are_synced_instead() {
 /// takes it away after the commit point is undone by the next reader.
 #[test]
 fn the_run_output_is_carried_and_restored() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let output = vec![(run.join("state/output.json"), b"{\"sum\": 200}\n".to_vec())];
     fs::create_dir_all(run.join("state")).unwrap();
-    write_for_commit(&run, &borrowed(&output), true).unwrap();
+    write_for_commit(rt, &run, &borrowed(&output), true).unwrap();
     let evs = events(&journal, 2);
-    write_events(&run, &journal, &borrowed(&evs), true).unwrap();
-    assert_eq!(deferred::of(&run), None, "the log carried the output");
+    write_events(rt, &run, &journal, &borrowed(&evs), true).unwrap();
+    assert_eq!(
+        rt.writes.deferred.of(&run),
+        None,
+        "the log carried the output"
+    );
     let records = live(&run);
     assert_eq!(records.len(), 1);
     assert!(
@@ -134,10 +166,10 @@ fn the_run_output_is_carried_and_restored() {
     );
     // The crash: the output's blocks never reached the disk; the next reader is another process.
     fs::write(&output[0].0, b"").unwrap();
-    settle::forget_known(&run);
-    recover(RUN, &run, false, 10).unwrap();
+    rt.settle.forget_known(&run);
+    recover(rt, RUN, &run, false, 10).unwrap();
     assert_eq!(fs::read(&output[0].0).unwrap(), output[0].1);
-    settle_all();
+    rt.settle.settle_all();
 }
 
 /// A machine crash after the commit points of two records: events named or not, an event's
@@ -146,6 +178,8 @@ fn the_run_output_is_carried_and_restored() {
 /// writer changed since is left as it is.
 #[tokio::test]
 async fn a_crash_after_the_commit_point_loses_nothing() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     use crate::store::JournalStore as _;
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
@@ -153,10 +187,10 @@ async fn a_crash_after_the_commit_point_loses_nothing() {
     let task = tasks(&run, 2);
     let mut first = refs(&evs[..30]);
     first.push((task[0].0.as_path(), &task[0].1[..]));
-    append(&run, &first).unwrap();
+    append(rt, &run, &first).unwrap();
     let mut second = refs(&evs[30..]);
     second.push((task[1].0.as_path(), &task[1].1[..]));
-    append(&run, &second).unwrap();
+    append(rt, &run, &second).unwrap();
     for (i, (p, b)) in evs.iter().enumerate() {
         match i {
             0..20 | 31..35 => fs::write(p, b).unwrap(),
@@ -167,7 +201,7 @@ async fn a_crash_after_the_commit_point_loses_nothing() {
     }
     fs::create_dir_all(task[1].0.parent().unwrap()).unwrap();
     fs::write(&task[1].0, b"{\"t\": \"rewritten\"}").unwrap();
-    let store = crate::fs::FsStore::new(dir.path());
+    let store = crate::fs::FsStore::new(dir.path()); // another process
     let head = store.head(RUN, None).await.unwrap();
     assert_eq!(head.seq, 40);
     for (p, b) in evs.iter().chain(&task[..1]) {
@@ -182,25 +216,27 @@ async fn a_crash_after_the_commit_point_loses_nothing() {
 /// restored from it, while the whole record before it is; a commit after it cuts it off.
 #[test]
 fn a_torn_record_is_ignored_and_cut_off() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let evs = events(&journal, 6);
-    append(&run, &refs(&evs[..3])).unwrap();
-    append(&run, &refs(&evs[3..])).unwrap();
+    append(rt, &run, &refs(&evs[..3])).unwrap();
+    append(rt, &run, &refs(&evs[3..])).unwrap();
     let mut bytes = fs::read(path(&run)).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     fs::write(path(&run), &bytes).unwrap();
-    settle::forget_known(&run);
+    rt.settle.forget_known(&run);
     assert_eq!(live(&run).len(), 1);
-    recover(RUN, &run, false, 10).unwrap();
+    recover(rt, RUN, &run, false, 10).unwrap();
     assert!(evs[..3].iter().all(|(p, _)| p.try_exists().unwrap()));
     assert!(evs[3..].iter().all(|(p, _)| !p.try_exists().unwrap()));
     // Torn again, and a commit appends: its record goes where the torn one was.
     fs::write(path(&run), &bytes).unwrap();
     let next = events(&journal, 9).split_off(6);
-    append(&run, &refs(&next)).unwrap();
-    settle::forget_known(&run);
+    append(rt, &run, &refs(&next)).unwrap();
+    rt.settle.forget_known(&run);
     let records = live(&run);
     assert_eq!(records.len(), 2);
     assert_eq!(
@@ -212,10 +248,12 @@ fn a_torn_record_is_ignored_and_cut_off() {
 /// A record of another epoch (left behind after the log was emptied) ends the log.
 #[test]
 fn a_record_of_another_epoch_ends_the_log() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let evs = events(&journal, 2);
-    append(&run, &refs(&evs[..1])).unwrap();
+    append(rt, &run, &refs(&evs[..1])).unwrap();
     let stale = fs::read(path(&run)).unwrap();
     // Emptied (new epoch), then the old record's bytes seen again after the header.
     let f = OpenOptions::new()
@@ -225,10 +263,10 @@ fn a_record_of_another_epoch_ends_the_log() {
         .unwrap();
     let h = reset(&f, &path(&run), header(&run).epoch, true).unwrap();
     f.write_all_at(&stale[HEADER as usize..], HEADER).unwrap();
-    settle::forget_known(&run);
+    rt.settle.forget_known(&run);
     assert!(live(&run).is_empty());
     // A commit of the new epoch overwrites it and is read.
-    append(&run, &refs(&evs[1..])).unwrap();
+    append(rt, &run, &refs(&evs[1..])).unwrap();
     assert_eq!(header(&run), h);
     assert_eq!(live(&run).len(), 1);
 }
@@ -238,17 +276,19 @@ fn a_record_of_another_epoch_ends_the_log() {
 /// after it.
 #[test]
 fn a_batch_not_named_whole_voids_its_record() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     for n in [3, 40] {
         let dir = tempfile::tempdir().unwrap();
         let (run, journal) = run_dir(dir.path());
         let evs = events(&journal, n + 1);
         fs::write(&evs[n - 1].0, b"someone else's").unwrap();
-        assert!(write_events(&run, &journal, &borrowed(&evs[..n]), true).is_err());
+        assert!(write_events(rt, &run, &journal, &borrowed(&evs[..n]), true).is_err());
         assert!(live(&run).is_empty(), "void");
-        write_events(&run, &journal, &borrowed(&evs[n..]), true).unwrap();
+        write_events(rt, &run, &journal, &borrowed(&evs[n..]), true).unwrap();
         fs::remove_file(&evs[n].0).unwrap();
-        settle::forget(&run);
-        recover(RUN, &run, false, 10).unwrap();
+        rt.settle.forget(&run);
+        recover(rt, RUN, &run, false, 10).unwrap();
         assert!(
             evs[..n - 1].iter().all(|(p, _)| p.try_exists().unwrap()),
             "the prefix is committed"
@@ -278,16 +318,18 @@ fn a_batch_not_named_whole_voids_its_record() {
 /// record void: a later recovery restores none of it.
 #[test]
 fn a_batch_not_staged_voids_its_record() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     for n in [3, 40] {
         let dir = tempfile::tempdir().unwrap();
         let (run, journal) = run_dir(dir.path());
         let evs = events(&journal, n);
         fs::remove_dir(&journal).unwrap();
-        assert!(write_events(&run, &journal, &borrowed(&evs), true).is_err());
+        assert!(write_events(rt, &run, &journal, &borrowed(&evs), true).is_err());
         assert!(live(&run).is_empty(), "void ({n} events)");
         fs::create_dir(&journal).unwrap();
-        settle::forget(&run);
-        recover(RUN, &run, false, 10).unwrap();
+        rt.settle.forget(&run);
+        recover(rt, RUN, &run, false, 10).unwrap();
         assert_eq!(
             fs::read_dir(&journal).unwrap().count(),
             0,
@@ -300,6 +342,8 @@ fn a_batch_not_staged_voids_its_record() {
 /// still restored from; the next commit replaces it with a current one.
 #[test]
 fn a_first_version_log_is_still_recovered() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let evs = events(&journal, 3);
@@ -314,7 +358,7 @@ fn a_first_version_log_is_still_recovered() {
     log.extend_from_slice(&body);
     fs::create_dir_all(run.join("state")).unwrap();
     fs::write(path(&run), &log).unwrap();
-    recover(RUN, &run, false, 10).unwrap();
+    recover(rt, RUN, &run, false, 10).unwrap();
     assert!(evs.iter().all(|(p, b)| fs::read(p).unwrap() == *b));
     assert!(matches!(
         open(&run, false).unwrap(),
@@ -326,6 +370,8 @@ fn a_first_version_log_is_still_recovered() {
 /// `state/output.json`.
 #[test]
 fn log_names_stay_inside_the_run() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     for ok in [
         "journal/000001.A.json",
         "tasks/01ARZ/task.json",
@@ -350,17 +396,19 @@ fn log_names_stay_inside_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let (run, _) = run_dir(dir.path());
     let outside = dir.path().join("outside.json");
-    assert!(append(&run, &[(outside.as_path(), b"x".as_slice())]).is_err());
+    assert!(append(rt, &run, &[(outside.as_path(), b"x".as_slice())]).is_err());
 }
 
 /// A reader takes no lock: the log may be emptied (settled) between its length and its read.
 /// It then reads no record, and no error.
 #[test]
 fn a_reader_racing_the_log_being_emptied_reads_nothing() {
+    let runtime = runtime();
+    let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
     let (run, journal) = run_dir(dir.path());
     let evs = events(&journal, 2);
-    append(&run, &refs(&evs)).unwrap();
+    append(rt, &run, &refs(&evs)).unwrap();
     let Some((f, Kind::Current(h), len)) = open(&run, false).unwrap() else {
         panic!("a current log");
     };
