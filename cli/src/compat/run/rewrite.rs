@@ -14,8 +14,9 @@ use babysitter_journal::fs::{RunLock, lock_run_dir, replace_journal};
 use babysitter_journal::{EventBody, EventType, StoredEvent};
 use serde_json::{Map, Value};
 
+use crate::compat::cli::Cli;
+use crate::compat::lock;
 use crate::compat::output::io_message;
-use crate::compat::{Cli, lock};
 
 /// One event as read from a journal file, before any validation.
 #[derive(Debug, Clone)]
