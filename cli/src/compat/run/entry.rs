@@ -6,21 +6,18 @@ use std::path::Path;
 
 use babysitter_engine::EngineError;
 use babysitter_engine::host::HostError;
+use babysitter_engine::lifecycle::Entrypoint;
 
-/// `<path>[#<export>]`, split at the last `#`.
-pub(crate) struct EntrySpec {
-    pub import_path: String,
-    pub export_name: Option<String>,
-}
-
-pub(crate) fn parse_entry(spec: &str) -> Result<EntrySpec, String> {
+/// `<path>[#<export>]`, split at the last `#` (the import path as given, not yet relative to the
+/// run directory).
+pub(crate) fn parse_entry(spec: &str) -> Result<Entrypoint, String> {
     match spec.rfind('#') {
         Some(0) => Err("Entrypoint must include a module path before '#'".into()),
-        Some(i) => Ok(EntrySpec {
+        Some(i) => Ok(Entrypoint {
             import_path: spec[..i].to_owned(),
             export_name: Some(spec[i + 1..].to_owned()).filter(|e| !e.is_empty()),
         }),
-        None => Ok(EntrySpec {
+        None => Ok(Entrypoint {
             import_path: spec.to_owned(),
             export_name: None,
         }),

@@ -350,54 +350,66 @@ pub async fn bind(req: &BindRequest<'_>) -> Bound {
         error,
         fatal,
     };
-    let run_dir = req.run_dir.display().to_string();
-    match binding {
-        Binding::CheckOldRun => unreachable!("answered above"),
-        Binding::Refuse { error, fatal } => bound(Some(error), fatal),
-        Binding::Update => {
-            let Ok(Some(mut file)) = existing else {
-                unreachable!("an update is decided for an existing file only")
-            };
-            file.state.run_id = req.run_id.to_owned();
-            file.state.run_dir = Some(run_dir);
-            file.state.active = true;
-            // A file made by session-start has no prompt yet: the stop hook re-injects this one.
-            if file.prompt.is_empty() {
-                file.prompt = req.prompt.to_owned();
-            }
-            if let Err(e) = file.write(&path) {
-                return bound(Some(e), false);
-            }
-            if req.verbose {
-                errln!(
-                    "[run:create] Updated existing session {sid} with run {}",
-                    req.run_id
-                );
-            }
-            bound(None, false)
-        }
-        Binding::Create { released } => {
+    match (binding, existing) {
+        (Binding::Refuse { error, fatal }, _) => bound(Some(error), fatal),
+        (Binding::Update, Ok(Some(file))) => match update(req, file, &path) {
+            Ok(()) => bound(None, false),
+            Err(e) => bound(Some(e), false),
+        },
+        (Binding::Create { released }, _) => {
             if let (Some(old), true) = (released, req.verbose) {
                 errln!("[run:create] Auto-releasing stale session {sid} from terminal run {old}");
             }
-            let mut state = SessionState::new(req.max_iterations, req.run_id);
-            state.run_dir = Some(run_dir);
-            let file = SessionFile {
-                state,
-                prompt: req.prompt.to_owned(),
-            };
-            if let Err(e) = file.write(&path) {
-                return Bound::failed(harness, sid, format!("Failed to write session state: {e}"));
+            match create(req, &path) {
+                Ok(()) => bound(None, false),
+                Err(e) => {
+                    Bound::failed(harness, sid, format!("Failed to write session state: {e}"))
+                }
             }
-            if req.verbose {
-                errln!(
-                    "[run:create] Session {sid} initialized and bound to run {}",
-                    req.run_id
-                );
-            }
-            bound(None, false)
+        }
+        (Binding::Update | Binding::CheckOldRun, _) => {
+            unreachable!("decide::bind updates existing files only and asks once")
         }
     }
+}
+
+/// The session file names no run or this one: it is bound to the run in place.
+fn update(req: &BindRequest<'_>, mut file: SessionFile, path: &Path) -> Result<(), String> {
+    file.state.run_id = req.run_id.to_owned();
+    file.state.run_dir = Some(req.run_dir.display().to_string());
+    file.state.active = true;
+    // A file made by session-start has no prompt yet: the stop hook re-injects this one.
+    if file.prompt.is_empty() {
+        file.prompt = req.prompt.to_owned();
+    }
+    file.write(path)?;
+    if req.verbose {
+        errln!(
+            "[run:create] Updated existing session {} with run {}",
+            req.session_id,
+            req.run_id
+        );
+    }
+    Ok(())
+}
+
+/// A fresh session file bound to the run.
+fn create(req: &BindRequest<'_>, path: &Path) -> Result<(), String> {
+    let mut state = SessionState::new(req.max_iterations, req.run_id);
+    state.run_dir = Some(req.run_dir.display().to_string());
+    let file = SessionFile {
+        state,
+        prompt: req.prompt.to_owned(),
+    };
+    file.write(path)?;
+    if req.verbose {
+        errln!(
+            "[run:create] Session {} initialized and bound to run {}",
+            req.session_id,
+            req.run_id
+        );
+    }
+    Ok(())
 }
 
 /// Whether the run a session file names (its `run_dir`, else the run id under the runs root)
