@@ -4,7 +4,8 @@
 //!
 //! - [`args`]: the reference's global flag grammar (with `--x=value`, B22).
 //! - [`paths`]: runs-root resolution and path arguments (§1.1).
-//! - [`runs`]: one run directory — journal, engine, `run.json`, state cache, serialisations.
+//! - [`cli`]: what every command gets (arguments, environment, working directory).
+//! - [`run_dir`]: one run directory — journal, engine, `run.json`, state cache, serialisations.
 //! - [`lock`]: whole-command exclusion on a run, waiting quietly with one message.
 //! - [`output`]: Node-exact JSON and the reference's error forms.
 //! - [`run`], [`task`], [`health`]: the commands, one module per verb.
@@ -24,6 +25,7 @@ mod output;
 
 mod args;
 mod breakpoint;
+mod cli;
 mod compress_output;
 mod compression;
 mod health;
@@ -33,7 +35,7 @@ mod lock;
 pub(crate) mod log;
 pub(crate) mod paths;
 mod run;
-mod runs;
+mod run_dir;
 mod runtime_hooks;
 mod session;
 mod task;
@@ -42,79 +44,12 @@ pub mod warm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use babysitter_common::EnvMap;
 use babysitter_journal::fs::FsRuntime;
 
+use cli::Cli;
 use output::{Category, CliError};
-
-/// The version babysitter's tools see (`babysitter --version`): the SDK whose formats this
-/// implementation writes (`sdkVersion` in every record).
-pub const SDK_VERSION: &str = "6.0.0";
-
-/// What every command gets: the parsed arguments, the environment (read from here only) and the
-/// working directory.
-#[derive(Debug)]
-pub struct Cli<'a> {
-    pub args: args::Parsed,
-    pub env: &'a EnvMap,
-    pub cwd: PathBuf,
-}
-
-impl Cli<'_> {
-    /// The primary runs root (`--runs-dir`, `BABYSITTER_RUNS_DIR`, scope default).
-    pub fn runs_dir(&self) -> PathBuf {
-        paths::collapse_doubled(&paths::resolve_runs_dir(
-            self.env,
-            &self.cwd,
-            self.args.value("--runs-dir"),
-        ))
-    }
-
-    /// The `<runDir>` positional resolved the reference's way.
-    pub fn run_dir(&self) -> Option<PathBuf> {
-        let arg = self.args.run_dir_arg.as_deref()?;
-        Some(paths::resolve_existing_run_dir(
-            arg,
-            &self.runs_dir(),
-            &self.cwd,
-        ))
-    }
-
-    /// `[<cmd>] verbose k=v …` on stderr under `--verbose`.
-    pub fn verbose(&self, command: &str, details: &[(&str, Option<String>)]) {
-        if !self.args.verbose() {
-            return;
-        }
-        let parts: Vec<String> = details
-            .iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
-            .collect();
-        errln!("[{command}] verbose {}", parts.join(" "));
-    }
-
-    /// How long a command waits for another writer of the same run
-    /// (`BABYSITTER_RUN_LOCK_TIMEOUT_MS`, default 10 s).
-    pub fn lock_timeout(&self) -> Duration {
-        self.env
-            .get_non_empty("BABYSITTER_RUN_LOCK_TIMEOUT_MS")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .unwrap_or(lock::DEFAULT_TIMEOUT)
-    }
-
-    /// `BABYSITTER_ALLOW_SECRET_LOGS` is `1`/`true` and both `--json` and `--verbose` are given.
-    pub fn secret_logs_allowed(&self) -> bool {
-        self.args.json()
-            && self.args.verbose()
-            && self
-                .env
-                .get("BABYSITTER_ALLOW_SECRET_LOGS")
-                .map(|v| v.trim().to_lowercase())
-                .is_some_and(|v| v == "1" || v == "true")
-    }
-}
 
 /// Runs one babysitter command on `fs` (the process's filesystem journal runtime); returns its
 /// exit code (every failure is 1, F19).
@@ -143,11 +78,11 @@ pub fn main(argv: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
 }
 
 /// Parses and runs one command in `cwd`, its runs' stores and holds on `fs` (see
-/// [`runs::with_fs`]); everything it prints goes through `output` (the process's streams, or
+/// [`run_dir::with_fs`]); everything it prints goes through `output` (the process's streams, or
 /// the warm server's capture).
 pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf, fs: FsRuntime) -> u8 {
     // Boxed: a command's future is large (tens of KiB), and a scope would carry it inline.
-    runs::with_fs(fs, Box::pin(execute_command(argv, env, cwd))).await
+    run_dir::with_fs(fs, Box::pin(execute_command(argv, env, cwd))).await
 }
 
 async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
@@ -262,7 +197,7 @@ const IMPLEMENTED: &[&str] = &[
 async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let command = match cli.args.command.as_deref() {
         Some("version") => {
-            output::line(SDK_VERSION);
+            output::line(cli::SDK_VERSION);
             return Ok(0);
         }
         None => {
@@ -304,10 +239,10 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "session:update" => session::update(cli).await,
         "session:check-iteration" => session::check_iteration(cli).await,
         "session:last-message" => session::last_message(cli).await,
-        "session:resume" => session::resume(cli).await,
-        "session:iteration-message" => session::iteration_message(cli).await,
-        "session:whoami" => session::whoami(cli).await,
-        "session:cleanup" => session::cleanup(cli).await,
+        "session:resume" => session::resume::run(cli).await,
+        "session:iteration-message" => session::iteration_message::run(cli).await,
+        "session:whoami" => session::whoami::run(cli).await,
+        "session:cleanup" => session::cleanup::run(cli).await,
         "instructions:babysit-skill"
         | "instructions:orchestrate"
         | "instructions:process-create"

@@ -13,20 +13,10 @@ use std::process::ExitCode;
 static ALLOC: babysitter_cli_alloc::Chosen = babysitter_cli_alloc::Chosen;
 
 mod compat;
+mod journal_options;
 mod remote;
 mod run;
 mod up;
-
-/// Journal settings for CLI processes: every command opens the run anew, so snapshots come
-/// often (an open reads the latest snapshot plus at most this many events).
-pub(crate) fn cli_journal_options() -> babysitter_journal::JournalOptions {
-    babysitter_journal::JournalOptions {
-        snapshot_every: 64,
-        // The process exits right after the command: store the snapshot before it does.
-        background_snapshots: false,
-        ..Default::default()
-    }
-}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

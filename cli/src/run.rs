@@ -266,7 +266,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
 
 async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitCode> {
     let runs = runs_dir(&args, env)?;
-    let journal = Journal::new(Arc::new(fs.store(&runs)), crate::cli_journal_options());
+    let journal = Journal::new(Arc::new(fs.store(&runs)), crate::journal_options::for_cli());
     let mut options = EngineOptions::new(&runs);
     options.breakpoint_rules = match &args.rules {
         // Given explicitly: it must be there and readable.

@@ -17,10 +17,10 @@ use babysitter_journal::EventType;
 use babysitter_journal::store::RunFile;
 use serde_json::{Map, Value, json};
 
-use super::Cli;
+use super::cli::Cli;
 use super::output::{self, compact};
 use super::paths::{self, UserFiles};
-use super::runs::Run;
+use super::run_dir::Run;
 
 fn rules_path(cli: &Cli<'_>) -> anyhow::Result<PathBuf> {
     UserFiles::of(cli.env, &cli.cwd).breakpoint_rules.ok_or_else(|| {

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
+use crate::compat::cli::{Cli, SDK_VERSION};
 use crate::compat::output;
-use crate::compat::{Cli, SDK_VERSION, paths};
+use crate::compat::paths;
 
 struct Check {
     name: &'static str,

@@ -14,8 +14,10 @@
 use babysitter_common::EnvMap;
 use serde_json::{Value, json};
 
-use crate::compat::session::{session_file_path, state_dir, whoami_session};
-use crate::compat::{Cli, output};
+use crate::compat::cli::Cli;
+use crate::compat::output;
+use crate::compat::session::file::{session_file_path, state_dir};
+use crate::compat::session::whoami;
 
 const TEMPLATE: &str = include_str!("instructions/babysit_skill.md");
 const BREAKPOINTS: &str = include_str!("instructions/breakpoint_handling.md");
@@ -329,7 +331,8 @@ pub async fn instructions(cli: &Cli<'_>, kind: &str) -> anyhow::Result<u8> {
     // A session file for this harness's session means its hooks ran (session-start creates it).
     let dir = state_dir(cli.env, &cli.cwd, a.value("--state-dir"));
     let hooks_detected = a.interactive != Some(false)
-        && whoami_session(cli.env, &dir, h.name)
+        && whoami::resolve(cli.env, &dir, h.name)
+            .session_id
             .is_some_and(|sid| session_file_path(&dir, &sid).is_file());
     let hook_driven = h.hook_driven && hooks_detected;
     let (content, parts) = content(kind, h, hook_driven, a.interactive);

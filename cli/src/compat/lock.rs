@@ -9,7 +9,7 @@
 //!    alive (a dead holder's file is left for the journal's stale-lock takeover).
 //!
 //! Once both are free, the command holds the journal's writer locks for its whole duration
-//! (`FsRuntime::hold_run` on the command's runtime, `runs::fs_runtime`: the `journal/` `flock`
+//! (`FsRuntime::hold_run` on the command's runtime, `run_dir::fs_runtime`: the `journal/` `flock`
 //! and `run.lock` with our pid), as the reference's `withRunLock` does: a reference CLI that
 //! starts during one of our iterations waits on `run.lock` instead of interleaving with it, and
 //! the command's own appends (its stores are on the same runtime) go ahead under the hold.
@@ -104,7 +104,7 @@ pub async fn acquire(run_dir: &Path, timeout: Duration) -> Result<RunGuard, Lock
             None => {
                 // In place: the run directory's flock is ours, so this only creates `run.lock`
                 // (a few short retries at most); a trip to the blocking pool would cost a thread.
-                match super::runs::fs_runtime().hold_run(run_dir, 4) {
+                match super::run_dir::fs_runtime().hold_run(run_dir, 4) {
                     Ok(held) => {
                         return Ok(RunGuard {
                             _held: held,

@@ -20,7 +20,7 @@ use babysitter_engine::process_log;
 use babysitter_journal::jsjson;
 use serde_json::{Map, Value, json};
 
-use super::Cli;
+use super::cli::Cli;
 use super::output::{self, compact, pretty};
 use super::paths::UserFiles;
 

@@ -256,6 +256,26 @@ pub fn to_cli_error(e: &anyhow::Error) -> CliError {
     }
 }
 
+/// An engine error as the reference words it: an invalid run's reason, a held lock's owner.
+pub fn engine_message(e: &babysitter_engine::EngineError) -> String {
+    use babysitter_engine::EngineError;
+    match e {
+        EngineError::InvalidRun { reason, .. } => reason.clone(),
+        EngineError::Journal(j) => journal_message(j),
+        other => other.to_string(),
+    }
+}
+
+/// A journal error as the reference words it (`run.lock already held by pid …`).
+pub fn journal_message(e: &babysitter_journal::JournalError) -> String {
+    match e {
+        babysitter_journal::JournalError::Locked { pid, owner, .. } => {
+            format!("run.lock already held by pid {pid} ({owner})")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Node's message for a failed file operation (`ENOENT: no such file or directory, open
 /// '<path>'`), which agents and tests match on.
 pub fn io_message(op: &str, path: &std::path::Path, e: &std::io::Error) -> String {

@@ -3,9 +3,11 @@
 pub mod assign_process;
 pub mod create;
 mod create_session;
+mod entry;
 pub mod events;
 pub mod halt;
 pub mod iterate;
+pub mod new_run;
 pub mod rebuild_state;
 pub mod recover_process_error;
 pub mod repair_journal;
@@ -14,8 +16,8 @@ pub mod status;
 
 use serde_json::Value;
 
-use super::Cli;
-use super::runs::Run;
+use super::cli::Cli;
+use super::run_dir::Run;
 
 /// The opening every `run:<verb> <runDir>` maintenance command shares: the resolved `<runDir>`
 /// (the usage text when it is missing), the `--verbose` line (`runDir`, `dryRun`, `json`, then

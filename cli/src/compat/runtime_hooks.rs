@@ -17,7 +17,8 @@ use std::path::Path;
 use babysitter_harness_launcher::hooks::{HookResult, Hooks};
 use serde_json::Value;
 
-use super::{Cli, paths};
+use super::cli::Cli;
+use super::paths;
 
 /// The hooks of the run at `run_dir` (made absolute against the cwd).
 pub fn for_run(cli: &Cli<'_>, run_dir: &Path) -> Hooks {
@@ -25,7 +26,7 @@ pub fn for_run(cli: &Cli<'_>, run_dir: &Path) -> Hooks {
     let hooks = Hooks::for_run_dir(&dir, |k| cli.env.get(k).map(str::to_owned));
     // The warm server runs a client's command: the scripts get the client's environment, not
     // the server's (a local call's hooks inherit the caller's as they are).
-    if super::warm::serving() {
+    if super::warm::context::serving() {
         hooks.with_env(cli.env.iter())
     } else {
         hooks

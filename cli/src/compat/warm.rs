@@ -43,14 +43,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use babysitter_common::EnvMap;
-use babysitter_engine::Engine;
-use babysitter_journal::Journal;
 use babysitter_journal::fs::FsRuntime;
 use tracing_subscriber::filter::LevelFilter;
 
 use super::output;
-use super::paths::UserFiles;
 
+pub(in crate::compat) mod context;
 mod server;
 mod wire;
 
@@ -63,48 +61,6 @@ pub const FORWARDED: &[&str] = babysitter_cli_alloc::THIN_CLIENT_COMMANDS;
 
 /// Idle time after which an auto-started server exits.
 const AUTO_IDLE: Duration = Duration::from_secs(600);
-
-/// Work a command leaves for after its answer (see [`defer`]).
-pub type Deferred = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// What a command run by the server sees of it.
-#[derive(Clone)]
-struct Scope {
-    ctx: Arc<server::Context>,
-    /// The client's per-user files.
-    user: UserFiles,
-}
-
-tokio::task_local! {
-    static WARM: Scope;
-}
-
-/// Whether this command is being run by the warm server for a client.
-pub fn serving() -> bool {
-    WARM.try_with(|_| ()).is_ok()
-}
-
-/// The shared journal and warm engine for a run under `root`, when this command runs inside the
-/// warm server; `None` for a local call.
-pub fn shared(root: &Path, run_id: &str, run_dir: &Path) -> Option<(Journal, Engine)> {
-    WARM.try_with(|s| s.ctx.root(root, &s.user, run_id, run_dir))
-        .ok()?
-}
-
-/// Inside the warm server: queues `work` to run after the client has its answer and before the
-/// next command; a local call gets it back to run now.
-pub fn defer(work: Deferred) -> Result<(), Deferred> {
-    match WARM.try_with(|s| s.ctx.clone()) {
-        Ok(ctx) => {
-            ctx.deferred
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(work);
-            Ok(())
-        }
-        Err(_) => Err(work),
-    }
-}
 
 /// This binary's build: a hash of the running executable's device, inode, size and
 /// modification time (and the version). A rebuilt or upgraded binary is another build, so it

@@ -13,9 +13,10 @@ use std::io::Read as _;
 
 use serde_json::{Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::compress_output::family;
 use crate::compat::compression::{Compression, compress_prompt};
-use crate::compat::{Cli, output, paths};
+use crate::compat::{output, paths};
 
 fn stdin() -> Option<String> {
     let mut raw = String::new();

@@ -18,15 +18,18 @@
 
 use std::io::{Read as _, Write as _};
 
-use serde_json::{Map, Value, json};
+use babysitter_engine::lifecycle::Entrypoint;
+use serde_json::{Map, Value};
 
-use super::{allow, parse_payload, str_field};
-use crate::compat::Cli;
-use crate::compat::run::create::{NewRun, write_run};
-use crate::compat::runs::Run;
+use super::protocol::{allow, parse_payload, str_field};
+use crate::compat::cli::Cli;
+use crate::compat::run::new_run::{new_run, write_run};
+use crate::compat::run_dir::Run;
 use crate::compat::session::binding::{self, Adapter};
+use crate::compat::session::file::{
+    DEFAULT_MAX_ITERATIONS, SessionFile, session_file_path, state_dir, write_file_atomic,
+};
 use crate::compat::session::markers;
-use crate::compat::session::{self, DEFAULT_MAX_ITERATIONS, SessionFile};
 
 pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
     let Some(adapter) = binding::by_name(harness).filter(|a| !a.no_hooks) else {
@@ -54,7 +57,7 @@ pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
         allow();
         return Ok(0);
     }
-    let state_dir = session::state_dir(cli.env, &cli.cwd, cli.args.value("--state-dir"));
+    let state_dir = state_dir(cli.env, &cli.cwd, cli.args.value("--state-dir"));
     match binding::initialize(&state_dir, &sid, DEFAULT_MAX_ITERATIONS) {
         Ok((path, true)) if cli.args.verbose() => errln!(
             "[hook:run session-start] Created session state: {}",
@@ -67,7 +70,7 @@ pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
         && let Some(pid) = markers::harness_ancestor(&markers::process_names(adapter.name))
     {
         let path = markers::marker_path(&state_dir, adapter.name, pid);
-        let written = session::write_file_atomic(&path, &format!("{sid}\n"));
+        let written = write_file_atomic(&path, &format!("{sid}\n"));
         if let Err(e) = written {
             errln!("[hook:run session-start] cannot write the session marker: {e}");
         }
@@ -150,7 +153,7 @@ async fn bind_bare_run(
     state_dir: &std::path::Path,
     sid: &str,
 ) -> anyhow::Result<()> {
-    let path = session::session_file_path(state_dir, sid);
+    let path = session_file_path(state_dir, sid);
     let Some(mut file) = SessionFile::read(&path).map_err(anyhow::Error::msg)? else {
         anyhow::bail!("the session file {} is missing", path.display());
     };
@@ -172,21 +175,10 @@ async fn bind_bare_run(
     let run_id = ulid::Ulid::generate().to_string();
     let run_dir = runs_dir.join(&run_id);
     let run = Run::open(&run_dir).map_err(anyhow::Error::msg)?;
-    let mut entrypoint = Map::new();
-    entrypoint.insert("importPath".into(), json!("bare-run"));
-    let new = NewRun {
-        run_id: run_id.clone(),
-        process_id: "bare-run",
-        entrypoint,
-        request: run_id.clone(),
-        harness: Some("unified"),
-        process_revision: None,
-        prompt: None,
-        non_interactive: false,
-        code_hash: None,
-        inputs: None,
-    };
-    write_run(cli, &run, &runs_dir, &new)
+    let mut spec = new_run(&run_id, "bare-run", Entrypoint::bare());
+    spec.request = run_id.clone();
+    spec.harness = Some("unified".into());
+    write_run(cli, &run, &runs_dir, spec, None)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     file.state.run_id = run_id.clone();

@@ -13,9 +13,10 @@ use std::path::Path;
 use babysitter_journal::{EventType, jsjson};
 use serde_json::{Map, Value, json};
 
-use super::create::{check_entry, parse_entry};
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, lock, output, paths, usage};
+use super::entry::{check_entry, parse_entry};
+use crate::compat::cli::Cli;
+use crate::compat::run_dir::{Run, hash_file};
+use crate::compat::{lock, output, paths, usage};
 
 const CMD: &str = "run:assign-process";
 
@@ -110,7 +111,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .or_else(|| run_json.get("processId").and_then(Value::as_str))
         .unwrap_or("bare-run")
         .to_owned();
-    let code_hash = match check_entry(cli, &abs, entry.export_name.as_deref()).await {
+    let code_hash = match check_entry(&abs, entry.export_name.as_deref()).await {
         Ok(digest) => digest,
         Err(m) => {
             errln!("{m}");
@@ -205,7 +206,7 @@ pub(crate) async fn assign(
     if let Some(x) = spec.export_name {
         entrypoint.insert("exportName".into(), json!(x));
     }
-    let code_hash = spec.code_hash.clone().or_else(|| runs::hash_file(spec.abs));
+    let code_hash = spec.code_hash.clone().or_else(|| hash_file(spec.abs));
     if let Some(m) = current.as_object_mut() {
         m.insert("entrypoint".into(), Value::Object(entrypoint.clone()));
         m.insert("processPath".into(), json!(abs));

@@ -10,159 +10,185 @@
 
 use std::path::{Path, PathBuf};
 
-use babysitter_engine::host::HostError;
-use babysitter_engine::{EngineError, lifecycle};
-use babysitter_journal::store::RunFiles;
-use babysitter_journal::{EventType, JournalError};
+use babysitter_engine::lifecycle::Entrypoint;
 use serde_json::{Map, Value, json};
 
 use super::assign_process::{Adoption, Assign, assign};
 use super::create_session::Plan;
+use super::entry::{check_entry, parse_entry};
+use super::new_run::{new_run, write_run};
+use crate::compat::cli::Cli;
 use crate::compat::output::{self, Category, CliError, io_message};
-use crate::compat::runs::{self, Run};
+use crate::compat::run_dir::{Run, hash_file};
 use crate::compat::session::binding::Bound;
-use crate::compat::{Cli, paths, usage};
-
-/// `<path>[#<export>]`, split at the last `#`.
-pub(crate) struct EntrySpec {
-    pub import_path: String,
-    pub export_name: Option<String>,
-}
-
-pub(crate) fn parse_entry(spec: &str) -> Result<EntrySpec, String> {
-    match spec.rfind('#') {
-        Some(0) => Err("Entrypoint must include a module path before '#'".into()),
-        Some(i) => Ok(EntrySpec {
-            import_path: spec[..i].to_owned(),
-            export_name: Some(spec[i + 1..].to_owned()).filter(|e| !e.is_empty()),
-        }),
-        None => Ok(EntrySpec {
-            import_path: spec.to_owned(),
-            export_name: None,
-        }),
-    }
-}
+use crate::compat::{paths, usage};
 
 fn js_bool(b: bool) -> String {
     if b { "true" } else { "false" }.to_owned()
 }
 
+/// `run:create`: the arguments and inputs are checked ([`Request::parse`]), the process entry
+/// is loaded ([`Request::code_hash`]), then the session's bare run is adopted ([`adopt`]) or a
+/// run is created ([`create`]), and the session bound and the answer printed ([`finish`]).
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
-    let a = &cli.args;
-    let entry_spec = a.value("--entry");
-    let bare = entry_spec.is_none();
-    let process_id = a.value("--process-id");
-    if !bare && process_id.is_none() {
-        errln!(
-            "--process-id is required for run:create (unless creating a bare run without --entry)"
-        );
-        errln!("{}", usage::USAGE);
-        return Ok(1);
-    }
-    let entry = match entry_spec.map(parse_entry).transpose() {
-        Ok(e) => e,
-        Err(msg) => {
-            errln!("{msg}");
-            return Ok(1);
-        }
+    let req = match Request::parse(cli) {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
     };
-    let runs_dir = cli.runs_dir();
-    let abs_import = entry
-        .as_ref()
-        .map(|e| paths::resolve(&cli.cwd, &e.import_path));
-    let export_name = entry.as_ref().and_then(|e| e.export_name.clone());
-    let resolved_entry = match &abs_import {
-        Some(p) => match &export_name {
-            Some(x) => format!("{}#{x}", p.display()),
-            None => p.display().to_string(),
-        },
-        None => "bare-run".to_owned(),
-    };
-    let inputs_path = a
-        .value("--inputs")
-        .map(|p| paths::resolve_input_path(p, &cli.cwd));
-    cli.verbose(
-        "run:create",
-        &[
-            ("runsDir", Some(runs_dir.display().to_string())),
-            ("processId", process_id.map(str::to_owned)),
-            ("entry", Some(resolved_entry.clone())),
-            ("dryRun", Some(js_bool(a.dry_run()))),
-            ("json", Some(js_bool(a.json()))),
-            ("request", a.value("--request").map(str::to_owned)),
-            ("prompt", a.value("--prompt").map(str::to_owned)),
-            (
-                "processRevision",
-                a.value("--process-revision").map(str::to_owned),
-            ),
-            ("runId", a.value("--run-id").map(str::to_owned)),
-            (
-                "inputsPath",
-                inputs_path.as_ref().map(|p| p.display().to_string()),
-            ),
-        ],
-    );
-
-    let inputs = match &inputs_path {
-        Some(p) => match read_inputs(p) {
-            Ok(v) => Some(v),
-            Err(msg) => {
-                errln!("{msg}");
-                return Ok(1);
-            }
-        },
-        None => None,
-    };
-
-    if a.dry_run() {
+    if cli.args.dry_run() {
         return Ok(dry_run(
             cli,
-            &runs_dir,
-            &resolved_entry,
-            inputs_path.as_deref(),
+            &req.runs_dir,
+            &req.resolved_entry,
+            req.inputs_path.as_deref(),
         ));
     }
-
-    // The code hash covers the import closure the check loaded (B9); the entry file's own hash
-    // when the check could not run.
-    let mut code_hash = None;
-    if let (Some(abs), Some(_)) = (&abs_import, process_id) {
-        match check_entry(cli, abs, export_name.as_deref()).await {
-            Ok(digest) => code_hash = digest,
-            Err(msg) => {
-                errln!("{msg}");
-                return Ok(1);
-            }
-        }
-    }
-    let code_hash = code_hash.or_else(|| abs_import.as_deref().and_then(runs::hash_file));
-
+    let code_hash = match req.code_hash().await {
+        Ok(h) => h,
+        Err(code) => return Ok(code),
+    };
     let plan = match Plan::new(cli) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    if let Some((run_id, run_dir)) = plan.adoptable(cli, &runs_dir, bare).await {
-        // The session's bare run takes the process instead of a new run being created.
-        let (Some(abs), Some(pid)) = (&abs_import, process_id) else {
-            anyhow::bail!("a run with a process has an entry and a process id");
-        };
-        return adopt(
-            cli,
-            &plan,
-            Adopt {
-                run_id,
-                run_dir,
-                runs_dir: &runs_dir,
-                abs,
-                export_name: export_name.as_deref(),
-                process_id: pid,
-                inputs: inputs.as_ref(),
-                code_hash: code_hash.clone(),
+    let Some((run_id, run_dir)) = plan.adoptable(cli, &req.runs_dir, req.bare).await else {
+        return create(cli, &plan, &req, code_hash).await;
+    };
+    // The session's bare run takes the process instead of a new run being created.
+    let (Some(abs), Some(pid)) = (&req.abs_import, req.process_id) else {
+        anyhow::bail!("a run with a process has an entry and a process id");
+    };
+    adopt(
+        cli,
+        &plan,
+        Adopt {
+            run_id,
+            run_dir,
+            runs_dir: &req.runs_dir,
+            abs,
+            export_name: req.export_name.as_deref(),
+            process_id: pid,
+            inputs: req.inputs.as_ref(),
+            code_hash,
+        },
+    )
+    .await
+}
+
+/// `run:create`'s checked arguments and inputs.
+struct Request<'a> {
+    /// No `--entry`: a run without a process.
+    bare: bool,
+    process_id: Option<&'a str>,
+    runs_dir: PathBuf,
+    /// The entry file, absolute.
+    abs_import: Option<PathBuf>,
+    export_name: Option<String>,
+    /// `<abs>[#<export>]`, or `bare-run`.
+    resolved_entry: String,
+    inputs_path: Option<PathBuf>,
+    inputs: Option<Value>,
+}
+
+impl<'a> Request<'a> {
+    /// The request, or the exit code of a refused one (its message already printed).
+    fn parse(cli: &'a Cli<'_>) -> Result<Request<'a>, u8> {
+        let a = &cli.args;
+        let entry_spec = a.value("--entry");
+        let bare = entry_spec.is_none();
+        let process_id = a.value("--process-id");
+        if !bare && process_id.is_none() {
+            errln!(
+                "--process-id is required for run:create (unless creating a bare run without --entry)"
+            );
+            errln!("{}", usage::USAGE);
+            return Err(1);
+        }
+        let entry = entry_spec.map(parse_entry).transpose().map_err(|msg| {
+            errln!("{msg}");
+            1u8
+        })?;
+        let runs_dir = cli.runs_dir();
+        let abs_import = entry
+            .as_ref()
+            .map(|e| paths::resolve(&cli.cwd, &e.import_path));
+        let export_name = entry.and_then(|e| e.export_name);
+        let resolved_entry = match &abs_import {
+            Some(p) => match &export_name {
+                Some(x) => format!("{}#{x}", p.display()),
+                None => p.display().to_string(),
             },
-        )
-        .await;
+            None => "bare-run".to_owned(),
+        };
+        let inputs_path = a
+            .value("--inputs")
+            .map(|p| paths::resolve_input_path(p, &cli.cwd));
+        cli.verbose(
+            "run:create",
+            &[
+                ("runsDir", Some(runs_dir.display().to_string())),
+                ("processId", process_id.map(str::to_owned)),
+                ("entry", Some(resolved_entry.clone())),
+                ("dryRun", Some(js_bool(a.dry_run()))),
+                ("json", Some(js_bool(a.json()))),
+                ("request", a.value("--request").map(str::to_owned)),
+                ("prompt", a.value("--prompt").map(str::to_owned)),
+                (
+                    "processRevision",
+                    a.value("--process-revision").map(str::to_owned),
+                ),
+                ("runId", a.value("--run-id").map(str::to_owned)),
+                (
+                    "inputsPath",
+                    inputs_path.as_ref().map(|p| p.display().to_string()),
+                ),
+            ],
+        );
+        let inputs = inputs_path
+            .as_deref()
+            .map(read_inputs)
+            .transpose()
+            .map_err(|msg| {
+                errln!("{msg}");
+                1u8
+            })?;
+        Ok(Request {
+            bare,
+            process_id,
+            runs_dir,
+            abs_import,
+            export_name,
+            resolved_entry,
+            inputs_path,
+            inputs,
+        })
     }
 
+    /// Loads the entry (exit code 1 when it cannot be run); its code hash covers the import
+    /// closure the check loaded (B9), the entry file's own hash when the check could not run.
+    async fn code_hash(&self) -> Result<Option<String>, u8> {
+        let mut code_hash = None;
+        if let (Some(abs), Some(_)) = (&self.abs_import, self.process_id) {
+            match check_entry(abs, self.export_name.as_deref()).await {
+                Ok(digest) => code_hash = digest,
+                Err(msg) => {
+                    errln!("{msg}");
+                    return Err(1);
+                }
+            }
+        }
+        Ok(code_hash.or_else(|| self.abs_import.as_deref().and_then(hash_file)))
+    }
+}
+
+/// A new run: its id checked, its directory written, `on-run-start` fired, the session bound.
+async fn create(
+    cli: &Cli<'_>,
+    plan: &Plan,
+    req: &Request<'_>,
+    code_hash: Option<String>,
+) -> anyhow::Result<u8> {
+    let a = &cli.args;
     let run_id = a
         .value("--run-id")
         .map(str::to_owned)
@@ -173,74 +199,68 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         ])
     };
     babysitter_journal::validate_id("run id", &run_id).map_err(|e| invalid_id(e.to_string()))?;
-    let run_dir = runs_dir.join(&run_id);
+    let run_dir = req.runs_dir.join(&run_id);
     let run = Run::open(&run_dir).map_err(invalid_id)?;
 
-    let entrypoint = match &abs_import {
+    let entrypoint = match &req.abs_import {
         Some(abs) => {
             let rel = paths::relative_posix(&run_dir, abs);
             if rel.is_empty() || rel == "." {
                 errln!("Entrypoint import path must reference a file");
                 return Ok(1);
             }
-            let mut e = Map::new();
-            e.insert("importPath".into(), json!(rel));
-            if let Some(x) = &export_name {
-                e.insert("exportName".into(), json!(x));
+            Entrypoint {
+                import_path: rel,
+                export_name: req.export_name.clone(),
             }
-            e
         }
-        None => {
-            let mut e = Map::new();
-            e.insert("importPath".into(), json!("bare-run"));
-            e
-        }
+        None => Entrypoint::bare(),
     };
-    let process_id = if bare {
+    let process_id = if req.bare {
         "bare-run"
     } else {
-        process_id.unwrap_or("bare-run")
+        req.process_id.unwrap_or("bare-run")
     };
-    let request = a.value("--request").map(str::to_owned).unwrap_or_else(|| {
-        if bare {
+    let mut spec = new_run(&run_id, process_id, entrypoint.clone());
+    spec.request = a.value("--request").map(str::to_owned).unwrap_or_else(|| {
+        if req.bare {
             run_id.clone()
         } else {
             process_id.to_owned()
         }
     });
-    let harness = a.value("--harness");
-    let new = NewRun {
-        run_id: run_id.clone(),
-        process_id,
-        entrypoint: entrypoint.clone(),
-        request,
-        harness,
-        process_revision: a.value("--process-revision"),
-        prompt: a.value("--prompt"),
-        non_interactive: a.interactive == Some(false),
-        code_hash: code_hash.clone(),
-        inputs: inputs.clone(),
-    };
-    write_run(cli, &run, &runs_dir, &new).await?;
+    spec.harness = a.value("--harness").map(str::to_owned);
+    spec.process_revision = a.value("--process-revision").map(str::to_owned);
+    spec.prompt = a.value("--prompt").map(str::to_owned);
+    spec.non_interactive = a.interactive == Some(false);
+    spec.code_hash = code_hash;
+    write_run(cli, &run, &req.runs_dir, spec, req.inputs.clone()).await?;
 
-    let entry_out = entry_text(&entrypoint);
+    let entry_out = entry_text(&entrypoint.to_json());
     run_started(
         cli,
         &run_dir,
         &run_id,
         process_id,
         &entry_out,
-        inputs.as_ref(),
+        req.inputs.as_ref(),
     )
     .await;
     finish(
-        cli, &plan, &run_id, &run_dir, &runs_dir, &entry_out, bare, false,
+        cli,
+        plan,
+        &run_id,
+        &run_dir,
+        &req.runs_dir,
+        &entry_out,
+        req.bare,
+        false,
     )
     .await
 }
 
-/// `<importPath>[#<exportName>]` of an entrypoint, as `run:create` prints it.
-fn entry_text(entrypoint: &Map<String, Value>) -> String {
+/// `<importPath>[#<exportName>]` of an entrypoint (`run.json`'s), as `run:create` prints it.
+fn entry_text(entrypoint: &Value) -> String {
     let path = entrypoint
         .get("importPath")
         .and_then(Value::as_str)
@@ -317,12 +337,7 @@ async fn adopt(cli: &Cli<'_>, plan: &Plan, ad: Adopt<'_>) -> anyhow::Result<u8> 
             return Ok(1);
         }
     };
-    let entry = run_json
-        .get("entrypoint")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let entry_out = entry_text(&entry);
+    let entry_out = entry_text(&run_json["entrypoint"]);
     run_started(
         cli,
         &run.dir,
@@ -422,101 +437,6 @@ async fn fresh(run_dir: &Path, adopted: bool) -> bool {
     kinds == ["RUN_CREATED"] || (adopted && kinds == ["RUN_CREATED", "PROCESS_ASSIGNED"])
 }
 
-/// A run to write ([`write_run`]).
-pub(crate) struct NewRun<'a> {
-    pub run_id: String,
-    /// `"bare-run"` for a run without a process.
-    pub process_id: &'a str,
-    /// `{importPath, exportName?}`, the import path relative to the run directory or `"bare-run"`.
-    pub entrypoint: Map<String, Value>,
-    pub request: String,
-    pub harness: Option<&'a str>,
-    pub process_revision: Option<&'a str>,
-    pub prompt: Option<&'a str>,
-    pub non_interactive: bool,
-    pub code_hash: Option<String>,
-    pub inputs: Option<Value>,
-}
-
-/// Writes a new run — `run.json` in the 6.0.0 form of §1.3, `inputs.json` — and journals its
-/// `RUN_CREATED`; returns `run.json`. An existing run is never overwritten.
-pub(crate) async fn write_run(
-    cli: &Cli<'_>,
-    run: &Run,
-    runs_dir: &Path,
-    new: &NewRun<'_>,
-) -> Result<Value, CliError> {
-    let run_id = &new.run_id;
-    let proof = lifecycle::new_completion_proof().map_err(|e| {
-        CliError::plain(
-            "Error",
-            format!("cannot read random bytes for the completion proof: {e}"),
-        )
-    })?;
-    let entrypoint = lifecycle::Entrypoint {
-        import_path: new
-            .entrypoint
-            .get("importPath")
-            .and_then(Value::as_str)
-            .unwrap_or("bare-run")
-            .to_owned(),
-        export_name: new
-            .entrypoint
-            .get("exportName")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-    };
-    let mut spec = lifecycle::NewRun::new(
-        run_id,
-        new.process_id,
-        entrypoint,
-        babysitter_journal::journal::now_iso(),
-    );
-    spec.request = new.request.clone();
-    spec.harness = new.harness.map(str::to_owned);
-    spec.process_revision = new.process_revision.map(str::to_owned);
-    spec.cwd = Some(cli.cwd.display().to_string());
-    spec.prompt = new.prompt.map(str::to_owned);
-    spec.non_interactive = new.non_interactive;
-    spec.code_hash = new.code_hash.clone();
-    spec.completion_proof = Some(proof);
-    spec.has_inputs = new.inputs.is_some();
-    let run_json = spec.run_json();
-
-    let files = RunFiles {
-        run_json: run_json.clone(),
-        inputs_json: new.inputs.clone(),
-    };
-    match run.journal.create_run(run_id, files).await {
-        Ok(_) => {}
-        Err(JournalError::RunAlreadyExists { .. }) => {
-            return Err(CliError::new(
-                "RunAlreadyExistsError",
-                format!("run {run_id} already exists at {}", run.dir.display()),
-                Category::Validation,
-            )
-            .next_steps(vec![
-                "Pick another --run-id, or continue the existing run with run:iterate".into(),
-            ]));
-        }
-        Err(e) => {
-            return Err(CliError::plain(
-                "Error",
-                format!(
-                    "cannot create run {run_id} under {}: {e}",
-                    runs_dir.display()
-                ),
-            ));
-        }
-    }
-
-    let data = spec.created_data();
-    run.append(EventType::RunCreated, data, &run_json, cli.env)
-        .await
-        .map_err(|e| CliError::plain("Error", format!("{e:#}")))?;
-    Ok(run_json)
-}
-
 fn dry_run(cli: &Cli<'_>, runs_dir: &Path, entry: &str, inputs: Option<&Path>) -> u8 {
     let a = &cli.args;
     let opt = |v: Option<&str>| v.map_or(Value::Null, |s| json!(s));
@@ -575,35 +495,4 @@ fn read_inputs(path: &Path) -> Result<Value, String> {
             path.display()
         )
     })
-}
-
-/// 32 lowercase hex characters from 16 random bytes of the OS (spec §5.6).
-/// Checks that the entry file exists, loads as an ES module in the embedded engine and exports
-/// a process function (`mod[export] ?? mod.process ?? mod.default`), as the reference does by
-/// importing it (the engine's entry check: nothing is written, the process is not called).
-/// Answers the code hash of the import closure it loaded.
-pub(crate) async fn check_entry(
-    _cli: &Cli<'_>,
-    abs: &Path,
-    export: Option<&str>,
-) -> Result<Option<String>, String> {
-    let is_file = std::fs::metadata(abs).map(|m| m.is_file()).unwrap_or(false);
-    if !is_file {
-        return Err(format!(
-            "Process entry file not found: {}. Ensure the path is correct and points to a valid JS/TS module.",
-            abs.display()
-        ));
-    }
-    let export = export.unwrap_or("process");
-    match babysitter_engine::check_entry(abs, Some(export), None).await {
-        Ok(check) => Ok(Some(check.code_hash)),
-        Err(EngineError::Host(HostError::NotAFunction { .. })) => Err(format!(
-            "Process module {} does not export a valid process function. Expected '{export}' (function) or default export.",
-            abs.display()
-        )),
-        Err(e) => Err(format!(
-            "Failed to load process module at {}: {e}",
-            abs.display()
-        )),
-    }
 }

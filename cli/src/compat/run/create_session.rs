@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::compat::cli::Cli;
+use crate::compat::output;
 use crate::compat::session::binding::{self, Adapter, BindRequest, Bound};
+use crate::compat::session::file::{DEFAULT_MAX_ITERATIONS, state_dir};
 use crate::compat::session::whoami::{self, Whoami};
-use crate::compat::session::{self, DEFAULT_MAX_ITERATIONS};
-use crate::compat::{Cli, output};
 
 /// What `run:create` knows about the session before creating the run.
 pub(super) struct Plan {
@@ -42,7 +43,7 @@ impl Plan {
             None => binding::detect(cli.env)
                 .or_else(|| session_flag.then(|| binding::by_name("custom")).flatten()),
         };
-        let state_dir = session::state_dir(cli.env, &cli.cwd, a.value("--state-dir"));
+        let state_dir = state_dir(cli.env, &cli.cwd, a.value("--state-dir"));
         if let (Some(_), Some(ad)) = (explicit, adapter)
             && ad.auto_resolves(cli.env)
         {

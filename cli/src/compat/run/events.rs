@@ -4,9 +4,10 @@
 
 use serde_json::{Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, usage};
+use crate::compat::run_dir::{Run, merged_metadata, metadata_text, serialize_event};
+use crate::compat::usage;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
@@ -79,9 +80,9 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             None
         }
     };
-    let metadata = runs::merged_metadata(snapshot.as_ref(), None);
+    let metadata = merged_metadata(snapshot.as_ref(), None);
     if a.json() {
-        let list: Vec<Value> = matching.iter().map(|e| runs::serialize_event(e)).collect();
+        let list: Vec<Value> = matching.iter().map(|e| serialize_event(e)).collect();
         output::line(&output::compact(
             &json!({"events": list, "metadata": metadata.unwrap_or(Value::Null)}),
         ));
@@ -101,7 +102,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     if a.flag("--reverse") {
         header.push("order=desc".into());
     }
-    header.extend(runs::metadata_text(metadata.as_ref()));
+    header.extend(metadata_text(metadata.as_ref()));
     output::line(&format!("[run:events] {}", header.join(" ")));
     for e in matching {
         output::line(&format!(

@@ -9,9 +9,10 @@
 use babysitter_journal::EventType;
 use serde_json::{Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, lock, usage};
+use crate::compat::run_dir::{Run, merged_metadata, metadata_text, rebuilt_metadata};
+use crate::compat::{lock, usage};
 use babysitter_engine::lifecycle;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -134,7 +135,7 @@ async fn seal(
             .read_state_cache()
             .ok()
             .flatten()
-            .and_then(|s| runs::merged_metadata(Some(&s), None));
+            .and_then(|s| merged_metadata(Some(&s), None));
         if a.json() {
             output::line(&output::pretty(&json!({
                 "runDir": run_dir, "halted": false, "finalStatus": final_status, "reason": reason,
@@ -151,7 +152,7 @@ async fn seal(
     let (kind, data) = lifecycle::manual_seal(run_json, reason, final_status == "failed");
     let ev = run.append(kind, data, run_json, cli.env).await?;
     let doc = run.write_state_cache("manual_halt").await?;
-    let metadata = runs::rebuilt_metadata(&doc);
+    let metadata = rebuilt_metadata(&doc);
     if a.json() {
         output::line(&output::pretty(&json!({
             "runDir": run_dir, "halted": true, "finalStatus": final_status, "reason": reason,
@@ -160,7 +161,7 @@ async fn seal(
             "metadata": metadata,
         })));
     } else {
-        let parts = runs::metadata_text(Some(&metadata));
+        let parts = metadata_text(Some(&metadata));
         let suffix = if parts.is_empty() {
             String::new()
         } else {

@@ -10,31 +10,16 @@
 //!   reference says `executed` on completion whether or not any did).
 //! - Exit codes stay the reference's (B6 allows it): 1 for `halted` and for errors, else 0.
 
-use babysitter_engine::{EngineError, IterationStatus};
-use babysitter_journal::{EventType, JournalError, StoredEvent};
+use babysitter_engine::IterationStatus;
+use babysitter_harness_launcher::hooks::Hooks;
+use babysitter_journal::{EventType, StoredEvent};
 use serde_json::{Map, Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
+use crate::compat::run_dir::{Run, completion_proof};
 use crate::compat::runtime_hooks::fire;
-use crate::compat::{Cli, lock, runtime_hooks, usage};
-
-fn engine_message(e: &EngineError) -> String {
-    match e {
-        EngineError::InvalidRun { reason, .. } => reason.clone(),
-        EngineError::Journal(j) => journal_message(j),
-        other => other.to_string(),
-    }
-}
-
-pub fn journal_message(e: &JournalError) -> String {
-    match e {
-        JournalError::Locked { pid, owner, .. } => {
-            format!("run.lock already held by pid {pid} ({owner})")
-        }
-        other => other.to_string(),
-    }
-}
+use crate::compat::{lock, runtime_hooks, usage};
 
 /// The reference's reason for a waiting iteration (`deriveIterationReason` without hooks).
 fn waiting_reason(actions: &[Value]) -> String {
@@ -112,7 +97,7 @@ fn decision(output: Option<&Value>) -> Map<String, Value> {
 /// finished one `on-iteration-end` alone (none after a process error, as the reference).
 async fn wrapper_hooks(
     cli: &Cli<'_>,
-    hooks: &babysitter_harness_launcher::hooks::Hooks,
+    hooks: &Hooks,
     run_id: &str,
     iteration: u64,
     outcome: &mut Outcome,
@@ -198,7 +183,7 @@ fn terminal_outcome(ev: Option<&StoredEvent>, run_json: &Value) -> Outcome {
         Some(EventType::RunCompleted) => {
             out.status = "completed";
             out.reason = "completed".into();
-            out.completion_proof = Some(runs::completion_proof(run_json));
+            out.completion_proof = Some(completion_proof(run_json));
         }
         Some(EventType::RunHalted) => {
             out.status = "halted";
@@ -267,30 +252,16 @@ pub(crate) struct Iterated {
 }
 
 /// One iteration of the run in `run_dir` (`iteration`: the number to report instead of the
-/// journal's count + 1, as `--iteration` gives it).
+/// journal's count + 1, as `--iteration` gives it): the run is checked ([`open_iterable`]), the
+/// process runs under the run's lock ([`run_process`]), what it ended in is decided
+/// ([`outcome_of`], then the wrapper's hooks), the state cache is settled and the result is
+/// reported ([`report`]).
 pub(crate) async fn iterate(
     cli: &Cli<'_>,
     run_dir: &std::path::Path,
     iteration: Option<u64>,
 ) -> Result<Iterated, String> {
-    let run = Run::open(run_dir)?;
-    let run_json = run.metadata()?;
-    // Checks the engine would make anyway, made before `RUN_ITERATION` is appended so a run
-    // that cannot iterate is left unchanged.
-    babysitter_engine::lifecycle::iterable_entry(&run_json).map_err(str::to_owned)?;
-    if let Some(import) = run_json
-        .pointer("/entrypoint/importPath")
-        .and_then(Value::as_str)
-    {
-        let entry = crate::compat::paths::resolve(&run.dir, import);
-        if let Err(e) = std::fs::metadata(&entry) {
-            return Err(format!(
-                "process file {} cannot be opened: {}",
-                entry.display(),
-                output::io_message("open", &entry, &e)
-            ));
-        }
-    }
+    let (run, run_json) = open_iterable(run_dir)?;
     let _guard = lock::acquire(&run.dir, cli.lock_timeout())
         .await
         .map_err(|e| e.to_string())?;
@@ -313,40 +284,127 @@ pub(crate) async fn iterate(
             run.id
         );
     }
-    // B2: `RUN_ITERATION` is journaled in the same append as the iteration's own events.
-    let marker = (!finished).then(|| {
+    let at = Position {
+        iteration,
+        count,
+        finished,
+    };
+    let (mut it, hooks) = run_process(cli, &run, &run_json, &at).await?;
+    let mut outcome = outcome_of(&run, &run_json, &mut it).await?;
+    let runtime_error = outcome.cache_reason == Some("post_process_runtime_error");
+    let decided = if it.status == IterationStatus::None {
+        Decided::default()
+    } else {
+        wrapper_hooks(cli, &hooks, &run.id, iteration, &mut outcome, runtime_error).await
+    };
+    // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
+    // reason after a terminal event, else only when it no longer matches the journal.
+    run.settle_state_cache("run:iterate", outcome.cache_reason)
+        .await;
+    if outcome.reason.starts_with("process-error: ") {
+        errln!("[run:iterate] {}", outcome.reason);
+    }
+    if cli.args.verbose() {
+        for w in &it.warnings {
+            errln!("[run:iterate] Warning: {w}");
+        }
+    }
+    Ok(report(
+        &run,
+        &run_json,
+        &at,
+        outcome,
+        &decided,
+        &it.warnings,
+    ))
+}
+
+/// Where an iteration stands in its run's journal.
+struct Position {
+    /// The number reported.
+    iteration: u64,
+    /// `RUN_ITERATION`s journaled before this one.
+    count: u64,
+    /// The run has ended and waits on nothing: the process is not run again.
+    finished: bool,
+}
+
+/// The run and its `run.json`, once the engine could iterate it. These checks are the engine's
+/// own, made before `RUN_ITERATION` is appended so a run that cannot iterate is left unchanged.
+fn open_iterable(run_dir: &std::path::Path) -> Result<(Run, Value), String> {
+    let run = Run::open(run_dir)?;
+    let run_json = run.metadata()?;
+    babysitter_engine::lifecycle::iterable_entry(&run_json).map_err(str::to_owned)?;
+    if let Some(import) = run_json
+        .pointer("/entrypoint/importPath")
+        .and_then(Value::as_str)
+    {
+        let entry = crate::compat::paths::resolve(&run.dir, import);
+        if let Err(e) = std::fs::metadata(&entry) {
+            return Err(format!(
+                "process file {} cannot be opened: {}",
+                entry.display(),
+                output::io_message("open", &entry, &e)
+            ));
+        }
+    }
+    Ok((run, run_json))
+}
+
+/// Runs the process once (B2: `RUN_ITERATION` is journaled in the same append as the
+/// iteration's own events; nothing for a finished run), with the orchestrator's hooks around it.
+async fn run_process(
+    cli: &Cli<'_>,
+    run: &Run,
+    run_json: &Value,
+    at: &Position,
+) -> Result<(babysitter_engine::Iteration, Hooks), String> {
+    let marker = (!at.finished).then(|| {
         let mut data = Map::new();
-        data.insert("iteration".into(), json!(count + 1));
-        crate::compat::runs::new_event(EventType::RunIteration, data, &run_json, cli.env)
+        data.insert("iteration".into(), json!(at.count + 1));
+        crate::compat::run_dir::new_event(EventType::RunIteration, data, run_json, cli.env)
     });
     let engine = run
         .engine(Some(crate::compat::paths::UserFiles::of(cli.env, &cli.cwd)))
         .map_err(|e| format!("{e:#}"))?;
     let hooks = runtime_hooks::for_run(cli, &run.dir);
     let began = tokio::time::Instant::now();
-    if !finished {
+    if !at.finished {
         fire(
             cli,
             &hooks,
             "on-iteration-start",
-            || json!({"runId": run.id, "iteration": iteration}),
+            || json!({"runId": run.id, "iteration": at.iteration}),
         )
         .await;
     }
     let it = engine
         .iterate_with(&run.id, marker)
         .await
-        .map_err(|e| engine_message(&e))?;
-    orchestrator_hooks(cli, &hooks, &run, &run_json, iteration, &it, began).await;
+        .map_err(|e| output::engine_message(&e))?;
+    orchestrator_hooks(cli, &hooks, run, run_json, at.iteration, &it, began).await;
+    Ok((it, hooks))
+}
+
+/// What the iteration ended in (its next actions are moved out of `it`), reading the last
+/// lifecycle event when the run has ended.
+async fn outcome_of(
+    run: &Run,
+    run_json: &Value,
+    it: &mut babysitter_engine::Iteration,
+) -> Result<Outcome, String> {
     let last_lifecycle = async {
         let seq = run
             .inspect(|_, idx| idx.last_lifecycle.as_ref().map_or(0, |m| m.seq))
             .await?;
         run.event(seq).await
     };
-    let outcome = match it.status {
+    Ok(match it.status {
         IterationStatus::Waiting => {
-            let actions: Vec<Value> = it.next_actions.into_iter().map(clean_action).collect();
+            let actions: Vec<Value> = std::mem::take(&mut it.next_actions)
+                .into_iter()
+                .map(clean_action)
+                .collect();
             Outcome {
                 status: "waiting",
                 reason: waiting_reason(&actions),
@@ -361,12 +419,12 @@ pub(crate) async fn iterate(
             reason: "completed".into(),
             next_actions: None,
             payload: None,
-            completion_proof: Some(runs::completion_proof(&run_json)),
+            completion_proof: Some(completion_proof(run_json)),
             cache_reason: Some("post_completion"),
         },
         IterationStatus::Halted => {
             let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
-            let mut o = terminal_outcome(ev.as_ref(), &run_json);
+            let mut o = terminal_outcome(ev.as_ref(), run_json);
             o.reason = it.reason.clone().unwrap_or(o.reason);
             o.cache_reason = Some("post_halt");
             o
@@ -391,65 +449,53 @@ pub(crate) async fn iterate(
         }
         IterationStatus::None => {
             let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
-            terminal_outcome(ev.as_ref(), &run_json)
+            terminal_outcome(ev.as_ref(), run_json)
         }
-    };
-    let mut outcome = outcome;
-    let runtime_error = outcome.cache_reason == Some("post_process_runtime_error");
-    let decided = if it.status == IterationStatus::None {
-        Decided::default()
-    } else {
-        wrapper_hooks(cli, &hooks, &run.id, iteration, &mut outcome, runtime_error).await
-    };
-    // Keep `state/state.json` current for the tools that read it: rebuilt with the reference's
-    // reason after a terminal event, else only when it no longer matches the journal.
-    run.settle_state_cache("run:iterate", outcome.cache_reason)
-        .await;
-    if outcome.reason.starts_with("process-error: ") {
-        errln!("[run:iterate] {}", outcome.reason);
-    }
-    if cli.args.verbose() {
-        for w in &it.warnings {
-            errln!("[run:iterate] Warning: {w}");
-        }
-    }
+    })
+}
 
+/// The reference's `RunIterateResult` and its text lines; exit 1 for `halted`.
+fn report(
+    run: &Run,
+    run_json: &Value,
+    at: &Position,
+    mut outcome: Outcome,
+    decided: &Decided,
+    warnings: &[String],
+) -> Iterated {
+    let (iteration, count) = (at.iteration, at.count);
     let process_id = run_json
         .get("processId")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let json = {
-        let mut m = Map::new();
-        m.insert("iteration".into(), json!(iteration));
-        m.insert("iterationCount".into(), json!(count));
-        m.insert("status".into(), json!(outcome.status));
-        m.insert("action".into(), json!(decided.action));
-        m.insert("reason".into(), json!(outcome.reason));
-        if let Some(c) = &decided.count {
-            m.insert("count".into(), c.clone());
-        }
-        if let Some(u) = &decided.until {
-            m.insert("until".into(), u.clone());
-        }
-        if let Some(a) = outcome.next_actions.take() {
-            m.insert("nextActions".into(), Value::Array(a));
-        }
-        if let Some(p) = &outcome.completion_proof {
-            m.insert("completionProof".into(), json!(p));
-        }
-        if let Some(p) = &outcome.payload {
-            m.insert("payload".into(), p.clone());
-        }
-        if !it.warnings.is_empty() {
-            m.insert("warnings".into(), json!(it.warnings));
-        }
-        m.insert(
-            "metadata".into(),
-            json!({"runId": run.id, "processId": process_id, "hookStatus": decided.hook_status}),
-        );
-        Value::Object(m)
-    };
-    let mut text = Vec::new();
+    let mut m = Map::new();
+    m.insert("iteration".into(), json!(iteration));
+    m.insert("iterationCount".into(), json!(count));
+    m.insert("status".into(), json!(outcome.status));
+    m.insert("action".into(), json!(decided.action));
+    m.insert("reason".into(), json!(outcome.reason));
+    if let Some(c) = &decided.count {
+        m.insert("count".into(), c.clone());
+    }
+    if let Some(u) = &decided.until {
+        m.insert("until".into(), u.clone());
+    }
+    if let Some(a) = outcome.next_actions.take() {
+        m.insert("nextActions".into(), Value::Array(a));
+    }
+    if let Some(p) = &outcome.completion_proof {
+        m.insert("completionProof".into(), json!(p));
+    }
+    if let Some(p) = &outcome.payload {
+        m.insert("payload".into(), p.clone());
+    }
+    if !warnings.is_empty() {
+        m.insert("warnings".into(), json!(warnings));
+    }
+    m.insert(
+        "metadata".into(),
+        json!({"runId": run.id, "processId": process_id, "hookStatus": decided.hook_status}),
+    );
     let progress = if count > 0 {
         format!(" ({count} completed)")
     } else {
@@ -460,18 +506,18 @@ pub(crate) async fn iterate(
         .as_ref()
         .map(|c| format!(" count={c}"))
         .unwrap_or_default();
-    text.push(format!(
+    let mut text = vec![format!(
         "[run:iterate] iteration={iteration}{progress} status={} action={}{count_text} reason={}",
         outcome.status, decided.action, outcome.reason
-    ));
+    )];
     if let Some(p) = &outcome.completion_proof {
         text.push(format!("[run:iterate] completionProof={p}"));
     }
-    Ok(Iterated {
+    Iterated {
         code: if outcome.status == "halted" { 1 } else { 0 },
-        json,
+        json: Value::Object(m),
         text,
-    })
+    }
 }
 
 /// The hooks the reference's orchestrator calls around the process: `task.created` for each
@@ -480,7 +526,7 @@ pub(crate) async fn iterate(
 /// ended in this iteration, `on-iteration-end`.
 async fn orchestrator_hooks(
     cli: &Cli<'_>,
-    hooks: &babysitter_harness_launcher::hooks::Hooks,
+    hooks: &Hooks,
     run: &Run,
     run_json: &Value,
     iteration: u64,

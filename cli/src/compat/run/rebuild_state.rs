@@ -3,9 +3,10 @@
 
 use serde_json::json;
 
+use crate::compat::cli::Cli;
+use crate::compat::lock;
 use crate::compat::output;
-use crate::compat::runs;
-use crate::compat::{Cli, lock};
+use crate::compat::run_dir::{metadata_text, rebuilt_metadata};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
@@ -28,13 +29,13 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     }
     let _guard = lock::acquire(&run.dir, cli.lock_timeout()).await?;
     let doc = run.write_state_cache("cli_manual").await?;
-    let metadata = runs::rebuilt_metadata(&doc);
+    let metadata = rebuilt_metadata(&doc);
     if a.json() {
         output::line(&output::pretty(
             &json!({"runDir": dir, "metadata": metadata}),
         ));
     } else {
-        let parts = runs::metadata_text(Some(&metadata));
+        let parts = metadata_text(Some(&metadata));
         output::line(&format!(
             "[run:rebuild-state] runDir={dir}{}",
             if parts.is_empty() {

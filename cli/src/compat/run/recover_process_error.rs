@@ -18,9 +18,10 @@ use babysitter_journal::{EventType, StoredEvent, jsjson};
 use serde_json::{Map, Value, json};
 
 use super::rewrite::{self, RawEvent};
+use crate::compat::cli::Cli;
+use crate::compat::output;
 use crate::compat::output::io_message;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, output};
+use crate::compat::run_dir::{Run, rebuilt_metadata};
 
 const CMD: &str = "run:recover-process-error";
 
@@ -262,7 +263,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let fresh = Run::open(&run.dir).map_err(anyhow::Error::msg)?;
     let doc = fresh.write_state_cache("process_error_recovery").await?;
     summary["backupDir"] = json!(backup.display().to_string());
-    summary["metadata"] = runs::rebuilt_metadata(&doc);
+    summary["metadata"] = rebuilt_metadata(&doc);
     if a.json() {
         output::line(&output::pretty(&summary));
     } else {

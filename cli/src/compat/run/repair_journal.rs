@@ -18,8 +18,9 @@ use std::collections::HashSet;
 use serde_json::json;
 
 use super::rewrite::{self, RawEvent, RawJournal};
-use crate::compat::runs::Run;
-use crate::compat::{Cli, output};
+use crate::compat::cli::Cli;
+use crate::compat::output;
+use crate::compat::run_dir::Run;
 
 const CMD: &str = "run:repair-journal";
 

@@ -13,8 +13,9 @@ use babysitter_journal::event::parse_file_name;
 use babysitter_journal::{EventBody, EventType, StoredEvent};
 use serde_json::{Map, Value};
 
+use crate::compat::cli::Cli;
+use crate::compat::lock;
 use crate::compat::output::io_message;
-use crate::compat::{Cli, lock, runs};
 
 /// One event as read from a journal file, before any validation.
 #[derive(Debug, Clone)]
@@ -169,7 +170,7 @@ pub async fn swap_journal(
     let staging = format!("{staging_prefix}.{stamp}");
     let backup = format!("{backup_prefix}.{stamp}");
     let dir = run_dir.to_path_buf();
-    let fs = runs::fs_runtime();
+    let fs = crate::compat::run_dir::fs_runtime();
     let backup_dir =
         tokio::task::spawn_blocking(move || fs.replace_journal(&dir, &sealed, &staging, &backup))
             .await

@@ -6,9 +6,13 @@
 use babysitter_journal::index::EffectStatus;
 use serde_json::{Map, Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, usage};
+use crate::compat::run_dir::{
+    Run, completion_proof, event_summary, merged_metadata, metadata_text, pending_by_kind,
+    serialize_event,
+};
+use crate::compat::usage;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
@@ -48,7 +52,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             (
                 h.clone(),
                 pending,
-                runs::pending_by_kind(idx),
+                pending_by_kind(idx),
                 idx.last_lifecycle.clone(),
                 idx.effects.values().cloned().collect::<Vec<_>>(),
             )
@@ -111,12 +115,12 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             None
         }
     };
-    let metadata = runs::merged_metadata(snapshot.as_ref(), Some(by_kind.clone()));
+    let metadata = merged_metadata(snapshot.as_ref(), Some(by_kind.clone()));
     let auto_runnable = pending
         .iter()
         .filter(|r| r.kind.as_deref() == Some("node"))
         .count();
-    let proof = (state == "completed").then(|| runs::completion_proof(&run_json));
+    let proof = (state == "completed").then(|| completion_proof(&run_json));
 
     if cli.args.json() {
         let mut m = Map::new();
@@ -130,9 +134,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         m.insert("payload".into(), halt_payload.unwrap_or(Value::Null));
         m.insert(
             "lastEvent".into(),
-            last_event
-                .as_ref()
-                .map_or(Value::Null, runs::serialize_event),
+            last_event.as_ref().map_or(Value::Null, serialize_event),
         );
         m.insert("pendingByKind".into(), Value::Object(by_kind.clone()));
         m.insert(
@@ -173,11 +175,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     if let Some(r) = halt_reason {
         line.push_str(&format!(" reason={r}"));
     }
-    line.push_str(&format!(
-        " last={}",
-        runs::event_summary(last_event.as_ref())
-    ));
-    for p in runs::metadata_text(metadata.as_ref()) {
+    line.push_str(&format!(" last={}", event_summary(last_event.as_ref())));
+    for p in metadata_text(metadata.as_ref()) {
         line.push(' ');
         line.push_str(&p);
     }

@@ -24,9 +24,10 @@ use std::path::{Path, PathBuf};
 use babysitter_common::EnvMap;
 use serde_json::{Map, Value, json};
 
-use super::{SessionFile, SessionState, session_file_path};
-use crate::compat::hook::{ObservedState, facts_from, run_facts};
-use crate::compat::runs::Run;
+use super::decide::{self, BindFacts, Binding};
+use super::file::{SessionFile, SessionState, session_file_path};
+use super::run_facts::{ObservedState, facts_from, run_facts};
+use crate::compat::run_dir::Run;
 
 /// One harness adapter's session behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,9 +306,10 @@ pub async fn run_state(run_dir: &Path) -> Option<ObservedState> {
     run_facts(&run).await.ok().map(|f| f.state)
 }
 
-/// Binds the session to the run (§6.2): a file bound to another run is refused — fatally for
-/// harnesses that release finished runs, after checking that the other run is not finished —
-/// the same run or no run is updated, and no file is created fresh.
+/// Binds the session to the run (§6.2) as [`decide::bind`] rules: a file bound to another run
+/// is refused — fatally for harnesses that release finished runs, after checking that the other
+/// run is not finished — the same run or no run is updated, and otherwise a file is created
+/// fresh.
 pub async fn bind(req: &BindRequest<'_>) -> Bound {
     let harness = req.adapter.name;
     let sid = req.session_id;
@@ -315,87 +317,112 @@ pub async fn bind(req: &BindRequest<'_>) -> Bound {
         return Bound::failed(harness, sid, e);
     }
     let path = session_file_path(req.state_dir, sid);
-    let ok = |path: PathBuf| Bound {
-        harness: harness.to_owned(),
-        session_id: sid.to_owned(),
-        state_file: Some(path),
-        error: None,
-        fatal: false,
+    let existing = SessionFile::read(&path);
+    let binding = {
+        let state_file = path.display().to_string();
+        let mut facts = BindFacts {
+            existing: match &existing {
+                Ok(f) => Ok(f.as_ref().map(|f| f.state.run_id.as_str())),
+                Err(e) => Err(e.as_str()),
+            },
+            run_id: req.run_id,
+            auto_release: req.adapter.auto_release,
+            state_file: &state_file,
+            old_run_finished: None,
+        };
+        loop {
+            match decide::bind(&facts) {
+                Binding::CheckOldRun => {
+                    let old = existing.as_ref().ok().and_then(Option::as_ref);
+                    facts.old_run_finished = Some(match old {
+                        Some(old) => old_run_finished(req, &old.state).await,
+                        None => false,
+                    });
+                }
+                decided => break decided,
+            }
+        }
     };
-    let refuse = |error: String, fatal: bool| Bound {
+    let bound = |error: Option<String>, fatal: bool| Bound {
         harness: harness.to_owned(),
         session_id: sid.to_owned(),
         state_file: Some(path.clone()),
-        error: Some(error),
+        error,
         fatal,
     };
-    let run_dir = req.run_dir.display().to_string();
-    match SessionFile::read(&path) {
-        Err(e) => return refuse(format!("cannot read the session state file: {e}"), false),
-        Ok(Some(mut existing)) => {
-            let old = existing.state.run_id.clone();
-            if old.is_empty() || old == req.run_id {
-                existing.state.run_id = req.run_id.to_owned();
-                existing.state.run_dir = Some(run_dir);
-                existing.state.active = true;
-                // A file made by session-start has no prompt yet: the stop hook re-injects this one.
-                if existing.prompt.is_empty() {
-                    existing.prompt = req.prompt.to_owned();
-                }
-                if let Err(e) = existing.write(&path) {
-                    return refuse(e, false);
-                }
-                if req.verbose {
-                    errln!(
-                        "[run:create] Updated existing session {sid} with run {}",
-                        req.run_id
-                    );
-                }
-                return ok(path);
-            }
-            if !req.adapter.auto_release {
-                return refuse(format!("Session already associated with run: {old}"), false);
-            }
-            let old_dir = existing
-                .state
-                .run_dir
-                .clone()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| req.runs_dir.join(&old));
-            let finished = run_state(&old_dir)
-                .await
-                .is_some_and(ObservedState::terminal);
-            if !finished {
-                return refuse(
-                    format!(
-                        "Session bound to active run: {old}. Complete or fail that run first, or manually remove the session state file at {}",
-                        path.display()
-                    ),
-                    true,
-                );
-            }
-            if req.verbose {
+    match (binding, existing) {
+        (Binding::Refuse { error, fatal }, _) => bound(Some(error), fatal),
+        (Binding::Update, Ok(Some(file))) => match update(req, file, &path) {
+            Ok(()) => bound(None, false),
+            Err(e) => bound(Some(e), false),
+        },
+        (Binding::Create { released }, _) => {
+            if let (Some(old), true) = (released, req.verbose) {
                 errln!("[run:create] Auto-releasing stale session {sid} from terminal run {old}");
             }
+            match create(req, &path) {
+                Ok(()) => bound(None, false),
+                Err(e) => {
+                    Bound::failed(harness, sid, format!("Failed to write session state: {e}"))
+                }
+            }
         }
-        Ok(None) => {}
+        (Binding::Update | Binding::CheckOldRun, _) => {
+            unreachable!("decide::bind updates existing files only and asks once")
+        }
     }
+}
+
+/// The session file names no run or this one: it is bound to the run in place.
+fn update(req: &BindRequest<'_>, mut file: SessionFile, path: &Path) -> Result<(), String> {
+    file.state.run_id = req.run_id.to_owned();
+    file.state.run_dir = Some(req.run_dir.display().to_string());
+    file.state.active = true;
+    // A file made by session-start has no prompt yet: the stop hook re-injects this one.
+    if file.prompt.is_empty() {
+        file.prompt = req.prompt.to_owned();
+    }
+    file.write(path)?;
+    if req.verbose {
+        errln!(
+            "[run:create] Updated existing session {} with run {}",
+            req.session_id,
+            req.run_id
+        );
+    }
+    Ok(())
+}
+
+/// A fresh session file bound to the run.
+fn create(req: &BindRequest<'_>, path: &Path) -> Result<(), String> {
     let mut state = SessionState::new(req.max_iterations, req.run_id);
-    state.run_dir = Some(run_dir);
+    state.run_dir = Some(req.run_dir.display().to_string());
     let file = SessionFile {
         state,
         prompt: req.prompt.to_owned(),
     };
-    if let Err(e) = file.write(&path) {
-        return Bound::failed(harness, sid, format!("Failed to write session state: {e}"));
-    }
+    file.write(path)?;
     if req.verbose {
         errln!(
-            "[run:create] Session {sid} initialized and bound to run {}",
+            "[run:create] Session {} initialized and bound to run {}",
+            req.session_id,
             req.run_id
         );
     }
-    ok(path)
+    Ok(())
+}
+
+/// Whether the run a session file names (its `run_dir`, else the run id under the runs root)
+/// has ended.
+async fn old_run_finished(req: &BindRequest<'_>, old: &SessionState) -> bool {
+    let old_dir = old
+        .run_dir
+        .clone()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| req.runs_dir.join(&old.run_id));
+    run_state(&old_dir)
+        .await
+        .is_some_and(ObservedState::terminal)
 }
 
 /// The session file `session-start` leaves: created (unbound, iteration 1) when missing, an

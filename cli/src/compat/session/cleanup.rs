@@ -14,11 +14,12 @@ use std::path::Path;
 use babysitter_journal::fs::pid_alive;
 use serde_json::json;
 
+use super::file::{SessionFile, state_dir};
 use super::markers;
-use super::{SessionFile, state_dir};
-use crate::compat::hook::run_facts;
-use crate::compat::runs::Run;
-use crate::compat::{Cli, output, paths};
+use super::run_facts::run_facts;
+use crate::compat::cli::Cli;
+use crate::compat::run_dir::Run;
+use crate::compat::{output, paths};
 
 /// Sessions idle longer than this are stale.
 const STALE_SECS: i64 = 24 * 60 * 60;

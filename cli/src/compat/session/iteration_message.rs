@@ -7,10 +7,11 @@
 
 use serde_json::json;
 
+use super::run_facts::{ObservedState, run_facts};
 use super::session_error;
-use crate::compat::hook::{ObservedState, run_facts};
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, output, paths};
+use crate::compat::cli::Cli;
+use crate::compat::run_dir::{Run, completion_proof};
+use crate::compat::{output, paths};
 
 /// Observed state, pending kinds and (completed runs only) the completion proof.
 async fn facts(cli: &Cli<'_>, run_id: &str) -> Option<(ObservedState, String, Option<String>)> {
@@ -18,7 +19,7 @@ async fn facts(cli: &Cli<'_>, run_id: &str) -> Option<(ObservedState, String, Op
     let run = Run::open(&dir).ok()?;
     let meta = run.metadata().ok()?;
     let f = run_facts(&run).await.ok()?;
-    let proof = (f.state == ObservedState::Completed).then(|| runs::completion_proof(&meta));
+    let proof = (f.state == ObservedState::Completed).then(|| completion_proof(&meta));
     Some((f.state, f.pending_kinds, proof))
 }
 

@@ -6,13 +6,12 @@
 
 use serde_json::{Value, json};
 
-use super::{
-    DEFAULT_MAX_ITERATIONS, SessionFile, SessionState, create_file, scope, session_error,
-    session_file_path,
-};
-use crate::compat::hook::{ObservedState, run_facts};
-use crate::compat::runs::Run;
-use crate::compat::{Cli, output, paths};
+use super::file::{DEFAULT_MAX_ITERATIONS, SessionFile, SessionState, session_file_path};
+use super::run_facts::{ObservedState, run_facts};
+use super::{create_file, scope, session_error};
+use crate::compat::cli::Cli;
+use crate::compat::run_dir::Run;
+use crate::compat::{output, paths};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let (sid, dir) = match scope(cli, true) {

@@ -8,9 +8,10 @@ use babysitter_common::EnvMap;
 use babysitter_journal::fs::pid_alive;
 use serde_json::json;
 
-use super::state_dir;
+use super::file::state_dir;
 use super::{binding, markers};
-use crate::compat::{Cli, output};
+use crate::compat::cli::Cli;
+use crate::compat::output;
 
 /// What `session:whoami` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,13 +2,12 @@
 //! `EFFECT_CANCELLED`; the process sees an `EffectCancelledError`), under the run's lock, then
 //! rebuilds the state cache (`post_effect_cancellation`). Single-line JSON.
 
-use babysitter_engine::EngineError;
 use serde_json::json;
 
+use crate::compat::cli::Cli;
 use crate::compat::output::{self, Category, CliError};
-use crate::compat::run::iterate::journal_message;
-use crate::compat::runs::Run;
-use crate::compat::{Cli, lock, usage};
+use crate::compat::run_dir::Run;
+use crate::compat::{lock, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
@@ -53,11 +52,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .cancel_effect(&run.id, &effect_id, a.value("--reason"))
         .await
     {
-        let msg = match &e {
-            EngineError::InvalidRun { reason, .. } => reason.clone(),
-            EngineError::Journal(j) => journal_message(j),
-            other => other.to_string(),
-        };
+        let msg = output::engine_message(&e);
         return Err(CliError::new("RunFailedError", msg, Category::Runtime).into());
     }
     run.settle_state_cache("task:cancel", Some("post_effect_cancellation"))

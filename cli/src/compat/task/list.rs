@@ -6,9 +6,10 @@ use babysitter_engine::identity::locale_compare;
 use babysitter_journal::index::EffectRecord;
 use serde_json::{Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, usage};
+use crate::compat::run_dir::{Run, task_entry};
+use crate::compat::usage;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
@@ -47,7 +48,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     records.sort_by(|x, y| locale_compare(&x.effect_id, &y.effect_id));
     let dir = crate::compat::paths::normalize(&run_dir);
     if a.json() {
-        let tasks: Vec<Value> = records.iter().map(|r| runs::task_entry(r, &dir)).collect();
+        let tasks: Vec<Value> = records.iter().map(|r| task_entry(r, &dir)).collect();
         output::line(&output::pretty(&json!({"tasks": tasks})));
         return Ok(0);
     }

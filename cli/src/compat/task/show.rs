@@ -6,9 +6,10 @@
 use babysitter_journal::index::EffectRecord;
 use serde_json::{Value, json};
 
+use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::runs::{self, Run};
-use crate::compat::{Cli, paths, usage};
+use crate::compat::run_dir::{Run, task_entry};
+use crate::compat::{paths, usage};
 
 const LARGE_RESULT_LIMIT: u64 = 1024 * 1024;
 
@@ -44,7 +45,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         errln!("[task:show] task definition missing for effect {effect_id}");
         return Ok(1);
     };
-    let entry = runs::task_entry(&record, &dir);
+    let entry = task_entry(&record, &dir);
     let result_ref = record
         .result_ref
         .clone()

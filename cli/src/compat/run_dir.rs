@@ -76,7 +76,7 @@ impl Run {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
         // Inside the warm server: its journal (run indexes kept in memory) and warm engine.
-        if let Some((journal, engine)) = super::warm::shared(&root, &id, &dir) {
+        if let Some((journal, engine)) = super::warm::context::shared(&root, &id, &dir) {
             return Ok(Run {
                 dir,
                 root,
@@ -88,7 +88,7 @@ impl Run {
         // One command per process: file I/O in place (see FsStore::inline_io).
         let journal = Journal::new(
             Arc::new(fs_runtime().store(&root).inline_io()),
-            crate::cli_journal_options(),
+            crate::journal_options::for_cli(),
         );
         Ok(Run {
             dir,
@@ -112,7 +112,7 @@ impl Run {
     }
 
     /// An engine over this run's runs root: the warm server's (kept per client's user files,
-    /// see `warm::shared`), or one for this call only, with `user`'s (`ctx.log` lines to its log
+    /// see `warm::context::shared`), or one for this call only, with `user`'s (`ctx.log` lines to its log
     /// directory, breakpoint advice from its rules; none when `None`).
     pub fn engine(&self, user: Option<UserFiles>) -> anyhow::Result<Engine> {
         if let Some(e) = &self.warm_engine {
@@ -194,7 +194,7 @@ impl Run {
                 errln!("[{cmd}] warning: state cache not updated: {e:#}");
             }
         };
-        if let Err(work) = super::warm::defer(Box::pin(work)) {
+        if let Err(work) = super::warm::context::defer(Box::pin(work)) {
             work.await;
         }
     }

@@ -8,7 +8,7 @@ use babysitter_journal::StoredEvent;
 use babysitter_journal::index::EffectRecord;
 use serde_json::Value;
 
-use crate::compat::runs::Run;
+use crate::compat::run_dir::Run;
 
 /// The run's observed state (§2.9, the stop-hook variant: pending effects beat `RUN_COMPLETED`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,12 +43,12 @@ pub(in crate::compat) struct RunFacts {
     pub(in crate::compat) state: ObservedState,
     /// Pending kinds, sorted, joined by `", "` (empty when none).
     pub(in crate::compat) pending_kinds: String,
-    pub(super) only_breakpoints: bool,
-    pub(super) current_effect: Option<String>,
+    pub(in crate::compat) only_breakpoints: bool,
+    pub(in crate::compat) current_effect: Option<String>,
     /// The last lifecycle event is `RUN_COMPLETED` / `RUN_HALTED` / `RUN_FAILED` (no back-off).
     pub(in crate::compat) sealed: bool,
     /// The run's journal events, for back-off counting.
-    pub(super) events: Vec<(String, Option<String>)>,
+    pub(in crate::compat) events: Vec<(String, Option<String>)>,
 }
 
 /// Reads the journal and derives the observed state and pending facts.
@@ -165,7 +165,7 @@ fn host_delegable(run_dir: &Path, r: &EffectRecord) -> bool {
 }
 
 /// `STOP_HOOK_INVOKED` fires for `effect_id` since it was last requested (reset on resolution).
-pub(super) fn prior_fires(events: &[(String, Option<String>)], effect_id: &str) -> u32 {
+pub(in crate::compat) fn prior_fires(events: &[(String, Option<String>)], effect_id: &str) -> u32 {
     let Some(start) = events
         .iter()
         .rposition(|(t, e)| t == "EFFECT_REQUESTED" && e.as_deref() == Some(effect_id))
@@ -184,4 +184,25 @@ pub(super) fn prior_fires(events: &[(String, Option<String>)], effect_id: &str) 
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prior_fires_reset_on_resolution() {
+        let ev = |t: &str, e: &str| (t.to_owned(), Some(e.to_owned()));
+        let events = vec![
+            ev("EFFECT_REQUESTED", "a"),
+            ev("STOP_HOOK_INVOKED", "a"),
+            ev("STOP_HOOK_INVOKED", "b"),
+            ev("STOP_HOOK_INVOKED", "a"),
+        ];
+        assert_eq!(prior_fires(&events, "a"), 2);
+        let mut resolved = events.clone();
+        resolved.push(ev("EFFECT_RESOLVED", "a"));
+        assert_eq!(prior_fires(&resolved, "a"), 0);
+        assert_eq!(prior_fires(&events, "zz"), 0);
+    }
 }
