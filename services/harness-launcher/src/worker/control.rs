@@ -331,3 +331,117 @@ impl WorkerControl {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(lease: &str) -> (Running, CancellationToken) {
+        let cancel = CancellationToken::new();
+        let running = Running {
+            cancel: cancel.clone(),
+            stopped: None,
+            info: TaskInfo {
+                lease_id: lease.to_owned(),
+                namespace: "default".into(),
+                run_id: "run1".into(),
+                effect_id: format!("eff-{lease}"),
+                kind: "shell".into(),
+                harness: None,
+                started_at: SystemTime::UNIX_EPOCH,
+                events_reported: 0,
+                attempt: 1,
+            },
+            events: Arc::new(AtomicU64::new(7)),
+        };
+        (running, cancel)
+    }
+
+    #[test]
+    fn cancel_marks_and_kills_only_a_running_task_and_keeps_a_lost_lease_lost() {
+        let control = WorkerControl::default();
+        assert!(!control.cancel("nope", "why"));
+        let (running, cancel) = entry("l1");
+        control.insert(running);
+        assert_eq!(control.running_tasks()[0].events_reported, 7);
+        control.stop_lease("l1", true, "lease expired".into());
+        assert!(control.cancel("l1", "operator"));
+        assert!(cancel.is_cancelled());
+        assert_eq!(
+            control.stopped_reason("l1"),
+            Some((true, "lease expired".into())),
+            "a lost lease's result is still dropped"
+        );
+        control.remove("l1");
+        assert!(!control.cancel("l1", "operator"));
+    }
+
+    #[test]
+    fn connection_state_does_not_override_draining_and_a_drain_while_stopping_is_refused() {
+        let control = WorkerControl::default();
+        assert_eq!(control.state(), WorkerState::Starting);
+        control.connected(false);
+        assert_eq!(control.state(), WorkerState::Starting, "not registered yet");
+        control.registered("w1");
+        assert_eq!(control.worker_id().as_deref(), Some("w1"));
+        control.connected(false);
+        assert_eq!(control.state(), WorkerState::Disconnected);
+        control.connected(true);
+        assert_eq!(control.state(), WorkerState::Ready);
+
+        let stop = CancellationToken::new();
+        let halt = control.halt_token(&stop);
+        let drained = control.drain(None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(drained.state, WorkerState::Draining);
+        assert!(halt.is_cancelled() && !stop.is_cancelled());
+        control.connected(true);
+        assert_eq!(control.state(), WorkerState::Draining);
+
+        control.stopping();
+        assert_eq!(control.drain(None), Err(DrainError::ShuttingDown));
+    }
+
+    #[test]
+    fn a_drain_before_the_loop_starts_halts_it_at_once() {
+        let control = WorkerControl::default();
+        control.drain(None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(control.halt_token(&CancellationToken::new()).is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earliest_drain_deadline_wins_and_cancels_what_is_left() {
+        let control = WorkerControl::default();
+        let start = Instant::now();
+        for secs in [30, 10, 20] {
+            control
+                .drain(Some(Duration::from_secs(secs)))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(
+            lock(&control.inner.lifecycle).deadline,
+            Some(start + Duration::from_secs(10))
+        );
+
+        // A task that ends only when cancelled, as the real ones do.
+        let tasks = TaskTracker::new();
+        let (running, cancel) = entry("l1");
+        control.insert(running);
+        let c = control.clone();
+        let task = tasks.spawn(async move {
+            cancel.cancelled().await;
+            let why = c.stopped_reason("l1");
+            c.remove("l1");
+            why
+        });
+        tasks.close();
+        assert!(
+            control
+                .wait_drained(&CancellationToken::new(), &tasks)
+                .await
+        );
+        let stopped = task.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stopped, Some((false, DRAIN_DEADLINE_REASON.to_owned())));
+        assert_eq!(Instant::now() - start, Duration::from_secs(10));
+        assert!(control.running_tasks().is_empty());
+    }
+}
