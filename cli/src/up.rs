@@ -114,6 +114,12 @@ async fn listen(config: &ServerConfig) -> anyhow::Result<tokio::net::TcpListener
 }
 
 async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Result<()> {
+    // Refused rather than ignored: the key is valid for the `harness-launcher` binary.
+    if config.launcher.server.is_some() {
+        anyhow::bail!(
+            "[launcher.server] (the worker's admin api) is served by the `harness-launcher` binary, not by `babysitter up`"
+        );
+    }
     let telemetry = init_telemetry("babysitter-up", &config.telemetry, &env)?;
     let data = &config.data_dir;
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;

@@ -69,7 +69,8 @@ pub struct HarnessStatus {
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ListHarnessesRequest {
-    /// re-run detection now instead of returning the result cached at start-up.
+    /// re-run detection now instead of returning the result cached at start-up. A report only: what
+    /// the worker advertises and runs (GetStatus.capabilities) changes on restart.
     #[prost(bool, tag = "1")]
     pub refresh: bool,
 }
@@ -82,19 +83,39 @@ pub struct ListHarnessesResponse {
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct CancelTaskRequest {
-    /// the task's lease id (see RunningTask).
+    /// the task's lease id (see RunningTask); required.
     #[prost(string, tag = "1")]
     pub lease_id: ::prost::alloc::string::String,
-    /// reported in the task's cancellation error.
+    /// reported in the task's cancellation error; empty = "cancelled by an operator".
     #[prost(string, tag = "2")]
     pub reason: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct CancelTaskResponse {
-    /// false when the task had already finished (nothing was killed).
+    /// false when no task runs under this lease (it had already finished; nothing was killed).
     #[prost(bool, tag = "1")]
     pub was_running: bool,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DrainRequest {
+    /// how long running tasks may still run; those left then are cancelled (killed, completed with a
+    /// cancellation error). Unset = no limit: they finish under their own timeouts. A later Drain
+    /// with a deadline adds its own; the earliest wins.
+    #[prost(message, optional, tag = "1")]
+    pub deadline: ::core::option::Option<::prost_types::Duration>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DrainResponse {
+    /// the worker's state after the request: DRAINING until nothing runs, then DRAINED (a request
+    /// made while stopping is refused with `unavailable`).
+    #[prost(enumeration = "WorkerState", tag = "1")]
+    pub state: i32,
+    /// the tasks still running, which the worker lets finish.
+    #[prost(message, repeated, tag = "2")]
+    pub running_tasks: ::prost::alloc::vec::Vec<RunningTask>,
 }
 /// The worker's connection to its orchestrator.
 #[allow(clippy::all)]
@@ -102,14 +123,16 @@ pub struct CancelTaskResponse {
 #[repr(i32)]
 pub enum WorkerState {
     Unspecified = 0,
-    /// detecting harnesses, not registered yet.
+    /// not registered yet.
     Starting = 1,
     /// registered and polling for tasks.
     Ready = 2,
     /// the orchestrator is unreachable; retrying with backoff, running tasks continue.
     Disconnected = 3,
-    /// shutting down: no new tasks, waiting for running ones to finish.
+    /// draining (Drain or shutting down): no new tasks, waiting for running ones to finish.
     Draining = 4,
+    /// drained by Drain: no task running and none will be taken; the process is idle until stopped.
+    Drained = 5,
 }
 impl WorkerState {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -123,6 +146,7 @@ impl WorkerState {
             Self::Ready => "WORKER_STATE_READY",
             Self::Disconnected => "WORKER_STATE_DISCONNECTED",
             Self::Draining => "WORKER_STATE_DRAINING",
+            Self::Drained => "WORKER_STATE_DRAINED",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -133,6 +157,7 @@ impl WorkerState {
             "WORKER_STATE_READY" => Some(Self::Ready),
             "WORKER_STATE_DISCONNECTED" => Some(Self::Disconnected),
             "WORKER_STATE_DRAINING" => Some(Self::Draining),
+            "WORKER_STATE_DRAINED" => Some(Self::Drained),
             _ => None,
         }
     }
@@ -292,6 +317,7 @@ pub mod harness_launcher_service_client {
             self.inner.unary(req, path, codec).await
         }
         /// Cancels a running task: kills its process group and completes it with a cancellation error.
+        /// Answers once the kill is under way; the task leaves `running_tasks` when its completion is sent.
         pub async fn cancel_task(
             &mut self,
             request: impl tonic::IntoRequest<super::CancelTaskRequest>,
@@ -317,6 +343,35 @@ pub mod harness_launcher_service_client {
                     GrpcMethod::new(
                         "babysitter.harness_launcher.v1.HarnessLauncherService",
                         "CancelTask",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Drains the worker: it takes no new task from now on (until restarted) and running ones finish,
+        /// or are cancelled like CancelTask when `deadline` passes. Answers at once; poll GetStatus for
+        /// WORKER_STATE_DRAINED. The process stays up (this API keeps answering) until it is stopped.
+        pub async fn drain(
+            &mut self,
+            request: impl tonic::IntoRequest<super::DrainRequest>,
+        ) -> std::result::Result<tonic::Response<super::DrainResponse>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.harness_launcher.v1.HarnessLauncherService/Drain",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.harness_launcher.v1.HarnessLauncherService",
+                        "Drain",
                     ),
                 );
             self.inner.unary(req, path, codec).await
@@ -354,6 +409,7 @@ pub mod harness_launcher_service_server {
             tonic::Status,
         >;
         /// Cancels a running task: kills its process group and completes it with a cancellation error.
+        /// Answers once the kill is under way; the task leaves `running_tasks` when its completion is sent.
         async fn cancel_task(
             &self,
             request: tonic::Request<super::CancelTaskRequest>,
@@ -361,6 +417,13 @@ pub mod harness_launcher_service_server {
             tonic::Response<super::CancelTaskResponse>,
             tonic::Status,
         >;
+        /// Drains the worker: it takes no new task from now on (until restarted) and running ones finish,
+        /// or are cancelled like CancelTask when `deadline` passes. Answers at once; poll GetStatus for
+        /// WORKER_STATE_DRAINED. The process stays up (this API keeps answering) until it is stopped.
+        async fn drain(
+            &self,
+            request: tonic::Request<super::DrainRequest>,
+        ) -> std::result::Result<tonic::Response<super::DrainResponse>, tonic::Status>;
     }
     #[derive(Debug)]
     pub struct HarnessLauncherServiceServer<T> {
@@ -565,6 +628,50 @@ pub mod harness_launcher_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = CancelTaskSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.harness_launcher.v1.HarnessLauncherService/Drain" => {
+                    #[allow(non_camel_case_types)]
+                    struct DrainSvc<T: HarnessLauncherService>(pub Arc<T>);
+                    impl<
+                        T: HarnessLauncherService,
+                    > tonic::server::UnaryService<super::DrainRequest> for DrainSvc<T> {
+                        type Response = super::DrainResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::DrainRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as HarnessLauncherService>::drain(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = DrainSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -1,10 +1,19 @@
 //! The `harness-launcher` binary's configuration (env prefix `BABYSITTER_LAUNCHER`), layered like
 //! every babysitter service: defaults → TOML → env → `--set` → flags.
+//!
+//! The admin API (`HarnessLauncherService`, [`crate::grpc`]) is off unless `[server]` is given
+//! (or `--listen`): a worker's job is to call the orchestrator, and an API that kills tasks
+//! should not listen anywhere nobody asked for. When it is on, it needs an `admin` token in
+//! `[server.auth]` ([`LauncherConfig::admin_api`]): unlike the other services, which run without
+//! auth (and warn) when no token is set, there is nothing this API does that an anonymous caller
+//! should be allowed to do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use babysitter_common::auth::Role;
+use babysitter_common::server::ServerConfig;
 use babysitter_common::telemetry::TelemetryConfig;
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +21,7 @@ use babysitter_common::EnvMap;
 use babysitter_transport_proxy::config::Secret;
 
 use crate::agent::AgentSettings;
+use crate::harness::{Detected, Detector, available};
 use crate::outcome::{Price, default_prices};
 use crate::provider::{Provider, ProviderConfig, RemoteProxy, default_providers};
 use crate::worker::WorkerSettings;
@@ -29,6 +39,33 @@ pub struct LauncherConfig {
     pub worker: WorkerConfig,
     /// Agent tasks: harness binaries, providers, proxy, prices. Since v0.1.
     pub agent: AgentConfig,
+    /// The admin API (`HarnessLauncherService`: status, harnesses, cancel, drain): unset = not
+    /// served. When set, `listen-addr` defaults to 127.0.0.1:0 (the bound address is printed;
+    /// 127.0.0.1:50053 is the conventional port) and `[server.auth]` must hold an `admin`
+    /// token. Since v0.1.
+    pub server: Option<ServerConfig>,
+}
+
+/// Why the admin API cannot be served as configured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminApiConfigError {
+    /// `[server]` is set but `[server.auth]` holds no `admin` token.
+    #[error("the admin api ([server]) needs a token with role `admin` in [server.auth] tokens")]
+    NoAdminToken,
+}
+
+impl LauncherConfig {
+    /// The admin API's server settings, `None` when it is off; refused without an admin token.
+    pub fn admin_api(&self) -> Result<Option<&ServerConfig>, AdminApiConfigError> {
+        let Some(server) = &self.server else {
+            return Ok(None);
+        };
+        if !server.auth.tokens.iter().any(|t| t.role == Role::Admin) {
+            return Err(AdminApiConfigError::NoAdminToken);
+        }
+        Ok(Some(server))
+    }
 }
 
 impl Default for LauncherConfig {
@@ -39,6 +76,7 @@ impl Default for LauncherConfig {
             orchestrator: OrchestratorLink::default(),
             worker: WorkerConfig::default(),
             agent: AgentConfig::default(),
+            server: None,
         }
     }
 }
@@ -169,11 +207,23 @@ impl Default for AgentConfig {
 }
 
 impl AgentConfig {
+    /// Where harnesses are looked for: the configured binaries and `env`'s PATH.
+    pub fn detector(&self, env: &EnvMap) -> Detector {
+        Detector {
+            binaries: self.binaries.clone(),
+            path_env: path_env(env),
+        }
+    }
+
     /// Detects the harnesses and reads provider keys from `env` (the only place they are read).
     pub async fn settings(&self, env: &EnvMap) -> AgentSettings {
-        let path_env =
-            std::ffi::OsString::from(env.get("PATH").unwrap_or("/usr/local/bin:/usr/bin:/bin"));
-        let harnesses = crate::harness::detect(&self.binaries, &path_env).await;
+        let checks = self.detector(env).check_all().await;
+        self.settings_with(env, available(&checks))
+    }
+
+    /// [`settings`](Self::settings) with the harnesses already detected.
+    pub fn settings_with(&self, env: &EnvMap, harnesses: Vec<Detected>) -> AgentSettings {
+        let path_env = path_env(env);
         let mut configs = default_providers();
         configs.extend(self.providers.clone());
         let providers = configs
@@ -203,6 +253,10 @@ impl AgentConfig {
     }
 }
 
+fn path_env(env: &EnvMap) -> std::ffi::OsString {
+    std::ffi::OsString::from(env.get("PATH").unwrap_or("/usr/local/bin:/usr/bin:/bin"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +273,37 @@ mod tests {
         assert_eq!(p.api_key_env.as_deref(), Some("LOCAL_LLM_KEY"));
         assert_eq!(c.agent.timeout_secs, 1800);
         assert_eq!(c.agent.prices["qwen3"].output, 0.0);
+    }
+
+    #[test]
+    fn the_admin_api_is_off_by_default_and_needs_an_admin_token() {
+        let off = LauncherConfig::default();
+        assert_eq!(off.admin_api(), Ok(None));
+        let dumped = toml::to_string(&off).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!dumped.contains("[server]"), "{dumped}");
+
+        let no_token: LauncherConfig =
+            toml::from_str("[server]\nlisten-addr = \"127.0.0.1:50053\"\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(no_token.admin_api(), Err(AdminApiConfigError::NoAdminToken));
+
+        let worker_only: LauncherConfig =
+            toml::from_str("[server.auth]\ntokens = [{ token = \"w\", role = \"worker\" }]\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            worker_only.admin_api(),
+            Err(AdminApiConfigError::NoAdminToken)
+        );
+
+        let on: LauncherConfig = toml::from_str(
+            "[server]\nlisten-addr = \"127.0.0.1:50053\"\n[server.auth]\ntokens = [{ token = \"a\", role = \"admin\" }]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let server = on
+            .admin_api()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the admin api is on"));
+        assert_eq!(server.listen_addr.to_string(), "127.0.0.1:50053");
     }
 
     #[tokio::test]

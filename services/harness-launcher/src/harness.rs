@@ -17,7 +17,7 @@ use serde_json::json;
 
 mod detect;
 
-pub use detect::{Detected, detect, parse_version};
+pub use detect::{Detected, Detector, HarnessCheck, Unavailable, available, detect, parse_version};
 
 /// A supported harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,13 +9,18 @@
 //! the end of the run into the task's value, usage and cost ([`outcome`]), in a project
 //! directory of the task's own ([`workspace`]: empty, in place, a copy or a git worktree). Shell, node and hook
 //! tasks run through [`exec`], shared with `babysitter run`.
+//!
+//! The admin API (`HarnessLauncherService`: status, installed harnesses, running tasks, cancel,
+//! drain) is [`admin`] over the worker's own state, served by [`grpc`] when configured.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod agent;
 pub mod config;
 pub mod events;
 pub mod exec;
+pub mod grpc;
 pub mod harness;
 pub mod hooks;
 pub mod outcome;

@@ -1,15 +1,20 @@
 //! `harness-launcher`: a worker process. Parses flags, loads layered config, starts telemetry,
-//! registers with the orchestrator and runs tasks until SIGTERM / Ctrl-C, then drains.
+//! registers with the orchestrator and runs tasks until SIGTERM / Ctrl-C, then drains. With
+//! `[server]` (or `--listen`) it also serves its admin API, `HarnessLauncherService`, which stays
+//! up until the worker has drained, so a drain can be watched to its end.
 
 use std::process::ExitCode;
 
 use babysitter_common::EnvMap;
-use babysitter_common::auth::Secret;
+use babysitter_common::auth::{Authenticator, Secret};
 use babysitter_common::client::connect_lazy;
 use babysitter_common::main_support::{CommonArgs, service_main};
-use babysitter_common::server::shutdown_signal;
+use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
+use babysitter_harness_launcher::admin::LauncherAdmin;
 use babysitter_harness_launcher::config::LauncherConfig;
+use babysitter_harness_launcher::grpc::HarnessLauncherGrpcServer;
+use babysitter_harness_launcher::harness::available;
 use babysitter_harness_launcher::worker::Worker;
 use clap::Parser;
 use serde_json::json;
@@ -28,6 +33,10 @@ struct Args {
     /// Worker id (overrides worker.id).
     #[arg(long)]
     id: Option<String>,
+    /// Serve the admin API on this address, e.g. 127.0.0.1:50053 (sets server.listen-addr; the
+    /// admin API is off without it or a `[server]` section, and needs an admin token).
+    #[arg(long)]
+    listen: Option<String>,
     /// Any config key, e.g. `--set worker.max-concurrency=8` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -38,7 +47,11 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let flags = json!({"orchestrator": {"url": args.orchestrator}, "worker": {"id": args.id}});
+    let mut flags = json!({"orchestrator": {"url": args.orchestrator}, "worker": {"id": args.id}});
+    // Only when given: an empty `server` table would turn the admin API on.
+    if let Some(listen) = args.listen {
+        flags["server"] = json!({ "listen-addr": listen });
+    }
     service_main(
         "harness-launcher",
         "BABYSITTER_LAUNCHER",
@@ -64,9 +77,12 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
         "harness-launcher {} serving kinds {:?} for {}",
         settings.worker_id, settings.task_kinds, config.orchestrator.url
     );
+    let admin_api = config.admin_api()?;
     let stop = CancellationToken::new();
     tokio::spawn(shutdown_signal(stop.clone()));
-    let agents = config.agent.settings(&env).await;
+    let detector = config.agent.detector(&env);
+    let checks = detector.check_all().await;
+    let agents = config.agent.settings_with(&env, available(&checks));
     let names: Vec<String> = agents
         .harnesses
         .iter()
@@ -77,7 +93,42 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
     if !agents.harnesses.is_empty() {
         worker = worker.with_agents(agents);
     }
-    worker.run(stop).await;
+    // Stopped after the worker: the admin API answers while the worker drains.
+    let admin_stop = CancellationToken::new();
+    let admin_server = match admin_api {
+        Some(server_config) => {
+            let admin = LauncherAdmin::new(&worker, &config.orchestrator.url, detector, checks);
+            // Token files are read now, so a bad one fails the start rather than the server.
+            let authenticator = Authenticator::from_config(&server_config.auth)?;
+            let listener = tokio::net::TcpListener::bind(server_config.listen_addr)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot listen on {}: {e}", server_config.listen_addr)
+                })?;
+            // One machine-readable line so scripts and tests can find the port when on :0.
+            eprintln!(
+                "harness-launcher admin api listening on {}",
+                listener.local_addr()?
+            );
+            let server = ServerBuilder::new("harness-launcher", server_config)
+                .with_authenticator(authenticator)
+                .add_service(
+                    HarnessLauncherGrpcServer::new(admin).into_service(server_config),
+                    babysitter_proto::FILE_DESCRIPTOR_SET,
+                );
+            Some(tokio::spawn(
+                server.serve_with_listener(listener, admin_stop.clone()),
+            ))
+        }
+        None => None,
+    };
+    worker.run(stop.clone()).await;
+    // After a drain the process idles (the admin API keeps answering) until it is stopped.
+    stop.cancelled().await;
+    admin_stop.cancel();
+    if let Some(server) = admin_server {
+        server.await??;
+    }
     telemetry.shutdown().await?;
     Ok(())
 }

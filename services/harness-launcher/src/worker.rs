@@ -12,9 +12,21 @@
 //! Agent tasks ([`crate::agent`]) also stream universal events while they run: one
 //! `ReportEvents` client stream per task, fed in batches, so a slow orchestrator applies
 //! back-pressure instead of losing events; a failed stream is logged and never fails the task.
+//!
+//! The running-task table and the lifecycle state live in [`control`], where the admin API
+//! ([`crate::admin`]) reads them and asks for a cancel or a drain: a drain ends polling like a
+//! shutdown does, but running tasks get all the time they need (or the drain's deadline) and the
+//! loop returns once they are done, leaving the process up.
+
+mod control;
+
+pub use control::{
+    DRAIN_DEADLINE_REASON, DrainError, DrainStatus, TaskInfo, WorkerControl, WorkerState,
+};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,8 +42,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
-use crate::agent::{self, AgentSettings};
+use crate::agent::{self, AgentSettings, AgentSpec};
 use crate::exec::{self, Done, Task};
+use crate::harness::{Detected, HarnessKind};
+use control::Running;
 
 /// How long a completion waits for an eagerly dispatched next task.
 const EAGER_WAIT: Duration = Duration::from_secs(1);
@@ -50,11 +64,33 @@ pub struct WorkerSettings {
     pub drain_timeout: Duration,
 }
 
-#[derive(Debug)]
-struct Running {
-    cancel: CancellationToken,
-    /// Why it was stopped: `Some(true)` = lease lost (drop the result), `Some(false)` = cancelled.
-    stopped: Option<(bool, String)>,
+/// What the worker offers the orchestrator (advertised at registration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    pub task_kinds: Vec<String>,
+    /// The harnesses that work on this machine.
+    pub harnesses: Vec<Detected>,
+    pub labels: HashMap<String, String>,
+    pub max_concurrency: usize,
+}
+
+impl From<&Capabilities> for cpb::WorkerCapabilities {
+    fn from(c: &Capabilities) -> Self {
+        cpb::WorkerCapabilities {
+            task_kinds: c.task_kinds.clone(),
+            harnesses: c
+                .harnesses
+                .iter()
+                .map(|d| cpb::HarnessInfo {
+                    name: d.kind.name().to_owned(),
+                    version: d.version.clone(),
+                    binary_path: d.path.display().to_string(),
+                })
+                .collect(),
+            labels: c.labels.clone(),
+            max_concurrency: u32::try_from(c.max_concurrency).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 /// The worker.
@@ -62,7 +98,7 @@ struct Running {
 pub struct Worker {
     client: WorkerServiceClient<AuthedChannel>,
     settings: Arc<WorkerSettings>,
-    running: Arc<Mutex<HashMap<String, Running>>>,
+    control: WorkerControl,
     timing: Arc<Mutex<Timing>>,
     agents: Option<Arc<AgentSettings>>,
 }
@@ -112,7 +148,7 @@ impl Worker {
         Self {
             client: ClientOptions::default().client(channel),
             settings: Arc::new(settings),
-            running: Default::default(),
+            control: WorkerControl::default(),
             timing: Arc::new(Mutex::new(Timing {
                 heartbeat: Duration::from_secs(10),
                 max_poll_wait: Duration::from_secs(30),
@@ -127,26 +163,27 @@ impl Worker {
         self
     }
 
-    fn capabilities(&self) -> cpb::WorkerCapabilities {
+    /// The worker's state, for the admin API: running tasks, cancel, drain.
+    pub fn control(&self) -> WorkerControl {
+        self.control.clone()
+    }
+
+    /// What the worker advertises at registration.
+    pub fn capabilities(&self) -> Capabilities {
         let mut task_kinds = self.settings.task_kinds.clone();
-        let harnesses: Vec<cpb::HarnessInfo> = self
+        let harnesses: Vec<Detected> = self
             .agents
             .iter()
-            .flat_map(|a| a.harnesses.iter())
-            .map(|d| cpb::HarnessInfo {
-                name: d.kind.name().to_owned(),
-                version: d.version.clone(),
-                binary_path: d.path.display().to_string(),
-            })
+            .flat_map(|a| a.harnesses.iter().cloned())
             .collect();
         if !harnesses.is_empty() && !task_kinds.iter().any(|k| k == "agent") {
             task_kinds.push("agent".to_owned());
         }
-        cpb::WorkerCapabilities {
+        Capabilities {
             task_kinds,
             harnesses,
             labels: self.settings.labels.clone(),
-            max_concurrency: self.settings.max_concurrency as u32,
+            max_concurrency: self.settings.max_concurrency,
         }
     }
 
@@ -161,7 +198,7 @@ impl Worker {
             let req = pb::RegisterWorkerRequest {
                 worker_id: self.settings.worker_id.clone(),
                 namespaces: self.settings.namespaces.clone(),
-                capabilities: Some(self.capabilities()),
+                capabilities: Some((&self.capabilities()).into()),
                 agent_version: format!("harness-launcher/{}", env!("CARGO_PKG_VERSION")),
             };
             match self.client.clone().register_worker(req).await {
@@ -172,6 +209,11 @@ impl Worker {
                         max_poll_wait: dur(r.max_poll_wait, Duration::from_secs(30)),
                     };
                     tracing::info!(worker_id = %r.worker_id, "registered with the orchestrator");
+                    self.control.registered(if r.worker_id.is_empty() {
+                        &self.settings.worker_id
+                    } else {
+                        &r.worker_id
+                    });
                     return true;
                 }
                 Err(s) => {
@@ -189,21 +231,55 @@ impl Worker {
         }
     }
 
-    /// Runs until `stop` is cancelled, then drains.
+    /// Runs until `stop` is cancelled, then drains: running tasks get the drain timeout to finish
+    /// and are killed after it. Also returns when drained through [`WorkerControl::drain`], once
+    /// nothing runs any more.
     pub async fn run(self, stop: CancellationToken) {
-        if !self.register(&stop).await {
+        // Ends registration and polling on `stop` or on a drain.
+        let halt = self.control.halt_token(&stop);
+        // The tasks (each with the tasks eagerly handed over after it), and the heartbeats.
+        let tasks = TaskTracker::new();
+        let background = TaskTracker::new();
+        let hb_stop = CancellationToken::new();
+        if self.register(&halt).await {
+            background.spawn(self.clone().heartbeats(hb_stop.clone(), stop.clone()));
+            self.poll_loop(&halt, &stop, &tasks).await;
+        }
+        tasks.close();
+        background.close();
+        if !stop.is_cancelled() && self.control.wait_drained(&stop, &tasks).await {
+            hb_stop.cancel();
+            background.wait().await;
+            self.control.drained();
             return;
         }
-        let tracker = TaskTracker::new();
-        let hb_stop = CancellationToken::new();
-        tracker.spawn(self.clone().heartbeats(hb_stop.clone(), stop.clone()));
+        // Shutdown: running tasks finish (and complete) within the drain timeout, else are killed.
+        self.control.stopping();
+        if tokio::time::timeout(self.settings.drain_timeout, tasks.wait())
+            .await
+            .is_err()
+        {
+            self.control.kill_all();
+            tasks.wait().await;
+        }
+        hb_stop.cancel();
+        background.wait().await;
+    }
+
+    /// Long-polls for tasks up to the free slots and spawns each on `tracker`, until `halt`.
+    async fn poll_loop(
+        &self,
+        halt: &CancellationToken,
+        stop: &CancellationToken,
+        tracker: &TaskTracker,
+    ) {
         let slots = Arc::new(Semaphore::new(self.settings.max_concurrency.max(1)));
         let mut backoff = Duration::from_millis(100);
-        while !stop.is_cancelled() {
+        while !halt.is_cancelled() {
             // Wait for at least one free slot.
             let permit = tokio::select! {
                 p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                () = stop.cancelled() => break,
+                () = halt.cancelled() => break,
             };
             let free = slots.available_permits() + 1;
             drop(permit);
@@ -215,10 +291,11 @@ impl Worker {
             let mut client = self.client.clone();
             let polled = tokio::select! {
                 r = client.poll_tasks(req) => r,
-                () = stop.cancelled() => break,
+                () = halt.cancelled() => break,
             };
             match polled {
                 Ok(r) => {
+                    self.control.connected(true);
                     backoff = Duration::from_millis(100);
                     for a in r.into_inner().tasks {
                         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -237,45 +314,21 @@ impl Worker {
                     }
                 }
                 Err(s) if is_unknown_worker(&s) => {
-                    if !self.register(&stop).await {
+                    if !self.register(halt).await {
                         break;
                     }
                 }
                 Err(s) => {
+                    self.control.connected(false);
                     tracing::warn!(error = %s.message(), code = ?s.code(), "poll failed; retrying");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
-                        () = stop.cancelled() => break,
+                        () = halt.cancelled() => break,
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
         }
-        // Drain: running tasks finish (and complete) within the drain timeout, else are killed.
-        tracker.close();
-        let drained = tokio::time::timeout(self.settings.drain_timeout, async {
-            while !self
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .await;
-        if drained.is_err() {
-            for r in self
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-            {
-                r.cancel.cancel();
-            }
-        }
-        hb_stop.cancel();
-        tracker.wait().await;
     }
 
     async fn heartbeats(self, done: CancellationToken, stop: CancellationToken) {
@@ -285,13 +338,7 @@ impl Worker {
                 () = tokio::time::sleep(every) => {}
                 () = done.cancelled() => return,
             }
-            let leases: Vec<String> = self
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned()
-                .collect();
+            let leases = self.control.lease_ids();
             if leases.is_empty() {
                 continue;
             }
@@ -301,7 +348,6 @@ impl Worker {
             };
             match self.client.clone().heartbeat(req).await {
                 Ok(r) => {
-                    let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
                     for l in r.into_inner().leases {
                         let state = pb::LeaseState::try_from(l.state).unwrap_or_default();
                         let lost = match state {
@@ -309,11 +355,7 @@ impl Worker {
                             pb::LeaseState::Cancelled => false,
                             _ => continue,
                         };
-                        if let Some(task) = running.get_mut(&l.lease_id) {
-                            tracing::info!(lease_id = %l.lease_id, lost, reason = %l.reason, "stopping a task");
-                            task.stopped = Some((lost, l.reason));
-                            task.cancel.cancel();
-                        }
+                        self.control.stop_lease(&l.lease_id, lost, l.reason);
                     }
                 }
                 Err(s) if is_unknown_worker(&s) => {
@@ -331,30 +373,32 @@ impl Worker {
         stop: &CancellationToken,
     ) -> Option<pb::TaskAssignment> {
         let cancel = CancellationToken::new();
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                a.lease_id.clone(),
-                Running {
-                    cancel: cancel.clone(),
-                    stopped: None,
-                },
-            );
+        let events = Arc::new(AtomicU64::new(0));
+        self.control.insert(Running {
+            cancel: cancel.clone(),
+            stopped: None,
+            info: TaskInfo {
+                lease_id: a.lease_id.clone(),
+                namespace: a.namespace.clone(),
+                run_id: a.run_id.clone(),
+                effect_id: a.effect_id.clone(),
+                kind: a.kind.clone(),
+                harness: self.harness_of(&a),
+                started_at: SystemTime::now(),
+                events_reported: 0,
+                attempt: a.attempt,
+            },
+            events: events.clone(),
+        });
         let work_dir = self
             .settings
             .work_dir
             .join(&a.run_id)
             .join(format!("{}-{}", a.effect_id, a.attempt));
         let started = SystemTime::now();
-        let done = self.execute(&a, &work_dir, &cancel).await;
+        let done = self.execute(&a, &work_dir, &cancel, &events).await;
         let finished = SystemTime::now();
-        let stopped = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&a.lease_id)
-            .and_then(|r| r.stopped.clone());
+        let stopped = self.control.stopped_reason(&a.lease_id);
         let outcome = match stopped {
             Some((true, reason)) => {
                 tracing::info!(lease_id = %a.lease_id, %reason, "lease lost: result dropped");
@@ -369,17 +413,34 @@ impl Worker {
         };
         let next = match outcome {
             Some(done) => {
-                self.complete(&a, done, started, finished, !stop.is_cancelled())
-                    .await
+                // No task comes along with the completion once stopping or draining.
+                let take_next = !stop.is_cancelled() && !self.control.is_draining();
+                self.complete(&a, done, started, finished, take_next).await
             }
             None => None,
         };
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&a.lease_id);
         let _ = tokio::fs::remove_dir_all(&work_dir).await;
+        self.control.remove(&a.lease_id);
         next
+    }
+
+    /// The harness adapter an agent task runs: the one it names, else the worker's default.
+    fn harness_of(&self, a: &pb::TaskAssignment) -> Option<String> {
+        if a.kind != "agent" {
+            return None;
+        }
+        let named = serde_json::from_slice::<Value>(&a.task_json)
+            .ok()
+            .and_then(|def| AgentSpec::from_task(&def).ok())
+            .and_then(|spec| spec.harness);
+        match named {
+            Some(name) => Some(HarnessKind::from_name(&name).map_or(name, |k| k.name().to_owned())),
+            None => self
+                .agents
+                .as_ref()
+                .and_then(|a| a.harnesses.first())
+                .map(|d| d.kind.name().to_owned()),
+        }
     }
 
     async fn execute(
@@ -387,6 +448,7 @@ impl Worker {
         a: &pb::TaskAssignment,
         work_dir: &std::path::Path,
         cancel: &CancellationToken,
+        events: &Arc<AtomicU64>,
     ) -> Executed {
         let fail = |name: &str, message: String| {
             Executed::from(Done {
@@ -413,7 +475,9 @@ impl Worker {
                         .into(),
                 );
             };
-            return self.execute_agent(a, &def, &agents, work_dir, cancel).await;
+            return self
+                .execute_agent(a, &def, &agents, work_dir, cancel, events)
+                .await;
         }
         let task = Task {
             effect_id: &a.effect_id,
@@ -435,6 +499,7 @@ impl Worker {
         agents: &AgentSettings,
         work_dir: &std::path::Path,
         cancel: &CancellationToken,
+        events: &Arc<AtomicU64>,
     ) -> Executed {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let reporter = tokio::spawn(report_events(
@@ -442,6 +507,7 @@ impl Worker {
             self.settings.worker_id.clone(),
             a.lease_id.clone(),
             rx,
+            events.clone(),
         ));
         let session_id = format!("{}-{}", a.effect_id, a.attempt);
         let timeout = a
@@ -547,6 +613,7 @@ async fn report_events(
     worker_id: String,
     lease_id: String,
     mut rx: tokio::sync::mpsc::Receiver<cpb::AgentEvent>,
+    reported: Arc<AtomicU64>,
 ) -> Result<u64, Status> {
     let (req_tx, req_rx) = tokio::sync::mpsc::channel::<pb::ReportEventsRequest>(16);
     let batcher = tokio::spawn(async move {
@@ -558,12 +625,15 @@ async fn report_events(
                     Err(_) => break,
                 }
             }
+            let n = events.len() as u64;
             let req = pb::ReportEventsRequest {
                 worker_id: worker_id.clone(),
                 lease_id: lease_id.clone(),
                 events,
             };
-            if req_tx.send(req).await.is_err() {
+            if req_tx.send(req).await.is_ok() {
+                reported.fetch_add(n, Ordering::Relaxed);
+            } else {
                 // The stream ended early: keep draining so the agent never blocks on events.
                 while rx.recv().await.is_some() {}
                 return;

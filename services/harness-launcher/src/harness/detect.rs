@@ -4,7 +4,7 @@
 //! worker that cannot run it.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -50,7 +50,8 @@ pub fn parse_version(out: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn version_of(path: &Path, path_env: &OsStr) -> Option<String> {
+/// Runs `path --version`; the version it prints, or why there is none.
+async fn version_of(path: &Path, path_env: &OsStr) -> Result<String, String> {
     let mut cmd = tokio::process::Command::new(path);
     cmd.arg("--version")
         .env_clear()
@@ -59,49 +60,114 @@ async fn version_of(path: &Path, path_env: &OsStr) -> Option<String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(VERSION_TIMEOUT, cmd.output())
-        .await
-        .ok()?
-        .ok()?;
+    let out = match tokio::time::timeout(VERSION_TIMEOUT, cmd.output()).await {
+        Err(_) => {
+            return Err(format!(
+                "`--version` did not answer within {}s",
+                VERSION_TIMEOUT.as_secs()
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("cannot run `--version`: {e}")),
+        Ok(Ok(out)) => out,
+    };
     if !out.status.success() {
-        return None;
+        return Err(format!("`--version` failed ({})", out.status));
     }
     parse_version(&String::from_utf8_lossy(&out.stdout))
         .or_else(|| parse_version(&String::from_utf8_lossy(&out.stderr)))
+        .ok_or_else(|| "`--version` printed no version".to_owned())
 }
 
-/// Detects every harness: `binaries` (by adapter name) wins over PATH; a configured path that
-/// does not work is not replaced by one from PATH (the operator asked for that binary).
-pub async fn detect(binaries: &BTreeMap<String, PathBuf>, path_env: &OsStr) -> Vec<Detected> {
-    let mut found = Vec::new();
-    for kind in HarnessKind::ALL {
-        let path = match binaries.get(kind.name()) {
-            Some(p) if is_executable(p) => Some(p.clone()),
-            Some(p) => {
-                tracing::warn!(harness = %kind, path = %p.display(), "configured harness binary is not executable; not advertised");
-                None
+/// What detection found for one harness adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessCheck {
+    pub kind: HarnessKind,
+    pub outcome: Result<Detected, Unavailable>,
+}
+
+/// Why a harness is not advertised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The binary that was tried, when one was found or configured.
+    pub path: Option<PathBuf>,
+    /// E.g. "`codex` not found on PATH".
+    pub reason: String,
+}
+
+/// Where harness binaries are looked for: the configured paths (by adapter name) and PATH.
+/// Kept by the worker so its admin API can run detection again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detector {
+    pub binaries: BTreeMap<String, PathBuf>,
+    pub path_env: OsString,
+}
+
+impl Detector {
+    /// Checks every harness: `binaries` wins over PATH; a configured path that does not work is
+    /// not replaced by one from PATH (the operator asked for that binary).
+    pub async fn check_all(&self) -> Vec<HarnessCheck> {
+        let mut checks = Vec::with_capacity(HarnessKind::ALL.len());
+        for kind in HarnessKind::ALL {
+            let outcome = self.check(kind).await;
+            match &outcome {
+                Ok(d) => {
+                    tracing::info!(harness = %kind, version = %d.version, path = %d.path.display(), "harness detected");
+                }
+                Err(u) if u.path.is_some() => {
+                    tracing::warn!(harness = %kind, reason = %u.reason, "harness does not work; not advertised");
+                }
+                Err(_) => {}
             }
-            None => on_path(kind.binary_name(), path_env),
-        };
-        let Some(path) = path else { continue };
-        // The binary's directory first on PATH: npm shims (`#!/usr/bin/env node`) find node
-        // there or on the worker's PATH.
-        match version_of(&path, path_env).await {
-            Some(version) => {
-                let path = std::fs::canonicalize(&path).unwrap_or(path);
-                tracing::info!(harness = %kind, %version, path = %path.display(), "harness detected");
-                found.push(Detected {
-                    kind,
-                    version,
-                    path,
+            checks.push(HarnessCheck { kind, outcome });
+        }
+        checks
+    }
+
+    async fn check(&self, kind: HarnessKind) -> Result<Detected, Unavailable> {
+        let path = match self.binaries.get(kind.name()) {
+            Some(p) if is_executable(p) => p.clone(),
+            Some(p) => {
+                return Err(Unavailable {
+                    path: Some(p.clone()),
+                    reason: format!("configured binary {} is not executable", p.display()),
                 });
             }
-            None => {
-                tracing::warn!(harness = %kind, path = %path.display(), "harness does not answer --version; not advertised");
-            }
+            None => on_path(kind.binary_name(), &self.path_env).ok_or_else(|| Unavailable {
+                path: None,
+                reason: format!("`{}` not found on PATH", kind.binary_name()),
+            })?,
+        };
+        // The binary's directory first on PATH: npm shims (`#!/usr/bin/env node`) find node
+        // there or on the worker's PATH.
+        match version_of(&path, &self.path_env).await {
+            Ok(version) => Ok(Detected {
+                kind,
+                version,
+                path: std::fs::canonicalize(&path).unwrap_or(path),
+            }),
+            Err(reason) => Err(Unavailable {
+                reason: format!("{}: {reason}", path.display()),
+                path: Some(path),
+            }),
         }
     }
-    found
+}
+
+/// The harnesses that work, from [`Detector::check_all`].
+pub fn available(checks: &[HarnessCheck]) -> Vec<Detected> {
+    checks
+        .iter()
+        .filter_map(|c| c.outcome.as_ref().ok().cloned())
+        .collect()
+}
+
+/// Detects every harness (see [`Detector::check_all`]) and keeps the ones that work.
+pub async fn detect(binaries: &BTreeMap<String, PathBuf>, path_env: &OsStr) -> Vec<Detected> {
+    let detector = Detector {
+        binaries: binaries.clone(),
+        path_env: path_env.to_owned(),
+    };
+    available(&detector.check_all().await)
 }
 
 #[cfg(test)]

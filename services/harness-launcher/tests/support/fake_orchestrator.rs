@@ -23,6 +23,8 @@ pub struct State {
     pub queue: VecDeque<pb::TaskAssignment>,
     pub events: HashMap<String, Vec<cpb::AgentEvent>>,
     pub results: HashMap<String, cpb::TaskResult>,
+    /// `next_max_tasks` of each completion (how many tasks the worker asked to take along).
+    pub next_asked: HashMap<String, u32>,
 }
 
 #[derive(Clone, Default)]
@@ -107,9 +109,14 @@ impl WorkerService for Fake {
         req: Request<pb::CompleteTaskRequest>,
     ) -> Result<Response<pb::CompleteTaskResponse>, Status> {
         let r = req.into_inner();
+        let mut state = lock(&self.state);
+        state
+            .next_asked
+            .insert(r.lease_id.clone(), r.next_max_tasks);
         if let Some(result) = r.result {
-            lock(&self.state).results.insert(r.lease_id, result);
+            state.results.insert(r.lease_id, result);
         }
+        drop(state);
         self.changed.notify_waiters();
         Ok(Response::new(pb::CompleteTaskResponse {
             already_completed: false,
@@ -190,6 +197,20 @@ impl Running {
         tokio::time::timeout(within, wait)
             .await
             .unwrap_or_else(|_| panic!("task {lease} not completed within {within:?}"))
+    }
+
+    /// The leases of the tasks still queued (never handed to the worker).
+    pub fn queued(&self) -> Vec<String> {
+        lock(&self.fake.state)
+            .queue
+            .iter()
+            .map(|t| t.lease_id.clone())
+            .collect()
+    }
+
+    /// `next_max_tasks` of the completion under `lease`.
+    pub fn next_asked(&self, lease: &str) -> Option<u32> {
+        lock(&self.fake.state).next_asked.get(lease).copied()
     }
 
     pub async fn capabilities(&self) -> cpb::WorkerCapabilities {

@@ -1,5 +1,6 @@
 //! Starts the real [`Worker`] against a [`Running`] fake orchestrator; stopped (drained) by
-//! [`WorkerHandle::stop`].
+//! [`WorkerHandle::stop`]. [`build`] + [`spawn`] leave room to take the worker's admin handle
+//! before it runs.
 
 #![allow(dead_code)]
 
@@ -30,6 +31,11 @@ pub fn start_n(
     work_dir: &Path,
     max_concurrency: usize,
 ) -> WorkerHandle {
+    spawn(build(orch, work_dir, max_concurrency).with_agents(agents))
+}
+
+/// A worker `w1` offering `shell` tasks to `orch`, not running yet.
+pub fn build(orch: &Running, work_dir: &Path, max_concurrency: usize) -> Worker {
     let channel = connect_lazy(&orch.url, None).unwrap_or_else(|e| panic!("{e}"));
     let settings = WorkerSettings {
         worker_id: "w1".into(),
@@ -40,13 +46,26 @@ pub fn start_n(
         work_dir: work_dir.to_owned(),
         drain_timeout: Duration::from_secs(5),
     };
+    Worker::new(channel, settings)
+}
+
+/// Runs `worker` until [`WorkerHandle::stop`].
+pub fn spawn(worker: Worker) -> WorkerHandle {
     let stop = CancellationToken::new();
-    let worker = Worker::new(channel, settings).with_agents(agents);
     let task = tokio::spawn(worker.run(stop.clone()));
     WorkerHandle { stop, task }
 }
 
 impl WorkerHandle {
+    /// Waits for the worker's loop to return by itself (after a drain), without stopping it;
+    /// `within` guards against a hung worker.
+    pub async fn returned(self, within: Duration) {
+        tokio::time::timeout(within, self.task)
+            .await
+            .unwrap_or_else(|_| panic!("the worker did not return within {within:?}"))
+            .unwrap_or_else(|e| panic!("the worker panicked: {e}"));
+    }
+
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
