@@ -127,6 +127,38 @@ impl NewRun {
         Value::Object(m)
     }
 
+    /// The run a stored `run.json` describes, read back by the keys [`NewRun::run_json`] writes
+    /// (for finishing a creation whose `RUN_CREATED` never landed: its data then comes from the
+    /// same rule as at creation). `None` when `runId`, `processId` or `entrypoint.importPath`
+    /// is missing or not a string; `has_inputs` says whether the run has `inputs.json`.
+    pub fn from_run_json(run_json: &Value, has_inputs: bool) -> Option<Self> {
+        let text = |k: &str| run_json.get(k).and_then(Value::as_str).map(str::to_owned);
+        let entry = run_json.get("entrypoint")?;
+        let entrypoint = Entrypoint {
+            import_path: entry.get("importPath")?.as_str()?.to_owned(),
+            export_name: entry
+                .get("exportName")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        let mut run = NewRun::new(
+            &text("runId")?,
+            &text("processId")?,
+            entrypoint,
+            text("createdAt").unwrap_or_default(),
+        );
+        run.request = text("request").unwrap_or_else(|| run.process_id.clone());
+        run.harness = text("harness");
+        run.process_revision = text("processRevision");
+        run.cwd = text("cwd");
+        run.prompt = text("prompt");
+        run.non_interactive = run_json.get("nonInteractive") == Some(&Value::Bool(true));
+        run.code_hash = text("processCodeHash");
+        run.completion_proof = text("completionProof");
+        run.has_inputs = has_inputs;
+        Some(run)
+    }
+
     /// The data of the run's `RUN_CREATED`.
     pub fn created_data(&self) -> Map<String, Value> {
         let mut d = Map::new();
@@ -365,5 +397,35 @@ mod tests {
         assert_ne!(a, new_completion_proof().unwrap());
         assert_eq!(completion_proof(&json!({"completionProof": "x"})), "x");
         assert_eq!(completion_proof(&json!({"runId": "r"})).len(), 64);
+    }
+
+    #[test]
+    fn a_stored_run_json_gives_back_the_created_data_it_was_made_with() {
+        let mut new = NewRun::new(
+            "01RUN",
+            "p",
+            Entrypoint {
+                import_path: "./p.js".into(),
+                export_name: Some("process".into()),
+            },
+            "2026-01-01T00:00:00.000Z".into(),
+        );
+        new.harness = Some("claude-code".into());
+        new.process_revision = Some("r2".into());
+        new.prompt = Some("do it".into());
+        new.code_hash = Some("abc".into());
+        new.has_inputs = true;
+        let back = NewRun::from_run_json(&new.run_json(), true).expect("a complete run.json");
+        assert_eq!(back.created_data(), new.created_data());
+        assert_eq!(back.run_json(), new.run_json());
+        assert!(NewRun::from_run_json(&json!({"runId": "r", "processId": "p"}), false).is_none());
+        assert!(
+            NewRun::from_run_json(
+                &json!({"runId": 1, "processId": "p",
+            "entrypoint": {"importPath": "x"}}),
+                false
+            )
+            .is_none()
+        );
     }
 }

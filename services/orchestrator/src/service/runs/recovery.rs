@@ -4,11 +4,12 @@
 //! fill the finished-run cache; older ones are read from the journal when asked for.
 
 use babysitter_journal::{EventType, NewEvent};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::query::StoredRun;
 use super::{RunManager, RunStatus, lock};
-use crate::service::Result;
+use crate::engine::lifecycle;
+use crate::service::{Result, ServiceError};
 
 impl RunManager {
     /// Loads every run from the journal and resumes the unfinished ones. Call once at start.
@@ -70,14 +71,19 @@ impl RunManager {
         };
         if run.summary.head_seq == 0 {
             // Created but RUN_CREATED never landed (a crash in CreateRun): finish the creation.
-            let rj = self.journal().run_files(run_id).await?.run_json;
-            let mut data = Map::new();
-            data.insert("runId".into(), json!(run_id));
-            for k in ["processId", "entrypoint", "processCodeHash"] {
-                if let Some(v) = rj.get(k) {
-                    data.insert(k.into(), v.clone());
-                }
-            }
+            // The same RUN_CREATED data the creation would have written (one rule:
+            // `lifecycle::NewRun`), read back from the run.json it did write.
+            let files = self.journal().run_files(run_id).await?;
+            let new = lifecycle::NewRun::from_run_json(&files.run_json, files.inputs_json.is_some())
+                .ok_or_else(|| {
+                    ServiceError::invalid(
+                        "run.json",
+                        format!(
+                            "run {run_id}: runId, processId or entrypoint.importPath missing or not a string"
+                        ),
+                    )
+                })?;
+            let data = new.created_data();
             self.journal()
                 .append(
                     run_id,
