@@ -17,7 +17,7 @@ use std::io::Read as _;
 use std::path::PathBuf;
 
 use babysitter_engine::process_log;
-use babysitter_journal::jsjson;
+use babysitter_journal::node_json;
 use serde_json::{Map, Value, json};
 
 use super::cli::Cli;
@@ -186,7 +186,7 @@ fn hook_fields(hook: &str) -> &'static [&'static str] {
 fn field_text(v: Option<&Value>, fallback: &str) -> String {
     match v {
         Some(Value::String(s)) => s.clone(),
-        Some(n @ (Value::Number(_) | Value::Bool(_))) => jsjson::to_string_pretty(n),
+        Some(n @ (Value::Number(_) | Value::Bool(_))) => node_json::to_string_pretty(n),
         _ => fallback.to_owned(),
     }
 }

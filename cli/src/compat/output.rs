@@ -6,12 +6,12 @@
 use std::fmt;
 use std::io::Write as _;
 
-use babysitter_journal::jsjson;
+use babysitter_journal::node_json;
 use serde_json::Value;
 
 /// `JSON.stringify(value, null, 2)`.
 pub fn pretty(value: &Value) -> String {
-    jsjson::to_string_pretty(value)
+    node_json::to_string_pretty(value)
 }
 
 /// `JSON.stringify(value)`: single line, Node's number/string formatting and key order.
@@ -35,18 +35,18 @@ fn write_compact(out: &mut String, value: &Value) {
         }
         Value::Object(map) => {
             out.push('{');
-            for (i, (k, v)) in jsjson::js_key_order(map).into_iter().enumerate() {
+            for (i, (k, v)) in node_json::js_key_order(map).into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&jsjson::to_string_pretty(&Value::String(k.clone())));
+                out.push_str(&node_json::to_string_pretty(&Value::String(k.clone())));
                 out.push(':');
                 write_compact(out, v);
             }
             out.push('}');
         }
         // Scalars print the same pretty or not.
-        scalar => out.push_str(&jsjson::to_string_pretty(scalar)),
+        scalar => out.push_str(&node_json::to_string_pretty(scalar)),
     }
 }
 

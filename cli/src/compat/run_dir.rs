@@ -9,7 +9,7 @@ use babysitter_common::EnvMap;
 use babysitter_engine::{Engine, EngineOptions};
 use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
-use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, jsjson};
+use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, node_json};
 use babysitter_journal::{Head, state_cache};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -167,7 +167,7 @@ impl Run {
             .await?;
         self.journal
             .store()
-            .write_state_cache(&self.id, Bytes::from(jsjson::to_file_string(&doc)))
+            .write_state_cache(&self.id, Bytes::from(node_json::to_file_string(&doc)))
             .await?;
         Ok(doc)
     }

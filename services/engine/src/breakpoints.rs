@@ -84,7 +84,7 @@ pub fn update_rules<R>(
         "schemaVersion": RULES_SCHEMA_VERSION,
         "rules": rules.into_iter().map(Value::Object).collect::<Vec<_>>(),
     });
-    let mut text = babysitter_journal::jsjson::to_string_pretty(&doc);
+    let mut text = babysitter_journal::node_json::to_string_pretty(&doc);
     text.push('\n');
     let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
     let written = File::create(&tmp)

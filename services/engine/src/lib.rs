@@ -17,7 +17,7 @@ mod drive;
 pub mod host;
 pub mod identity;
 pub mod iteration;
-mod js_json;
+mod js_value;
 pub mod lifecycle;
 /// Maps and sets private to the engine, keyed by invocation keys, effect ids and paths a run's
 /// own process produces: hashed with FxHash (an iteration does a few dozen lookups, and SipHash

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use crate::host::{HostConfig, HostError, JsHost, precompiled, set_slot, slot};
 use crate::identity;
-use crate::js_json;
 use crate::js_shape;
+use crate::js_value;
 use crate::task_files::{Streamed, TaskFiles};
 use crate::views::EffectView;
 use crate::{EngineError, FastMap, FastSet};
@@ -245,11 +245,11 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
                   args: rquickjs::Value<'js>|
                   -> rquickjs::Result<()> {
                 // What JSON.stringify throws (a cyclic or bigint argument) reaches the process.
-                let task_def = js_json::to_json(&ctx, &task_def)?;
+                let task_def = js_value::to_json(&ctx, &task_def)?;
                 let args = if args.is_undefined() {
                     None
                 } else {
-                    Some(js_json::to_json(&ctx, &args)?.unwrap_or(Value::Null))
+                    Some(js_value::to_json(&ctx, &args)?.unwrap_or(Value::Null))
                 };
                 let call = RequestCall {
                     ids: &ids,

@@ -326,8 +326,8 @@ async fn driving_a_fresh_run_reproduces_the_reference_files() {
         "effectsByInvocation": effects, "pendingEffectsByKind": {}, "rebuildReason": "post_completion",
     });
     assert_eq!(
-        babysitter_journal::jsjson::to_file_string(&ours_state),
-        babysitter_journal::jsjson::to_file_string(&expected_state)
+        babysitter_journal::node_json::to_file_string(&ours_state),
+        babysitter_journal::node_json::to_file_string(&expected_state)
     );
 }
 

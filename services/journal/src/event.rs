@@ -9,7 +9,7 @@
 use std::fmt;
 
 use crate::error::{JournalError, Location};
-use crate::jsjson;
+use crate::node_json;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -129,7 +129,7 @@ impl EventBody {
         if let Some(sum) = checksum
             && !self.extra.is_empty()
         {
-            return jsjson::to_file_string(&self.envelope(sum));
+            return node_json::to_file_string(&self.envelope(sum));
         }
         let ty = Value::String(self.kind.as_str().to_owned());
         let at = Value::String(self.recorded_at.clone());
@@ -143,7 +143,7 @@ impl EventBody {
         if let Some(c) = &sum {
             members.push(("checksum", c));
         }
-        jsjson::object_to_file_string(&members)
+        node_json::object_to_file_string(&members)
     }
 
     /// The full envelope with `checksum` (and any extra keys) as it is stored.

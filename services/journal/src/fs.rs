@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::error::{JournalError, Location, Result};
 use crate::event::{StoredEvent, parse_file_name_ref};
 use crate::index::ChainCheck;
-use crate::jsjson;
+use crate::node_json;
 use crate::store::{
     BlobRef, JournalStore, Layout, RunFile, RunFileWriter, RunFiles, SNAPSHOT_FORMAT, Snapshot,
 };
@@ -273,7 +273,7 @@ fn head_of(entries: &[Entry]) -> Head {
 }
 
 fn write_json(path: &Path, value: &Value) -> Result<()> {
-    write_atomic(path, jsjson::to_file_string(value).as_bytes())
+    write_atomic(path, node_json::to_file_string(value).as_bytes())
 }
 
 fn read_json(path: &Path, run_id: &str) -> Result<Option<Value>> {
@@ -351,8 +351,9 @@ impl JournalStore for FsStore {
             if let Some(parent) = this.root.parent() {
                 let pkg = parent.join("package.json");
                 if let Ok(mut f) = OpenOptions::new().write(true).create_new(true).open(&pkg) {
-                    let _ =
-                        f.write_all(jsjson::to_file_string(&json!({"type": "module"})).as_bytes());
+                    let _ = f.write_all(
+                        node_json::to_file_string(&json!({"type": "module"})).as_bytes(),
+                    );
                 }
             }
             Ok(())

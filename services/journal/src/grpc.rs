@@ -216,12 +216,12 @@ impl JournalService for JournalGrpcServer {
     ) -> Result<Response<pb::GetRunResponse>, Status> {
         let (files, head) = self.journal.get_run(&req.get_ref().run_id).await?;
         Ok(Response::new(pb::GetRunResponse {
-            run_json: crate::jsjson::to_file_string(&files.run_json)
+            run_json: crate::node_json::to_file_string(&files.run_json)
                 .into_bytes()
                 .into(),
             inputs_json: files
                 .inputs_json
-                .map(|v| crate::jsjson::to_file_string(&v).into_bytes().into()),
+                .map(|v| crate::node_json::to_file_string(&v).into_bytes().into()),
             head: Some(to_head(&head)),
         }))
     }

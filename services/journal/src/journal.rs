@@ -21,7 +21,7 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{EventBody, EventType, StoredEvent};
 use crate::index::{ChainCheck, EffectIndex};
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, SNAPSHOT_FORMAT, Snapshot};
-use crate::{Head, jsjson, state_cache, validate_id};
+use crate::{Head, node_json, state_cache, validate_id};
 
 mod append;
 mod run_files;
@@ -357,7 +357,7 @@ impl Journal {
             (reason, _) => {
                 let reason = reason.unwrap_or("missing_cache");
                 let doc = state_cache::build(&view.index, &head, &now_iso(), Some(reason));
-                let bytes = Bytes::from(jsjson::to_file_string(&doc));
+                let bytes = Bytes::from(node_json::to_file_string(&doc));
                 self.inner
                     .store
                     .write_state_cache(run_id, bytes.clone())

@@ -2,7 +2,7 @@
 //! built from it.
 //!
 //! Layers, outermost last:
-//! - [`event`] and [`jsjson`]: babysitter's event envelope and the exact bytes Node writes, so
+//! - [`event`] and [`node_json`]: babysitter's event envelope and the exact bytes Node writes, so
 //!   checksums recompute and runs stay byte-compatible with the reference implementation.
 //! - [`index`]: integrity checks (sequence, ULID order, hash chain) and the effect index fold.
 //! - [`store`]: the [`JournalStore`] trait and its backends — [`fs::FsStore`] (babysitter's run
@@ -21,7 +21,7 @@ pub mod fs;
 pub mod grpc;
 pub mod index;
 pub mod journal;
-pub mod jsjson;
+pub mod node_json;
 pub mod object;
 pub mod redact;
 pub mod remote;

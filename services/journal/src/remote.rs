@@ -28,7 +28,7 @@ use crate::event::{EventBody, EventType, StoredEvent};
 use crate::grpc::{HEAD_SEQ_KEY, HEAD_ULID_KEY, MISSING_KEY};
 use crate::index::ChainCheck;
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot};
-use crate::{Head, jsjson};
+use crate::{Head, node_json};
 
 /// A journal store that is a `JournalService` elsewhere.
 #[derive(Clone)]
@@ -159,7 +159,7 @@ fn head_of(h: Option<pb::Head>) -> Head {
 }
 
 fn to_json_bytes(v: &Value) -> Bytes {
-    Bytes::from(jsjson::to_file_string(v).into_bytes())
+    Bytes::from(node_json::to_file_string(v).into_bytes())
 }
 
 #[async_trait]

@@ -89,7 +89,7 @@ async fn a_fan_out_batch_is_written_whole() {
             .unwrap();
         assert_eq!(
             &stored[..],
-            babysitter_journal::jsjson::to_file_string(&task_doc(&effect)).as_bytes()
+            babysitter_journal::node_json::to_file_string(&task_doc(&effect)).as_bytes()
         );
     }
     assert_eq!(

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use babysitter_journal::{EventType, jsjson};
+use babysitter_journal::{EventType, node_json};
 use serde_json::{Map, Value, json};
 
 use super::entry::{check_entry, parse_entry};
@@ -229,11 +229,11 @@ pub(crate) async fn assign(
         }
     }
     let path = run.dir.join("run.json");
-    babysitter_journal::fs::write_atomic(&path, jsjson::to_file_string(&current).as_bytes())?;
+    babysitter_journal::fs::write_atomic(&path, node_json::to_file_string(&current).as_bytes())?;
     let adopt = spec.adopt.as_ref();
     if let Some(inputs) = adopt.and_then(|a| a.inputs) {
         let path = run.dir.join("inputs.json");
-        babysitter_journal::fs::write_atomic(&path, jsjson::to_file_string(inputs).as_bytes())?;
+        babysitter_journal::fs::write_atomic(&path, node_json::to_file_string(inputs).as_bytes())?;
     }
     let mut data = Map::new();
     data.insert("processId".into(), json!(spec.process_id));

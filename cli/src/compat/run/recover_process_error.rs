@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use babysitter_journal::{EventType, StoredEvent, jsjson};
+use babysitter_journal::{EventType, StoredEvent, node_json};
 use serde_json::{Map, Value, json};
 
 use super::rewrite::{self, RawEvent};
@@ -226,7 +226,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let mut restore = None;
     if let Some((path, doc)) = &patched {
         let old = std::fs::read(path).map_err(|e| anyhow::anyhow!(io_message("open", path, &e)))?;
-        let bytes = jsjson::to_file_string(doc);
+        let bytes = node_json::to_file_string(doc);
         if let Err(e) = babysitter_journal::fs::write_atomic(path, bytes.as_bytes()) {
             return fail(format!("{e} (nothing was changed)"));
         }

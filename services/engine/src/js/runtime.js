@@ -280,7 +280,7 @@
     const labels = effectLabels(label || undefined, taskDef.labels);
     const effectLabel = label ?? labels[0] ?? taskDef.title ?? task.id;
     // task.json is built on the Rust side (identity::task_json, the reference's serializer), which
-    // reads the TaskDef and the args as JSON.stringify would (engine/js_json.rs).
+    // reads the TaskDef and the args as JSON.stringify would (engine/js_value.rs).
     host.request([effectId, task.id, stepId, taskDef.kind], typeof effectLabel === "string" ? effectLabel : null,
       labels, taskDef, args);
     return waitFor(effectId, taskDef.kind);

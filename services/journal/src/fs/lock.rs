@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use super::{Entry, FsRuntime};
 use crate::error::{JournalError, Result};
-use crate::jsjson;
+use crate::node_json;
 
 const LOCK_OWNER: &str = "babysitter-rs:journal";
 
@@ -211,7 +211,7 @@ fn lock_run(run_id: &str, run_dir: &Path, attempts: u32) -> Result<RunLock> {
         }
     }
     let lock_file = run_dir.join("run.lock");
-    let body = jsjson::to_file_string(&json!({
+    let body = node_json::to_file_string(&json!({
         "pid": std::process::id(),
         "owner": LOCK_OWNER,
         "acquiredAt": crate::journal::now_iso(),

@@ -9,7 +9,7 @@ use super::{Journal, spawn_whole};
 use crate::error::{JournalError, Result};
 use crate::redact::Redactor;
 use crate::store::RunFile;
-use crate::{jsjson, validate_id};
+use crate::{node_json, validate_id};
 
 /// A run file's content for [`Journal::put_run_contents`].
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ impl Journal {
             if let Some(r) = redactor {
                 r.value(&mut value);
             }
-            Ok(Bytes::from(jsjson::to_file_string(&value)))
+            Ok(Bytes::from(node_json::to_file_string(&value)))
         } else {
             Ok(match redactor {
                 Some(r) => r.bytes(content),
@@ -123,5 +123,5 @@ pub(super) fn json_file_form(
     if let Some(r) = redactor {
         r.value(&mut doc);
     }
-    Ok(Bytes::from(jsjson::to_file_string(&doc)))
+    Ok(Bytes::from(node_json::to_file_string(&doc)))
 }

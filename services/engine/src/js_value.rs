@@ -156,7 +156,7 @@ mod tests {
 
     /// Every case is compared with `JSON.parse(JSON.stringify(v))` as JS computes it.
     #[test]
-    fn js_json_reads_values_as_json_stringify_and_parse_do() {
+    fn js_value_reads_values_as_json_stringify_and_parse_do() {
         with_context(|ctx| {
             let cases = [
                 "({ kind: 'node', title: 'step 1', node: { entry: 'a.js', args: ['--i', '1'] }, labels: ['x'] })",
@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn js_json_reports_what_json_stringify_refuses() {
+    fn js_value_reports_what_json_stringify_refuses() {
         with_context(|ctx| {
             for (case, says) in [
                 ("const a = { x: 1 }; a.self = a; a", "circular"),
