@@ -385,6 +385,7 @@ impl JournalStore for FsStore {
         };
         let dir = self.existing_run_dir(run_id)?;
         let expected = first.seq;
+        self.seen.wrote(run_id);
         let run_id = run_id.to_owned();
         let files: Vec<(String, Vec<u8>)> = events
             .iter()

@@ -8,8 +8,10 @@
 //! against the identity they had when they were verified — inode, size, modification time: a
 //! replaced file has another inode, an edited one another modification time — one `statat` per
 //! event on the directory already open for the listing. A file whose identity changed, or seen
-//! for the first time (an event this process wrote, or one a snapshot covered), is read and
-//! verified again as a one-shot reader would. A checksum failure is reported as it is to any
+//! for the first time after this process wrote to the run, is read and verified again as a
+//! one-shot reader would. A run opened from a snapshot trusts the events the snapshot covers,
+//! exactly as a one-shot reader opening from that snapshot does (reading them all again cost a
+//! 10,000-event open from a snapshot 4.5× its time). A checksum failure is reported as it is to any
 //! reader; a file rewritten with a valid checksum fails the refresh as changed, and the journal
 //! reopens the view from the store.
 //!
@@ -65,20 +67,31 @@ impl Stamp {
 /// Verified identities of event files, by run and sequence number. Shared by a store's clones.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Seen {
-    runs: Arc<Mutex<HashMap<String, Vec<Option<Stamp>>>>>,
+    runs: Arc<Mutex<HashMap<String, RunSeen>>>,
+}
+
+/// What this process knows of one run's event files.
+#[derive(Debug, Default)]
+struct RunSeen {
+    /// Events `1..=trusted` came from a snapshot this process opened the run from, without
+    /// reading their files — as a one-shot reader opening from that snapshot does, so a change to
+    /// one of them is no more visible here than there. Not re-read by a check.
+    trusted: usize,
+    /// The identity of each event file read and verified (index = seq - 1).
+    stamps: Vec<Option<Stamp>>,
 }
 
 impl Seen {
-    fn take(&self, run_id: &str) -> Vec<Option<Stamp>> {
-        self.lock().remove(run_id).unwrap_or_default()
+    fn take(&self, run_id: &str) -> Option<RunSeen> {
+        self.lock().remove(run_id)
     }
 
-    fn put(&self, run_id: &str, stamps: Vec<Option<Stamp>>) {
+    fn put(&self, run_id: &str, seen: RunSeen) {
         let mut runs = self.lock();
         if runs.len() >= MAX_RUNS {
             runs.clear();
         }
-        runs.insert(run_id.to_owned(), stamps);
+        runs.insert(run_id.to_owned(), seen);
     }
 
     /// Forgets the run (a view opened from the start re-verifies everything it reads).
@@ -86,17 +99,40 @@ impl Seen {
         self.lock().remove(run_id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Option<Stamp>>>> {
+    /// Notes that this process committed events to the run: a view holding them was built
+    /// from memory, not from their files, so a later check reads and verifies each file it has
+    /// not seen (the one-shot reader's verdict on it), instead of trusting it.
+    pub(crate) fn wrote(&self, run_id: &str) {
+        self.lock().entry(run_id.to_owned()).or_default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunSeen>> {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Checks that the event files of `held` (the journal's first events, which the caller's
-    /// view already holds) are still the ones verified, verifying those not seen before.
+    /// view already holds) are still the ones verified, verifying those not seen before. A run
+    /// this process has neither read nor written is being opened from a snapshot: the events
+    /// the snapshot covers are trusted as a one-shot reader trusts them (not read again; reading
+    /// them all would make a snapshot worth nothing).
     pub(crate) fn check(&self, run_id: &str, journal_dir: &Path, held: &[Entry]) -> Result<()> {
-        let mut stamps = self.take(run_id);
-        let result = check_files(run_id, journal_dir, held, &mut stamps);
+        let mut seen = match self.take(run_id) {
+            Some(seen) => seen,
+            None => RunSeen {
+                trusted: held.len(),
+                stamps: Vec::new(),
+            },
+        };
+        let from = seen.trusted.min(held.len());
+        let result = check_files(
+            run_id,
+            journal_dir,
+            held.get(from..).unwrap_or_default(),
+            from,
+            &mut seen.stamps,
+        );
         if result.is_ok() {
-            self.put(run_id, stamps);
+            self.put(run_id, seen);
         }
         result
     }
@@ -108,7 +144,7 @@ impl Seen {
             return;
         };
         let mut runs = self.lock();
-        let stamps = runs.entry(run_id.to_owned()).or_default();
+        let stamps = &mut runs.entry(run_id.to_owned()).or_default().stamps;
         if stamps.len() <= i {
             stamps.resize(i + 1, None);
         }
@@ -116,12 +152,17 @@ impl Seen {
     }
 }
 
+/// Checks `held`, the events from index `offset` (seq `offset + 1`) on, against `stamps`.
 fn check_files(
     run_id: &str,
     journal_dir: &Path,
     held: &[Entry],
+    offset: usize,
     stamps: &mut Vec<Option<Stamp>>,
 ) -> Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
     let io = |e: std::io::Error| JournalError::io(journal_dir.display(), e);
     let dir = rustix::fs::open(
         journal_dir,
@@ -129,10 +170,12 @@ fn check_files(
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| io(e.into()))?;
-    if stamps.len() < held.len() {
-        stamps.resize(held.len(), None);
+    let end = offset + held.len();
+    if stamps.len() < end {
+        stamps.resize(end, None);
     }
-    for (e, known) in held.iter().zip(stamps.iter_mut()) {
+    let window = stamps.get_mut(offset..end).unwrap_or_default();
+    for (e, known) in held.iter().zip(window.iter_mut()) {
         let at = || Location::file(run_id, e.seq, format!("journal/{}", e.name));
         let st = rustix::fs::statat(&dir, e.name.as_str(), rustix::fs::AtFlags::empty())
             .map_err(|err| JournalError::io(journal_dir.join(&e.name).display(), err.into()))?;
@@ -165,4 +208,89 @@ pub(crate) fn read_with_meta(path: &Path) -> std::io::Result<(Vec<u8>, std::fs::
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).saturating_add(1));
     file.read_to_end(&mut bytes)?;
     Ok((bytes, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::fs::FsStore;
+    use crate::store::RunFiles;
+    use crate::testsuite::{requested, run_id};
+    use crate::{Journal, JournalOptions};
+
+    fn journal(root: &std::path::Path) -> Journal {
+        Journal::new(
+            Arc::new(FsStore::new(root)),
+            JournalOptions {
+                snapshot_every: 0,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Writes a run of 20 events (with a snapshot when `snapshot`), then edits event 3's file
+    /// so its checksum no longer matches; the run's id.
+    async fn run_with_an_edited_event(root: &std::path::Path, snapshot: bool) -> String {
+        let writer = journal(root);
+        let id = run_id("seen");
+        writer
+            .create_run(
+                &id,
+                RunFiles {
+                    run_json: serde_json::json!({"runId": id, "processId": "p"}),
+                    inputs_json: None,
+                },
+            )
+            .await
+            .unwrap();
+        writer
+            .append(
+                &id,
+                1,
+                (0..20).map(|i| requested(&format!("e{i}"))).collect(),
+            )
+            .await
+            .unwrap();
+        if snapshot {
+            assert_eq!(writer.snapshot(&id).await.unwrap(), 20);
+        }
+        let dir = root.join(&id).join("journal");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        names.sort();
+        let target = &names[2];
+        let text = std::fs::read_to_string(target).unwrap();
+        let edited = text.replace("\"e2\"", "\"eX\"");
+        assert_ne!(edited, text);
+        std::fs::write(target, edited).unwrap();
+        id
+    }
+
+    /// A reader opening a run from its snapshot trusts the events the snapshot covers, as a
+    /// one-shot reader does (re-reading them all made a 10,000-event open from a snapshot 4.5×
+    /// slower); without a snapshot every file is read and the damage reported.
+    #[tokio::test]
+    async fn a_snapshot_open_trusts_what_the_snapshot_covers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("runs");
+
+        let id = run_with_an_edited_event(&root, true).await;
+        let (head, index) = journal(&root)
+            .index(&id)
+            .await
+            .expect("opened from the snapshot, covered files not read");
+        assert_eq!(head.seq, 20);
+        assert_eq!(index.pending().count(), 20);
+
+        let id = run_with_an_edited_event(&root, false).await;
+        let err = journal(&root)
+            .index(&id)
+            .await
+            .expect_err("without a snapshot the edited file is read");
+        assert!(err.to_string().contains("checksum"), "{err}");
+    }
 }
