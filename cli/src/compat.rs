@@ -26,6 +26,7 @@ mod output;
 mod args;
 mod breakpoint;
 mod cli;
+pub mod client;
 mod compress_output;
 mod compression;
 mod health;
@@ -44,6 +45,7 @@ pub mod warm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use babysitter_common::EnvMap;
 use babysitter_journal::fs::FsRuntime;
@@ -53,7 +55,8 @@ use output::{Category, CliError};
 
 /// Runs one babysitter command on `fs` (the process's filesystem journal runtime); returns its
 /// exit code (every failure is 1, F19).
-pub fn main(argv: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
+/// `server`: the orchestrator's URL when the runs live there (`--server`), else on this machine.
+pub fn main(argv: &[String], env: &EnvMap, fs: FsRuntime, server: Option<&str>) -> ExitCode {
     // For the two failures before the arguments are parsed.
     let json = argv.iter().any(|a| a == "--json");
     let cwd = match std::env::current_dir() {
@@ -74,15 +77,35 @@ pub fn main(argv: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(runtime.block_on(execute(argv, env, cwd, fs)))
+    ExitCode::from(runtime.block_on(async {
+        let home: Arc<dyn client::RunClient> = match server {
+            None => Arc::new(client::OnDisk::Local),
+            Some(url) => match client::remote::Remote::connect(url, env) {
+                Ok(r) => Arc::new(r),
+                Err(e) => {
+                    CliError::plain("Error", format!("cannot reach {url}: {e:#}")).report(json);
+                    return 1;
+                }
+            },
+        };
+        execute(argv, env, cwd, fs, home).await
+    }))
 }
 
-/// Parses and runs one command in `cwd`, its runs' stores and holds on `fs` (see
-/// [`run_dir::with_fs`]); everything it prints goes through `output` (the process's streams, or
-/// the warm server's capture).
-pub async fn execute(argv: &[String], env: &EnvMap, cwd: PathBuf, fs: FsRuntime) -> u8 {
+/// Parses and runs one command in `cwd`, its runs in `client`'s home (see [`client::scope`])
+/// and the stores and holds of runs on this machine on `fs` (see [`run_dir::with_fs`]);
+/// everything it prints goes through `output` (the process's streams, or the warm server's
+/// capture).
+pub async fn execute(
+    argv: &[String],
+    env: &EnvMap,
+    cwd: PathBuf,
+    fs: FsRuntime,
+    client: Arc<dyn client::RunClient>,
+) -> u8 {
     // Boxed: a command's future is large (tens of KiB), and a scope would carry it inline.
-    run_dir::with_fs(fs, Box::pin(execute_command(argv, env, cwd))).await
+    let command = Box::pin(execute_command(argv, env, cwd));
+    run_dir::with_fs(fs, client::scope(client, command)).await
 }
 
 async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {

@@ -23,7 +23,17 @@ fn main() -> ExitCode {
     let env = babysitter_common::EnvMap::from_process();
     let first = args.first().map(String::as_str);
     let remote = match first {
-        Some(cmd) if remote::COMMANDS.contains(&cmd) => remote::server_of(&args[1..], &env),
+        Some(cmd) if remote::COMMANDS.contains(&cmd) || compat::client::REMOTE.contains(&cmd) => {
+            remote::server_of(&args[1..], &env)
+        }
+        Some(cmd) if args.iter().any(|a| a == "--server" || a.starts_with("--server=")) => {
+            eprintln!(
+                "babysitter: {cmd} has no remote form (with --server: {}, {})",
+                compat::client::REMOTE.join(", "),
+                remote::COMMANDS.join(", ")
+            );
+            return ExitCode::from(1);
+        }
         _ => None,
     };
     // A command the warm server runs needs nothing set up here: it goes first.
@@ -53,7 +63,13 @@ fn main() -> ExitCode {
         (Some("run"), _) => run::main(&args[1..], &env, fs),
         (Some("up"), _) => up::main(&args[1..], fs),
         (Some("warm"), _) => compat::warm::main(&args[1..], &env, fs),
-        (Some(cmd), Some((url, rest))) => remote::main(cmd, &url, &rest, &env),
-        _ => compat::main(&args, &env, fs),
+        (Some(cmd), Some((url, rest))) if remote::COMMANDS.contains(&cmd) => {
+            remote::main(cmd, &url, &rest, &env)
+        }
+        (Some(cmd), Some((url, rest))) => {
+            let argv: Vec<String> = std::iter::once(cmd.to_owned()).chain(rest).collect();
+            compat::main(&argv, &env, fs, Some(&url))
+        }
+        _ => compat::main(&args, &env, fs, None),
     }
 }

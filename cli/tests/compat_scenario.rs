@@ -655,10 +655,13 @@ fn compat_scenario_cancel_and_shell_failure_in(s: &Sandbox) {
     );
 }
 
-/// Each scenario twice: with local calls, and with every run and task command served by the
-/// warm server (`babysitter warm serve`), which must not change a byte of what they print.
-macro_rules! local_and_warm {
-    ($($local:ident, $warm:ident => $body:ident;)*) => {$(
+/// Each scenario three times, one per client: local calls; every run and task command served by
+/// the warm server (`babysitter warm serve`); and every command with a remote form sent to an
+/// orchestrator (`babysitter up`, `--server`) that keeps the runs. The same assertions hold for
+/// all three: where a run lives must not change what a command prints, its exit code or the
+/// journal it leaves.
+macro_rules! every_client {
+    ($($local:ident, $warm:ident, $remote:ident => $body:ident;)*) => {$(
         #[test]
         fn $local() {
             $body(&Sandbox::with_demo());
@@ -670,12 +673,17 @@ macro_rules! local_and_warm {
             $body(&s);
             assert!(s.warm_served() > 0, "the commands went through the warm server");
         }
+
+        #[test]
+        fn $remote() {
+            $body(&Sandbox::with_demo().remote());
+        }
     )*};
 }
 
-local_and_warm! {
-    compat_scenario_demo_runs_to_completion_like_the_reference, compat_scenario_demo_runs_to_completion_like_the_reference_warm => compat_scenario_demo_runs_to_completion_like_the_reference_in;
-    compat_scenario_task_error_fails_the_run, compat_scenario_task_error_fails_the_run_warm => compat_scenario_task_error_fails_the_run_in;
-    compat_scenario_process_throw_and_halts, compat_scenario_process_throw_and_halts_warm => compat_scenario_process_throw_and_halts_in;
-    compat_scenario_cancel_and_shell_failure, compat_scenario_cancel_and_shell_failure_warm => compat_scenario_cancel_and_shell_failure_in;
+every_client! {
+    compat_scenario_demo_runs_to_completion_like_the_reference, compat_scenario_demo_runs_to_completion_like_the_reference_warm, compat_scenario_demo_runs_to_completion_like_the_reference_remote => compat_scenario_demo_runs_to_completion_like_the_reference_in;
+    compat_scenario_task_error_fails_the_run, compat_scenario_task_error_fails_the_run_warm, compat_scenario_task_error_fails_the_run_remote => compat_scenario_task_error_fails_the_run_in;
+    compat_scenario_process_throw_and_halts, compat_scenario_process_throw_and_halts_warm, compat_scenario_process_throw_and_halts_remote => compat_scenario_process_throw_and_halts_in;
+    compat_scenario_cancel_and_shell_failure, compat_scenario_cancel_and_shell_failure_warm, compat_scenario_cancel_and_shell_failure_remote => compat_scenario_cancel_and_shell_failure_in;
 }

@@ -216,7 +216,10 @@ async fn run_history(dir: &Path, breakpoint: Option<&str>) -> anyhow::Result<Vec
             {
                 // Through the journal: the effect id is checked to be one path segment.
                 let task = match RunFile::task(effect, "task.json") {
-                    Ok(f) => run.journal.get_run_file(&run.id, &f).await.ok(),
+                    Ok(f) => match run.journal() {
+                        Ok(j) => j.get_run_file(&run.id, &f).await.ok(),
+                        Err(_) => None,
+                    },
                     Err(_) => None,
                 };
                 let id = task

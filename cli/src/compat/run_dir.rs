@@ -9,9 +9,8 @@ use babysitter_common::EnvMap;
 use babysitter_engine::{Engine, EngineOptions};
 use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
-use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent, node_json};
-use babysitter_journal::{Head, state_cache};
-use bytes::Bytes;
+use babysitter_journal::Head;
+use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent};
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
 
@@ -50,39 +49,58 @@ pub fn fs_runtime() -> FsRuntime {
     FS.try_with(FsRuntime::clone).unwrap_or_default()
 }
 
-/// An opened run: `<root>/<id>` with its journal.
+/// An opened run: `<root>/<id>` with what it is read from.
 #[derive(Debug, Clone)]
 pub struct Run {
     pub dir: PathBuf,
     pub root: PathBuf,
     pub id: String,
-    pub journal: Journal,
-    /// The warm server's engine for this runs root (`None` for a local call).
-    warm_engine: Option<Engine>,
+    source: Source,
+}
+
+/// What a [`Run`] reads from and writes to.
+#[derive(Debug, Clone)]
+enum Source {
+    /// The run directory's filesystem journal: this process's, or the warm server's together
+    /// with its warm engine (`warm_engine`).
+    Disk {
+        journal: Journal,
+        warm_engine: Option<Engine>,
+    },
+    /// A run on an orchestrator as it stood when the command opened it (read-only: it changes
+    /// through the command's [`super::client::RunClient`]).
+    Remote(Arc<Fetched>),
+}
+
+/// A run read from an orchestrator: its `run.json`, every event (checksums verified), the
+/// effect index built from them and the state cache its journal keeps.
+#[derive(Debug)]
+pub struct Fetched {
+    pub run_json: Value,
+    pub events: Vec<StoredEvent>,
+    pub head: Head,
+    pub index: EffectIndex,
+    /// The server's stored state cache (`None` when its journal holds none).
+    pub state: Option<Value>,
+    /// Where it lives (`the orchestrator at URL`), for the refusal of a local-only operation.
+    pub home: String,
 }
 
 impl Run {
     /// Opens the run at `dir` (which need not exist yet). Its last path segment is the run id,
     /// which must be a valid id (`[A-Za-z0-9._-]`, at most 128 characters).
     pub fn open(dir: &Path) -> Result<Run, String> {
-        let dir = paths::normalize(dir);
-        let id = dir
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .ok_or_else(|| format!("{} is not a run directory", dir.display()))?;
-        babysitter_journal::validate_id("run id", &id).map_err(|e| e.to_string())?;
-        let root = dir
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("/"));
+        let (dir, root, id) = Self::locate(dir)?;
         // Inside the warm server: its journal (run indexes kept in memory) and warm engine.
         if let Some((journal, engine)) = super::warm::context::shared(&root, &id, &dir) {
             return Ok(Run {
                 dir,
                 root,
                 id,
-                journal,
-                warm_engine: Some(engine),
+                source: Source::Disk {
+                    journal,
+                    warm_engine: Some(engine),
+                },
             });
         }
         // One command per process: file I/O in place (see FsStore::inline_io).
@@ -94,13 +112,62 @@ impl Run {
             dir,
             root,
             id,
-            journal,
-            warm_engine: None,
+            source: Source::Disk {
+                journal,
+                warm_engine: None,
+            },
         })
+    }
+
+    /// A run read from an orchestrator, named by the directory a command resolved for it.
+    pub fn fetched(dir: &Path, fetched: Fetched) -> Result<Run, String> {
+        let (dir, root, id) = Self::locate(dir)?;
+        Ok(Run {
+            dir,
+            root,
+            id,
+            source: Source::Remote(Arc::new(fetched)),
+        })
+    }
+
+    /// `dir` normalised, its runs root and its run id (checked).
+    fn locate(dir: &Path) -> Result<(PathBuf, PathBuf, String), String> {
+        let dir = paths::normalize(dir);
+        let id = dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(|| format!("{} is not a run directory", dir.display()))?;
+        babysitter_journal::validate_id("run id", &id).map_err(|e| e.to_string())?;
+        let root = dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"));
+        Ok((dir, root, id))
+    }
+
+    /// Whether the run's files are on this machine (not a run read from an orchestrator).
+    pub fn on_disk(&self) -> bool {
+        matches!(self.source, Source::Disk { .. })
+    }
+
+    /// The run's journal; a run read from an orchestrator has none here (the operation is
+    /// refused, naming where the run lives).
+    pub fn journal(&self) -> anyhow::Result<&Journal> {
+        match &self.source {
+            Source::Disk { journal, .. } => Ok(journal),
+            Source::Remote(f) => Err(anyhow::anyhow!(
+                "run {} lives on {}: this operation needs its run directory on this machine",
+                self.id,
+                f.home
+            )),
+        }
     }
 
     /// `run.json`, with Node's wording for a missing or unreadable file.
     pub fn metadata(&self) -> Result<Value, String> {
+        if let Source::Remote(f) = &self.source {
+            return Ok(f.run_json.clone());
+        }
         let path = self.dir.join("run.json");
         let bytes = std::fs::read(&path).map_err(|e| io_message("open", &path, &e))?;
         let v: Value = serde_json::from_slice(&bytes)
@@ -115,19 +182,27 @@ impl Run {
     /// see `warm::context::shared`), or one for this call only, with `user`'s (`ctx.log` lines to its log
     /// directory, breakpoint advice from its rules; none when `None`).
     pub fn engine(&self, user: Option<UserFiles>) -> anyhow::Result<Engine> {
-        if let Some(e) = &self.warm_engine {
+        if let Source::Disk {
+            warm_engine: Some(e),
+            ..
+        } = &self.source
+        {
             return Ok(e.clone());
         }
+        let journal = self.journal()?.clone();
         let mut opts = one_shot_engine(&self.root);
         if let Some(u) = user {
             u.apply_to(&mut opts);
         }
-        Ok(Engine::new(self.journal.clone(), opts)?)
+        Ok(Engine::new(journal, opts)?)
     }
 
     /// Every event, in order.
     pub async fn events(&self) -> anyhow::Result<Vec<StoredEvent>> {
-        Ok(self.journal.read(&self.id, 1, 0).await?)
+        match &self.source {
+            Source::Remote(f) => Ok(f.events.clone()),
+            Source::Disk { journal, .. } => Ok(journal.read(&self.id, 1, 0).await?),
+        }
     }
 
     /// One event by sequence number.
@@ -135,16 +210,22 @@ impl Run {
         if seq == 0 {
             return Ok(None);
         }
-        Ok(self
-            .journal
-            .read(&self.id, seq, seq)
-            .await?
-            .into_iter()
-            .next())
+        match &self.source {
+            Source::Remote(f) => Ok(f.events.iter().find(|e| e.seq == seq).cloned()),
+            Source::Disk { journal, .. } => Ok(journal
+                .read(&self.id, seq, seq)
+                .await?
+                .into_iter()
+                .next()),
+        }
     }
 
-    /// `state/state.json` as stored (`None` when absent), without rebuilding it.
+    /// `state/state.json` as stored (`None` when absent), without rebuilding it (for a run on
+    /// an orchestrator, as its journal stores it).
     pub fn read_state_cache(&self) -> Result<Option<Value>, String> {
+        if let Source::Remote(f) = &self.source {
+            return Ok(f.state.clone());
+        }
         let path = self.dir.join("state").join("state.json");
         match std::fs::read(&path) {
             Ok(b) => serde_json::from_slice(&b)
@@ -158,18 +239,10 @@ impl Run {
     /// Rebuilds `state/state.json` from the journal at its head, naming why (the reference's
     /// `rebuildReason`: `post_effect_resolution`, `post_completion`, `cli_manual`, …).
     pub async fn write_state_cache(&self, reason: &str) -> anyhow::Result<Value> {
-        let now = babysitter_journal::journal::now_iso();
-        let doc = self
-            .journal
-            .inspect(&self.id, |h, idx| {
-                state_cache::build(idx, h, &now, Some(reason))
-            })
-            .await?;
-        self.journal
-            .store()
-            .write_state_cache(&self.id, Bytes::from(node_json::to_file_string(&doc)))
-            .await?;
-        Ok(doc)
+        Ok(self
+            .journal()?
+            .rebuild_state_cache(&self.id, reason)
+            .await?)
     }
 
     /// Brings `state/state.json` up to date after a command whose output does not depend on it
@@ -179,16 +252,17 @@ impl Run {
     /// every reader checks its `journalHead`). A failure is a warning on stderr (`cmd` names
     /// the command), never the command's failure.
     pub async fn settle_state_cache(&self, cmd: &'static str, reason: Option<&'static str>) {
+        if matches!(self.source, Source::Remote(_)) {
+            return; // the orchestrator's journal keeps its own
+        }
         let run = self.clone();
         let work = async move {
             let done = match reason {
                 Some(reason) => run.write_state_cache(reason).await.map(drop),
-                None => run
-                    .journal
-                    .state(&run.id)
-                    .await
-                    .map(drop)
-                    .map_err(Into::into),
+                None => match run.journal() {
+                    Ok(j) => j.state(&run.id).await.map(drop).map_err(Into::into),
+                    Err(e) => Err(e),
+                },
             };
             if let Err(e) = done {
                 errln!("[{cmd}] warning: state cache not updated: {e:#}");
@@ -201,7 +275,10 @@ impl Run {
 
     /// Head and a closure over the effect index.
     pub async fn inspect<R>(&self, f: impl FnOnce(&Head, &EffectIndex) -> R) -> anyhow::Result<R> {
-        Ok(self.journal.inspect(&self.id, f).await?)
+        match &self.source {
+            Source::Remote(fetched) => Ok(f(&fetched.head, &fetched.index)),
+            Source::Disk { journal, .. } => Ok(journal.inspect(&self.id, f).await?),
+        }
     }
 
     /// Appends one CLI-written event at the head, with `harness` / `sessionId` appended to its
@@ -213,10 +290,10 @@ impl Run {
         run_json: &Value,
         env: &EnvMap,
     ) -> anyhow::Result<StoredEvent> {
-        let head = self.journal.head(&self.id).await?;
+        let journal = self.journal()?;
+        let head = journal.head(&self.id).await?;
         let ev = new_event(kind, data, run_json, env);
-        let mut committed = self
-            .journal
+        let mut committed = journal
             .append(&self.id, head.seq + 1, vec![ev])
             .await?;
         committed

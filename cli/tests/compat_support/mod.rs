@@ -103,11 +103,13 @@ pub struct Sandbox {
     pub env: Vec<(String, String)>,
     /// `babysitter warm serve` for this sandbox (see [`Sandbox::warm`]); stopped on drop.
     pub warm: Option<std::process::Child>,
+    /// `babysitter up` serving this sandbox's runs (see [`Sandbox::remote`]); stopped on drop.
+    pub server: Option<std::process::Child>,
 }
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        if let Some(mut child) = self.warm.take() {
+        for mut child in [self.warm.take(), self.server.take()].into_iter().flatten() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -136,7 +138,60 @@ impl Sandbox {
             project,
             env,
             warm: None,
+            server: None,
         }
+    }
+
+    /// Starts `babysitter up --no-worker` with its filesystem journal on this sandbox's runs
+    /// directory (data dir `<project>/.a5c`, so its runs are `<project>/.a5c/runs`) on a loopback
+    /// port, and sends every command of this sandbox that has a remote form to it
+    /// (`BABYSITTER_SERVER`): the runs live on the orchestrator, in the same layout.
+    pub fn remote(mut self) -> Self {
+        use std::io::BufRead as _;
+        let data = self.project.join(".a5c");
+        std::fs::create_dir_all(&data).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .args(["up", "--no-worker", "--data-dir"])
+            .arg(&data)
+            .args([
+                "--set",
+                "journal.server.listen-addr=127.0.0.1:0",
+                "--set",
+                "orchestrator.server.listen-addr=127.0.0.1:0",
+            ])
+            .env_clear()
+            .envs(self.env.iter().filter(|(k, _)| k == "HOME").cloned())
+            .current_dir(&self.project)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = String::new();
+        let addr = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("babysitter up exited:\n{seen}");
+            };
+            seen.push_str(&line);
+            seen.push('\n');
+            if let Some(rest) = line.strip_prefix("babysitter up: orchestrator listening on ") {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.server = Some(child);
+        self.env
+            .push(("BABYSITTER_SERVER".into(), format!("http://{addr}")));
+        self
+    }
+
+    /// Whether this sandbox's runs live on an orchestrator ([`Sandbox::remote`]).
+    pub fn is_remote(&self) -> bool {
+        self.server.is_some()
     }
 
     /// The warm server's socket in this sandbox.

@@ -66,6 +66,9 @@ pub struct Run {
     /// set once FAILED.
     #[prost(message, optional, tag = "13")]
     pub error: ::core::option::Option<super::super::common::v1::TaskError>,
+    /// the run is iterated by its client (IterateRun), not by the orchestrator (see CreateRunRequest).
+    #[prost(bool, tag = "14")]
+    pub client_driven: bool,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -98,6 +101,11 @@ pub struct CreateRunRequest {
     /// created instead of creating a second one; empty = no deduplication.
     #[prost(string, tag = "9")]
     pub idempotency_key: ::prost::alloc::string::String,
+    /// The client drives the run as babysitter's own loop does (`babysitter run:iterate --server`):
+    /// the orchestrator iterates it only when asked (IterateRun) and dispatches none of its effects
+    /// to workers; results come back through PostTaskResult. The orchestrator keeps its journal.
+    #[prost(bool, tag = "10")]
+    pub client_driven: bool,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -113,12 +121,23 @@ pub struct GetRunRequest {
     pub namespace: ::prost::alloc::string::String,
     #[prost(string, tag = "2")]
     pub run_id: ::prost::alloc::string::String,
+    /// Also answer the run's `run.json` and stored state cache (the CLI's `--server` commands print
+    /// from them, as they do from a local run directory).
+    #[prost(bool, tag = "3")]
+    pub include_run_files: bool,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct GetRunResponse {
     #[prost(message, optional, tag = "1")]
     pub run: ::core::option::Option<Run>,
+    /// The run's `run.json` as UTF-8 JSON bytes when `include_run_files` was set; else empty.
+    #[prost(bytes = "bytes", tag = "2")]
+    pub run_json: ::prost::bytes::Bytes,
+    /// The run's stored state cache (`state/state.json`) when `include_run_files` was set and the
+    /// journal holds one; else empty.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub state_json: ::prost::bytes::Bytes,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -342,6 +361,67 @@ pub struct PostTaskResultResponse {
     /// for an already resolved effect is refused with FailedPrecondition (`conflict`).
     #[prost(bool, tag = "2")]
     pub already_resolved: bool,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct IterateRunRequest {
+    /// empty = "default".
+    #[prost(string, tag = "1")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub run_id: ::prost::alloc::string::String,
+    /// The data of a RUN_ITERATION event journaled in the same append as the iteration's own events
+    /// (babysitter's iteration counter), as a UTF-8 JSON object; empty = no marker. A run that has
+    /// ended gets none.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub marker_json: ::prost::bytes::Bytes,
+}
+/// An effect an iteration requested, with its task definition as stored (task.json).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RequestedEffect {
+    #[prost(string, tag = "1")]
+    pub effect_id: ::prost::alloc::string::String,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub task_json: ::prost::bytes::Bytes,
+}
+/// A `ctx.log` line new in an iteration.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProcessLogLine {
+    #[prost(string, tag = "1")]
+    pub label: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub message: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct IterateRunResponse {
+    /// "waiting", "completed", "halted", "failed", or "none" (the run had already ended).
+    #[prost(string, tag = "1")]
+    pub status: ::prost::alloc::string::String,
+    /// why the iteration ended where it did (babysitter's iteration reason); empty when none.
+    #[prost(string, tag = "2")]
+    pub reason: ::prost::alloc::string::String,
+    /// the process's return value as UTF-8 JSON once completed; else empty.
+    #[prost(bytes = "bytes", tag = "3")]
+    pub output_json: ::prost::bytes::Bytes,
+    /// the process's error as UTF-8 JSON once failed; else empty.
+    #[prost(bytes = "bytes", tag = "4")]
+    pub error_json: ::prost::bytes::Bytes,
+    /// babysitter's `nextActions` (a JSON array): the effects the process waits on.
+    #[prost(bytes = "bytes", tag = "5")]
+    pub next_actions_json: ::prost::bytes::Bytes,
+    /// the effects this iteration requested, in order.
+    #[prost(message, repeated, tag = "6")]
+    pub requested: ::prost::alloc::vec::Vec<RequestedEffect>,
+    #[prost(string, repeated, tag = "7")]
+    pub warnings: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(message, repeated, tag = "8")]
+    pub logs: ::prost::alloc::vec::Vec<ProcessLogLine>,
+    /// the run's summary after the iteration.
+    #[prost(message, optional, tag = "9")]
+    pub run: ::core::option::Option<Run>,
 }
 /// Where a run is in its life. Terminal: COMPLETED, FAILED, HALTED, CANCELLED.
 #[allow(clippy::all)]
@@ -807,6 +887,37 @@ pub mod run_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Iterates a client-driven run once (babysitter's `run:iterate` against this server) and answers
+        /// what the iteration did. FAILED_PRECONDITION for a run the orchestrator drives itself.
+        pub async fn iterate_run(
+            &mut self,
+            request: impl tonic::IntoRequest<super::IterateRunRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::IterateRunResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.orchestrator.v1.RunService/IterateRun",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.orchestrator.v1.RunService",
+                        "IterateRun",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -893,6 +1004,15 @@ pub mod run_service_server {
             request: tonic::Request<super::PostTaskResultRequest>,
         ) -> std::result::Result<
             tonic::Response<super::PostTaskResultResponse>,
+            tonic::Status,
+        >;
+        /// Iterates a client-driven run once (babysitter's `run:iterate` against this server) and answers
+        /// what the iteration did. FAILED_PRECONDITION for a run the orchestrator drives itself.
+        async fn iterate_run(
+            &self,
+            request: tonic::Request<super::IterateRunRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::IterateRunResponse>,
             tonic::Status,
         >;
     }
@@ -1361,6 +1481,51 @@ pub mod run_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = PostTaskResultSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.orchestrator.v1.RunService/IterateRun" => {
+                    #[allow(non_camel_case_types)]
+                    struct IterateRunSvc<T: RunService>(pub Arc<T>);
+                    impl<
+                        T: RunService,
+                    > tonic::server::UnaryService<super::IterateRunRequest>
+                    for IterateRunSvc<T> {
+                        type Response = super::IterateRunResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::IterateRunRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RunService>::iterate_run(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = IterateRunSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::Head;
-use crate::error::JournalError;
-use crate::event::{EventType, StoredEvent};
+use crate::error::{JournalError, Location};
+use crate::event::{EventBody, EventType, StoredEvent};
 use crate::journal::{Journal, NewEvent};
 use crate::store::{BlobRef, RunFile, RunFiles};
 
@@ -134,6 +134,35 @@ fn to_head(h: &Head) -> pb::Head {
         seq: h.seq,
         ulid: h.ulid.clone(),
     }
+}
+
+/// A committed event from the wire, checksum verified, chain link dropped (the receiver keeps
+/// no hash chain of its own: the sender's store verified it).
+pub fn event_from_pb(run_id: &str, e: pb::Event) -> crate::Result<StoredEvent> {
+    let at = Location::file(run_id, e.seq, crate::event::file_name(e.seq, &e.ulid));
+    if !crate::event::is_ulid(&e.ulid) {
+        return Err(JournalError::corrupt(
+            &at,
+            format!("ulid `{}` is not a ULID", e.ulid),
+        ));
+    }
+    let data: Value = serde_json::from_slice(&e.data_json)
+        .map_err(|err| JournalError::corrupt(&at, format!("data_json is not JSON: {err}")))?;
+    let event = StoredEvent {
+        seq: e.seq,
+        ulid: e.ulid,
+        body: EventBody {
+            kind: EventType::parse(&e.r#type),
+            recorded_at: e.recorded_at,
+            data,
+            sdk_version: e.sdk_version,
+            extra: Default::default(),
+        },
+        checksum: e.checksum,
+        prev_hash: None,
+    };
+    event.verify_checksum(&at)?;
+    Ok(event)
 }
 
 /// A committed event on the wire (also used by services that relay journal events).

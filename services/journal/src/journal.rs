@@ -344,6 +344,21 @@ impl Journal {
     }
 
     /// babysitter's state cache at the head: the stored one when fresh, else rebuilt and stored.
+    /// Rebuilds the stored state cache from the run's head, naming why (babysitter's
+    /// `rebuildReason`: `post_effect_resolution`, `post_completion`, `manual_halt`, …), and
+    /// returns it. What a command that changed a run writes for the tools that read the cache.
+    pub async fn rebuild_state_cache(&self, run_id: &str, reason: &str) -> Result<Value> {
+        let now = now_iso();
+        let doc = self
+            .inspect(run_id, |h, idx| state_cache::build(idx, h, &now, Some(reason)))
+            .await?;
+        self.inner
+            .store
+            .write_state_cache(run_id, Bytes::from(node_json::to_file_string(&doc)))
+            .await?;
+        Ok(doc)
+    }
+
     pub async fn state(&self, run_id: &str) -> Result<RunState> {
         validate_id("run id", run_id)?;
         let slot = self.slot(run_id);

@@ -24,7 +24,7 @@ use serde_json::Value;
 use tonic::{Code, Status};
 
 use crate::error::{JournalError, Location, Result};
-use crate::event::{EventBody, EventType, StoredEvent};
+use crate::event::StoredEvent;
 use crate::grpc::{HEAD_SEQ_KEY, HEAD_ULID_KEY, MISSING_KEY};
 use crate::index::ChainCheck;
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot};
@@ -120,34 +120,6 @@ impl RemoteStore {
             message: s.message().to_owned(),
         }
     }
-}
-
-/// A committed event from the wire, checksum verified, chain link dropped (see the module docs).
-fn from_pb(run_id: &str, e: pb::Event) -> Result<StoredEvent> {
-    let at = Location::file(run_id, e.seq, crate::event::file_name(e.seq, &e.ulid));
-    if !crate::event::is_ulid(&e.ulid) {
-        return Err(JournalError::corrupt(
-            &at,
-            format!("ulid `{}` is not a ULID", e.ulid),
-        ));
-    }
-    let data: Value = serde_json::from_slice(&e.data_json)
-        .map_err(|err| JournalError::corrupt(&at, format!("data_json is not JSON: {err}")))?;
-    let event = StoredEvent {
-        seq: e.seq,
-        ulid: e.ulid,
-        body: EventBody {
-            kind: EventType::parse(&e.r#type),
-            recorded_at: e.recorded_at,
-            data,
-            sdk_version: e.sdk_version,
-            extra: Default::default(),
-        },
-        checksum: e.checksum,
-        prev_hash: None,
-    };
-    event.verify_checksum(&at)?;
-    Ok(event)
 }
 
 fn head_of(h: Option<pb::Head>) -> Head {
@@ -282,7 +254,7 @@ impl JournalStore for RemoteStore {
             .map_err(|s| self.error(run_id, "Read", s))?
         {
             for e in msg.events {
-                let event = from_pb(run_id, e)?;
+                let event = crate::grpc::event_from_pb(run_id, e)?;
                 chain.push(
                     &event,
                     &Location::file(run_id, event.seq, event.file_name()),

@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 
 use super::protocol::{allow, parse_payload, str_field};
 use crate::compat::cli::Cli;
-use crate::compat::run::new_run::{new_run, write_run};
-use crate::compat::run_dir::Run;
+use crate::compat::client;
+use crate::compat::run::new_run::new_run;
 use crate::compat::session::binding::{self, Adapter};
 use crate::compat::session::file::{
     DEFAULT_MAX_ITERATIONS, SessionFile, session_file_path, state_dir, write_file_atomic,
@@ -174,11 +174,11 @@ async fn bind_bare_run(
     }
     let run_id = ulid::Ulid::generate().to_string();
     let run_dir = runs_dir.join(&run_id);
-    let run = Run::open(&run_dir).map_err(anyhow::Error::msg)?;
     let mut spec = new_run(&run_id, "bare-run", Entrypoint::bare());
     spec.request = run_id.clone();
     spec.harness = Some("unified".into());
-    write_run(cli, &run, &runs_dir, spec, None)
+    client::current()
+        .create_run(cli, &run_dir, spec, None, None)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     file.state.run_id = run_id.clone();

@@ -16,12 +16,12 @@ use serde_json::{Map, Value, json};
 use super::assign_process::{Adoption, Assign, assign};
 use super::create_session::Plan;
 use super::entry::{check_entry, parse_entry};
-use super::new_run::{new_run, write_run};
+use super::new_run::new_run;
 use crate::compat::cli::Cli;
 use crate::compat::output::{self, Category, CliError, io_message};
 use crate::compat::run_dir::{Run, hash_file};
 use crate::compat::session::binding::Bound;
-use crate::compat::{paths, usage};
+use crate::compat::{client, paths, usage};
 
 fn js_bool(b: bool) -> String {
     if b { "true" } else { "false" }.to_owned()
@@ -200,7 +200,6 @@ async fn create(
     };
     babysitter_journal::validate_id("run id", &run_id).map_err(|e| invalid_id(e.to_string()))?;
     let run_dir = req.runs_dir.join(&run_id);
-    let run = Run::open(&run_dir).map_err(invalid_id)?;
 
     let entrypoint = match &req.abs_import {
         Some(abs) => {
@@ -234,9 +233,17 @@ async fn create(
     spec.prompt = a.value("--prompt").map(str::to_owned);
     spec.non_interactive = a.interactive == Some(false);
     spec.code_hash = code_hash;
-    write_run(cli, &run, &req.runs_dir, spec, req.inputs.clone()).await?;
+    let run_json = client::current()
+        .create_run(
+            cli,
+            &run_dir,
+            spec,
+            req.inputs.clone(),
+            req.abs_import.as_deref(),
+        )
+        .await?;
 
-    let entry_out = entry_text(&entrypoint.to_json());
+    let entry_out = entry_text(&run_json["entrypoint"]);
     run_started(
         cli,
         &run_dir,
@@ -427,7 +434,7 @@ async fn finish(
 /// The run has not iterated: its journal is its `RUN_CREATED` (and, adopted, the
 /// `PROCESS_ASSIGNED` of the adoption).
 async fn fresh(run_dir: &Path, adopted: bool) -> bool {
-    let Ok(run) = Run::open(run_dir) else {
+    let Ok(run) = client::open(run_dir).await else {
         return false;
     };
     let Ok(events) = run.events().await else {

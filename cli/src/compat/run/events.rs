@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::run_dir::{Run, merged_metadata, metadata_text, serialize_event};
+use crate::compat::client;
+use crate::compat::run_dir::{merged_metadata, metadata_text, serialize_event};
 use crate::compat::usage;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -27,7 +28,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ("filterType", a.value("--filter-type").map(str::to_owned)),
         ],
     );
-    let run = match Run::open(&run_dir).and_then(|r| r.metadata().map(|_| r)) {
+    let opened = client::open(&run_dir).await;
+    let run = match opened.and_then(|r| r.metadata().map(|_| r)) {
         Ok(r) => r,
         Err(m) => {
             errln!(

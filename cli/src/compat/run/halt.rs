@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 use crate::compat::cli::Cli;
 use crate::compat::output;
 use crate::compat::run_dir::{Run, merged_metadata, metadata_text, rebuilt_metadata};
-use crate::compat::{lock, usage};
-use babysitter_engine::lifecycle;
+use crate::compat::{client, usage};
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let Some(run_dir) = cli.run_dir() else {
@@ -38,7 +37,8 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ("json", Some(a.json().to_string())),
         ],
     );
-    let opened = Run::open(&run_dir).and_then(|r| r.metadata().map(|m| (r, m)));
+    let opened = client::open(&run_dir).await;
+    let opened = opened.and_then(|r| r.metadata().map(|m| (r, m)));
     let (run, run_json) = match opened {
         Ok(x) => x,
         Err(m) => {
@@ -125,7 +125,8 @@ async fn seal(
         }
         return Ok(0);
     }
-    let _guard = lock::acquire(&run.dir, cli.lock_timeout()).await?;
+    let home = client::current();
+    let _guard = home.hold(run, cli.lock_timeout()).await?;
     // Re-check under the lock: another writer may have sealed it meanwhile.
     let already = last_terminal(run).await;
     if let Some(t) = &already
@@ -149,10 +150,9 @@ async fn seal(
         }
         return Ok(0);
     }
-    let (kind, data) = lifecycle::manual_seal(run_json, reason, final_status == "failed");
-    let ev = run.append(kind, data, run_json, cli.env).await?;
-    let doc = run.write_state_cache("manual_halt").await?;
-    let metadata = rebuilt_metadata(&doc);
+    let failed = final_status == "failed";
+    let sealed = home.seal(run, run_json, reason, failed, cli.env).await?;
+    let (ev, metadata) = (sealed.event, rebuilt_metadata(&sealed.state));
     if a.json() {
         output::line(&output::pretty(&json!({
             "runDir": run_dir, "halted": true, "finalStatus": final_status, "reason": reason,

@@ -10,7 +10,7 @@
 //!   reference says `executed` on completion whether or not any did).
 //! - Exit codes stay the reference's (B6 allows it): 1 for `halted` and for errors, else 0.
 
-use babysitter_engine::IterationStatus;
+use babysitter_engine::{IterationStatus, lifecycle};
 use babysitter_harness_launcher::hooks::Hooks;
 use babysitter_journal::{EventType, StoredEvent};
 use serde_json::{Map, Value, json};
@@ -19,7 +19,7 @@ use crate::compat::cli::Cli;
 use crate::compat::output;
 use crate::compat::run_dir::{Run, completion_proof};
 use crate::compat::runtime_hooks::fire;
-use crate::compat::{lock, runtime_hooks, usage};
+use crate::compat::{client, runtime_hooks, usage};
 
 /// The reference's reason for a waiting iteration (`deriveIterationReason` without hooks).
 fn waiting_reason(actions: &[Value]) -> String {
@@ -261,8 +261,10 @@ pub(crate) async fn iterate(
     run_dir: &std::path::Path,
     iteration: Option<u64>,
 ) -> Result<Iterated, String> {
-    let (run, run_json) = open_iterable(run_dir)?;
-    let _guard = lock::acquire(&run.dir, cli.lock_timeout())
+    let home = client::current();
+    let (run, run_json) = open_iterable(run_dir).await?;
+    let _guard = home
+        .hold(&run, cli.lock_timeout())
         .await
         .map_err(|e| e.to_string())?;
     let (count, finished) = run
@@ -289,7 +291,7 @@ pub(crate) async fn iterate(
         count,
         finished,
     };
-    let (mut it, hooks) = run_process(cli, &run, &run_json, &at).await?;
+    let (mut it, hooks, run) = run_process(cli, &run, &run_json, &at).await?;
     let mut outcome = outcome_of(&run, &run_json, &mut it).await?;
     let runtime_error = outcome.cache_reason == Some("post_process_runtime_error");
     let decided = if it.status == IterationStatus::None {
@@ -331,13 +333,15 @@ struct Position {
 
 /// The run and its `run.json`, once the engine could iterate it. These checks are the engine's
 /// own, made before `RUN_ITERATION` is appended so a run that cannot iterate is left unchanged.
-fn open_iterable(run_dir: &std::path::Path) -> Result<(Run, Value), String> {
-    let run = Run::open(run_dir)?;
+async fn open_iterable(run_dir: &std::path::Path) -> Result<(Run, Value), String> {
+    let run = client::open(run_dir).await?;
     let run_json = run.metadata()?;
     babysitter_engine::lifecycle::iterable_entry(&run_json).map_err(str::to_owned)?;
+    // The process file is checked where the process runs: here, for a run on this machine.
     if let Some(import) = run_json
         .pointer("/entrypoint/importPath")
         .and_then(Value::as_str)
+        .filter(|_| run.on_disk())
     {
         let entry = crate::compat::paths::resolve(&run.dir, import);
         if let Err(e) = std::fs::metadata(&entry) {
@@ -351,22 +355,20 @@ fn open_iterable(run_dir: &std::path::Path) -> Result<(Run, Value), String> {
     Ok((run, run_json))
 }
 
-/// Runs the process once (B2: `RUN_ITERATION` is journaled in the same append as the
-/// iteration's own events; nothing for a finished run), with the orchestrator's hooks around it.
+/// Runs the process once in the run's home (B2: `RUN_ITERATION` is journaled in the same append
+/// as the iteration's own events; nothing for a finished run), with the orchestrator's hooks
+/// around it; returns the iteration, the hooks and the run as it stands after it.
 async fn run_process(
     cli: &Cli<'_>,
     run: &Run,
     run_json: &Value,
     at: &Position,
-) -> Result<(babysitter_engine::Iteration, Hooks), String> {
+) -> Result<(babysitter_engine::Iteration, Hooks, Run), String> {
     let marker = (!at.finished).then(|| {
         let mut data = Map::new();
         data.insert("iteration".into(), json!(at.count + 1));
         crate::compat::run_dir::new_event(EventType::RunIteration, data, run_json, cli.env)
     });
-    let engine = run
-        .engine(Some(crate::compat::paths::UserFiles::of(cli.env, &cli.cwd)))
-        .map_err(|e| format!("{e:#}"))?;
     let hooks = runtime_hooks::for_run(cli, &run.dir);
     let began = tokio::time::Instant::now();
     if !at.finished {
@@ -378,12 +380,10 @@ async fn run_process(
         )
         .await;
     }
-    let it = engine
-        .iterate_with(&run.id, marker)
-        .await
-        .map_err(|e| output::engine_message(&e))?;
-    orchestrator_hooks(cli, &hooks, run, run_json, at.iteration, &it, began).await;
-    Ok((it, hooks))
+    let user = crate::compat::paths::UserFiles::of(cli.env, &cli.cwd);
+    let (it, run) = client::current().iterate(run, marker, user).await?;
+    orchestrator_hooks(cli, &hooks, &run, run_json, at.iteration, &it, began).await;
+    Ok((it, hooks, run))
 }
 
 /// What the iteration ended in (its next actions are moved out of `it`), reading the last
@@ -420,13 +420,13 @@ async fn outcome_of(
             next_actions: None,
             payload: None,
             completion_proof: Some(completion_proof(run_json)),
-            cache_reason: Some("post_completion"),
+            cache_reason: lifecycle::iteration_cache_reason(it.status, false),
         },
         IterationStatus::Halted => {
             let ev = last_lifecycle.await.map_err(|e| format!("{e:#}"))?;
             let mut o = terminal_outcome(ev.as_ref(), run_json);
             o.reason = it.reason.clone().unwrap_or(o.reason);
-            o.cache_reason = Some("post_halt");
+            o.cache_reason = lifecycle::iteration_cache_reason(it.status, false);
             o
         }
         IterationStatus::Failed => {
@@ -440,11 +440,7 @@ async fn outcome_of(
                 next_actions: None,
                 payload: None,
                 completion_proof: None,
-                cache_reason: Some(if runtime_error {
-                    "post_process_runtime_error"
-                } else {
-                    "post_failure"
-                }),
+                cache_reason: lifecycle::iteration_cache_reason(it.status, runtime_error),
             }
         }
         IterationStatus::None => {

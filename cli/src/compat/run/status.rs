@@ -8,8 +8,9 @@ use serde_json::{Map, Value, json};
 
 use crate::compat::cli::Cli;
 use crate::compat::output;
+use crate::compat::client;
 use crate::compat::run_dir::{
-    Run, completion_proof, event_summary, merged_metadata, metadata_text, pending_by_kind,
+    completion_proof, event_summary, merged_metadata, metadata_text, pending_by_kind,
     serialize_event,
 };
 use crate::compat::usage;
@@ -26,7 +27,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             ("json", Some(cli.args.json().to_string())),
         ],
     );
-    let run = match Run::open(&run_dir) {
+    let run = match client::open(&run_dir).await {
         Ok(r) => r,
         Err(m) => {
             errln!(

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 
 use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::run_dir::{Run, task_entry};
+use crate::compat::client;
+use crate::compat::run_dir::task_entry;
 use crate::compat::usage;
 
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -89,7 +90,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
 }
 
 async fn load(run_dir: &std::path::Path, pending_only: bool) -> Result<Vec<EffectRecord>, String> {
-    let run = Run::open(run_dir)?;
+    let run = client::open(run_dir).await?;
     run.metadata()?;
     run.inspect(|_, idx| {
         if pending_only {

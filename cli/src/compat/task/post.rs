@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use crate::compat::cli::Cli;
 use crate::compat::output::{self, Category, CliError, io_message};
 use crate::compat::run_dir::Run;
-use crate::compat::{lock, paths, usage};
+use crate::compat::{client, paths, usage};
 
 /// `resolveMaybeRunRelative`.
 fn resolve_arg(run_dir: &Path, candidate: &str) -> PathBuf {
@@ -81,18 +81,18 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         );
         Ok(1)
     };
-    let Ok(run) = Run::open(&req.run_dir).and_then(|r| r.metadata().map(|_| r)) else {
+    let home = client::current();
+    let opened = home.open(&req.run_dir).await;
+    let Ok(run) = opened.and_then(|r| r.metadata().map(|_| r)) else {
         return not_found(&req.run_dir);
     };
     // The whole check-and-commit holds the run: two posts for one effect cannot both pass.
     let _guard = if a.dry_run() {
         None
     } else {
-        Some(
-            lock::acquire(&run.dir, cli.lock_timeout())
-                .await
-                .map_err(|e| CliError::plain("Error", e.to_string()))?,
-        )
+        home.hold(&run, cli.lock_timeout())
+            .await
+            .map_err(|e| CliError::plain("Error", e.to_string()))?
     };
     let Some(record) = pending_effect(&run, effect_id).await else {
         return not_found(&run.dir);
@@ -380,7 +380,6 @@ async fn commit(
             .details(json!({"hookType": "task.completed", "effectId": effect_id}))
             .into());
     }
-    let engine = run.engine(None)?;
     let p = &post.parts;
     let commit = Commit {
         effect_id: effect_id.to_owned(),
@@ -393,11 +392,9 @@ async fn commit(
         stdout_ref: a.value("--stdout-ref").map(str::to_owned),
         stderr_ref: a.value("--stderr-ref").map(str::to_owned),
     };
-    if let Err(e) = engine.commit_result(&run.id, commit).await {
-        return Err(run_failed(output::engine_message(&e)).into());
+    if let Err(message) = client::current().commit_result(run, commit).await {
+        return Err(run_failed(message).into());
     }
-    run.settle_state_cache("task:post", Some("post_effect_resolution"))
-        .await;
     Ok(())
 }
 

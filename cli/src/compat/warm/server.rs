@@ -316,7 +316,8 @@ impl Server {
         // Awaited here, not spawned: a spawned task's end wakes this handler behind whatever
         // else the command left ready (a journal's background snapshot), before its answer.
         let task = output::captured(WARM.scope(scope, async move {
-            crate::compat::execute(&argv, &env, cwd, fs).await
+            let home = std::sync::Arc::new(crate::compat::client::OnDisk::Warm);
+            crate::compat::execute(&argv, &env, cwd, fs, home).await
         }));
         let done =
             futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(Box::pin(task))).await;

@@ -13,6 +13,7 @@
 //! - `agents.rs`: live agent events, from the worker that reports them to the run's watchers.
 //! - `query.rs`: `get` / `list`, through the table or the journal.
 //! - `recovery.rs`: the table rebuilt from the journal at start.
+//! - `client.rs`: client-driven runs, iterated when their client asks (`IterateRun`).
 //!
 //! Iterations of one run never overlap: a per-run driver coalesces resolutions that arrive while
 //! an iteration runs into one follow-up iteration (a fan-out of 1,000 completions costs a handful
@@ -25,6 +26,7 @@
 //! effects (held briefly so their previous workers can adopt them).
 
 mod agents;
+mod client;
 mod driver;
 mod query;
 mod recovery;
@@ -104,6 +106,9 @@ pub struct RunSummary {
     pub status_reason: String,
     pub output: Option<Value>,
     pub error: Option<Value>,
+    /// Iterated by its client (`IterateRun`), never by the manager, and none of its effects
+    /// dispatched to workers (see `client.rs`).
+    pub client_driven: bool,
 }
 
 impl RunSummary {
@@ -124,6 +129,8 @@ pub struct NewRun {
     pub request: Option<String>,
     pub prompt: Option<String>,
     pub idempotency_key: Option<String>,
+    /// The client iterates the run (babysitter's own loop against this server).
+    pub client_driven: bool,
 }
 
 /// Run manager settings.
@@ -180,6 +187,10 @@ struct Inner {
     runs: StdMutex<RunTable>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// The engine of client-driven runs, made on first use: the same options but building
+    /// babysitter's `nextActions`, which the client prints (runs the manager drives never pay
+    /// for them).
+    client_engine: std::sync::OnceLock<Engine>,
 }
 
 fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -202,6 +213,7 @@ impl RunManager {
                 runs: StdMutex::new(runs),
                 shutdown,
                 tracker: TaskTracker::new(),
+                client_engine: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -252,7 +264,8 @@ impl RunManager {
         lock(&self.inner.runs).live(run_id).is_some()
     }
 
-    /// Creates a run, journals `RUN_CREATED` and starts iterating it.
+    /// Creates a run, journals `RUN_CREATED` and starts iterating it (a client-driven one waits
+    /// for its client's first `IterateRun`).
     pub async fn create(&self, req: NewRun) -> Result<RunSummary> {
         let namespace = if req.namespace.is_empty() {
             DEFAULT_NAMESPACE.to_owned()
@@ -322,6 +335,10 @@ impl RunManager {
         if let Some(k) = &req.idempotency_key {
             new.extra.insert("idempotencyKey".into(), json!(k));
         }
+        if req.client_driven {
+            new.extra
+                .insert(client::DRIVER_KEY.into(), json!(client::CLIENT_DRIVER));
+        }
         let journal = self.journal();
         match journal
             .create_run(
@@ -364,9 +381,10 @@ impl RunManager {
             status_reason: String::new(),
             output: None,
             error: None,
+            client_driven: req.client_driven,
         };
         lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
-        self.schedule(&run_id, false);
+        self.schedule(&run_id, false); // a client-driven run waits for its client
         Ok(summary)
     }
 

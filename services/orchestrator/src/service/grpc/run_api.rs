@@ -20,6 +20,7 @@ use super::{
 };
 use crate::service::ServiceError;
 use crate::service::bundle::Bundle;
+use crate::engine::Iteration;
 use crate::service::runs::{
     AgentBatch, Decision, NewRun, RunManager, RunStatus, RunSummary, RunWatch, WatchUpdate,
 };
@@ -145,6 +146,38 @@ pub(crate) fn run_pb(r: &RunSummary) -> pb::Run {
         status_reason: r.status_reason.clone(),
         output_json: r.output.as_ref().map(json_bytes).unwrap_or_default(),
         error,
+        client_driven: r.client_driven,
+    }
+}
+
+/// An iteration as `IterateRun` answers it.
+fn iteration_pb(it: Iteration, run: &RunSummary) -> pb::IterateRunResponse {
+    let json_or_empty = |v: Option<&Value>| v.map(json_bytes).unwrap_or_default();
+    pb::IterateRunResponse {
+        status: it.status.as_str().to_owned(),
+        reason: it.reason.unwrap_or_default(),
+        output_json: json_or_empty(it.output.as_ref()),
+        error_json: json_or_empty(it.error.as_ref()),
+        next_actions_json: json_bytes(&Value::Array(it.next_actions)),
+        requested: it
+            .requested
+            .into_iter()
+            .zip(it.requested_tasks)
+            .map(|(effect_id, task_json)| pb::RequestedEffect {
+                effect_id,
+                task_json,
+            })
+            .collect(),
+        warnings: it.warnings,
+        logs: it
+            .logs
+            .into_iter()
+            .map(|l| pb::ProcessLogLine {
+                label: l.label.unwrap_or_default(),
+                message: l.message,
+            })
+            .collect(),
+        run: Some(run_pb(run)),
     }
 }
 
@@ -192,6 +225,7 @@ impl RunService for RunApi {
                 request: empty(r.request),
                 prompt: empty(r.prompt),
                 idempotency_key: empty(r.idempotency_key),
+                client_driven: r.client_driven,
             })
             .await?;
         Ok(Response::new(pb::CreateRunResponse {
@@ -207,8 +241,16 @@ impl RunService for RunApi {
         let r = req.into_inner();
         let ns = namespace_for(&who, &r.namespace)?;
         let run = self.manager.get(&ns, &r.run_id).await?;
+        let (run_json, state_json) = if r.include_run_files {
+            let (run_json, state) = self.manager.run_files(&ns, &r.run_id).await?;
+            (json_bytes(&run_json), state.unwrap_or_default())
+        } else {
+            Default::default()
+        };
         Ok(Response::new(pb::GetRunResponse {
             run: Some(run_pb(&run)),
+            run_json,
+            state_json,
         }))
     }
 
@@ -371,5 +413,29 @@ impl RunService for RunApi {
             resolved_seq: seq,
             already_resolved: already,
         }))
+    }
+
+    async fn iterate_run(
+        &self,
+        req: Request<pb::IterateRunRequest>,
+    ) -> Result<Response<pb::IterateRunResponse>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        let r = req.into_inner();
+        let ns = namespace_for(&who, &r.namespace)?;
+        let marker = if r.marker_json.is_empty() {
+            None
+        } else {
+            match parse_json("marker_json", &r.marker_json)? {
+                Value::Object(m) => Some(m),
+                _ => {
+                    return Err(ServiceError::invalid("marker_json", "must be a JSON object").into());
+                }
+            }
+        };
+        let (it, run) = self
+            .manager
+            .iterate_for_client(&ns, &r.run_id, marker)
+            .await?;
+        Ok(Response::new(iteration_pb(it, &run)))
     }
 }

@@ -40,8 +40,8 @@ impl RunManager {
         }
     }
 
-    /// Registers the run's driver; false when one is active (it was asked to go again) or the
-    /// run is not live.
+    /// Registers the run's driver; false when one is active (it was asked to go again), the run
+    /// is not live, or its client drives it.
     fn claim_driver(&self, run_id: &str, recovered: bool) -> bool {
         if self.inner.shutdown.is_cancelled() {
             return false;
@@ -50,6 +50,9 @@ impl RunManager {
         let Some(run) = runs.live_mut(run_id) else {
             return false;
         };
+        if run.summary.borrow().client_driven {
+            return false; // its client iterates it (client.rs)
+        }
         match &mut run.driver {
             Some(flags) => {
                 flags.again = true;
@@ -99,7 +102,7 @@ impl RunManager {
         let result = async {
             self.ensure_materialized(run_id).await?;
             let it = self.inner.engine.iterate(run_id).await?;
-            self.after_iteration(run_id, it, recovered).await
+            self.after_iteration(run_id, it, recovered, true).await
         }
         .await;
         if let Err(e) = result {
@@ -127,7 +130,7 @@ impl RunManager {
 
     /// Makes sure the run's bundle files exist where the engine reads them (checked once per
     /// process; a failed iteration re-checks).
-    async fn ensure_materialized(&self, run_id: &str) -> Result<()> {
+    pub(super) async fn ensure_materialized(&self, run_id: &str) -> Result<()> {
         let done = lock(&self.inner.runs)
             .live(run_id)
             .is_some_and(|r| r.materialized);
@@ -150,11 +153,14 @@ impl RunManager {
         Ok(())
     }
 
-    async fn after_iteration(
+    /// Publishes where an iteration left the run and, when `dispatch`, hands what it waits on
+    /// to workers and timers (a client-driven run's client executes its effects itself).
+    pub(super) async fn after_iteration(
         &self,
         run_id: &str,
         it: crate::engine::Iteration,
         recovered: bool,
+        dispatch: bool,
     ) -> Result<()> {
         let journal = self.journal();
         let pending: Vec<EffectRecord> = self
@@ -176,6 +182,9 @@ impl RunManager {
         for r in &pending {
             let kind = r.kind.clone().unwrap_or_else(|| "unknown".into());
             *by_kind.entry(kind.clone()).or_default() += 1;
+            if !dispatch {
+                continue;
+            }
             match kind.as_str() {
                 "breakpoint" => {}
                 "sleep" => self.arm_timer(run_id, r).await?,

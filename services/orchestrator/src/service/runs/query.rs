@@ -35,6 +35,20 @@ impl RunManager {
         }
     }
 
+    /// The `run.json` and the stored state cache (when the journal holds one) of a run of
+    /// `namespace` (the namespace is checked as [`Self::get`] does).
+    pub async fn run_files(
+        &self,
+        namespace: &str,
+        run_id: &str,
+    ) -> Result<(serde_json::Value, Option<bytes::Bytes>)> {
+        self.get(namespace, run_id).await?;
+        let journal = self.journal();
+        let run_json = journal.get_run(run_id).await?.0.run_json;
+        let state = journal.store().read_state_cache(run_id).await?;
+        Ok((run_json, state))
+    }
+
     /// Runs of `namespace` matching the filters, newest first (ULID order), after `page_token`.
     /// Live runs are listed from memory; a listing that may include finished runs walks the
     /// journal's run ids and reads the runs that are not cached.
@@ -190,6 +204,7 @@ impl RunManager {
             status_reason: String::new(),
             output,
             error,
+            client_driven: super::client::is_client_driven(rj),
         };
         Ok(Some(StoredRun {
             summary,

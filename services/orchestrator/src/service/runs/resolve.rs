@@ -309,6 +309,10 @@ impl RunManager {
         self.record(namespace, run_id, effect_id).await?;
         let settled = self.settle(run_id, effect_id, outcome).await?;
         self.inner.queue.remove(run_id, effect_id);
+        if matches!(settled, Settled::New(_)) && self.is_live_client_driven(run_id) {
+            self.settle_state(run_id, Some("post_effect_resolution"))
+                .await;
+        }
         self.schedule(run_id, false);
         Ok(match settled {
             Settled::New(seq) => (seq, false),
@@ -491,6 +495,9 @@ impl RunManager {
             )
             .await?;
         self.inner.engine.evict(run_id).await?;
+        if self.is_live_client_driven(run_id) {
+            self.settle_state(run_id, Some("manual_halt")).await;
+        }
         self.set_summary(run_id, |r| {
             r.status = if failed {
                 RunStatus::Failed

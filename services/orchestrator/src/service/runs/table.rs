@@ -281,6 +281,7 @@ mod tests {
             status_reason: String::new(),
             output: None,
             error: None,
+            client_driven: false,
         }
     }
 
