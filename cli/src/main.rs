@@ -26,7 +26,13 @@ fn main() -> ExitCode {
         Some(cmd) if remote::COMMANDS.contains(&cmd) || compat::client::REMOTE.contains(&cmd) => {
             remote::server_of(&args[1..], &env)
         }
-        Some(cmd) if args.iter().any(|a| a == "--server" || a.starts_with("--server=")) => {
+        // `run` follows a run on a server itself; `up` and `warm` are servers.
+        Some(cmd)
+            if !matches!(cmd, "run" | "up" | "warm")
+                && args
+                    .iter()
+                    .any(|a| a == "--server" || a.starts_with("--server=")) =>
+        {
             eprintln!(
                 "babysitter: {cmd} has no remote form (with --server: {}, {})",
                 compat::client::REMOTE.join(", "),

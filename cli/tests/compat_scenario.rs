@@ -36,26 +36,40 @@ fn compat_scenario_demo_runs_to_completion_like_the_reference_in(s: &Sandbox) {
     let id = s.create("demo-1", "processes/demo.mjs#process");
     let run_dir = s.run_dir(&id);
 
-    // run.json: the 6.0.0 form of §1.3, field for field against the golden run.
+    // run.json: the 6.0.0 form of §1.3, field for field against the golden run. On an
+    // orchestrator the process was uploaded with the run (it lives under the run's `process/`)
+    // and the server's bookkeeping follows babysitter's keys; no client working directory.
     let run_json = read_json(&run_dir.join("run.json"));
     let golden_json = read_json(&golden_run_dir().join("run.json"));
-    assert_eq!(
-        keys(&run_json),
-        [
-            "runId",
-            "request",
-            "processId",
-            "entrypoint",
-            "processPath",
-            "layoutVersion",
-            "createdAt",
-            "cwd",
-            "prompt",
-            "processCodeHash",
-            "completionProof",
-            "sdkVersion"
-        ]
-    );
+    let babysitter_keys = [
+        "runId",
+        "request",
+        "processId",
+        "entrypoint",
+        "processPath",
+        "layoutVersion",
+        "createdAt",
+        "cwd",
+        "prompt",
+        "processCodeHash",
+        "completionProof",
+        "sdkVersion",
+    ];
+    let import = if s.is_remote() {
+        let mut expected: Vec<&str> = babysitter_keys
+            .iter()
+            .copied()
+            .filter(|k| *k != "cwd")
+            .collect();
+        expected.extend(["namespace", "labels", "processBundle", "driver"]);
+        assert_eq!(keys(&run_json), expected);
+        assert_eq!(run_json["driver"], "client");
+        "process/processes/demo.mjs"
+    } else {
+        assert_eq!(keys(&run_json), babysitter_keys);
+        assert_eq!(run_json["cwd"], s.project.display().to_string());
+        "../../../processes/demo.mjs"
+    };
     assert_eq!(run_json["runId"], id);
     for k in [
         "request",
@@ -69,10 +83,9 @@ fn compat_scenario_demo_runs_to_completion_like_the_reference_in(s: &Sandbox) {
     }
     assert_eq!(
         run_json["entrypoint"],
-        json!({"importPath": "../../../processes/demo.mjs", "exportName": "process"})
+        json!({"importPath": import, "exportName": "process"})
     );
-    assert_eq!(run_json["processPath"], "../../../processes/demo.mjs");
-    assert_eq!(run_json["cwd"], s.project.display().to_string());
+    assert_eq!(run_json["processPath"], import);
     let proof = run_json["completionProof"].as_str().unwrap().to_owned();
     assert!(
         proof.len() == 32
@@ -118,7 +131,7 @@ fn compat_scenario_demo_runs_to_completion_like_the_reference_in(s: &Sandbox) {
     );
     let mut expected = golden_created["data"].clone();
     expected["runId"] = json!(id);
-    expected["entrypoint"]["importPath"] = json!("../../../processes/demo.mjs");
+    expected["entrypoint"]["importPath"] = json!(import);
     assert_eq!(created_ev["data"], expected);
     assert_eq!(keys(&created_ev["data"]), keys(&expected));
     let raw = std::fs::read_to_string(

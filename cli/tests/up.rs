@@ -121,16 +121,24 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let entry = proc_dir.path().join("main.mjs").display().to_string();
-    let created = cli(&["run:create", "--entry", &entry, "--label", "via=cli"]);
+    // babysitter's loop against the server: the CLI drives the run (`run:iterate`), executes
+    // what it is told and posts the results; the orchestrator keeps the journal.
+    let created = cli(&[
+        "run:create",
+        "--process-id",
+        "gated",
+        "--entry",
+        &entry,
+        "--json",
+    ]);
     let run_id = created["runId"].as_str().unwrap().to_owned();
-    let bp = loop {
-        let tasks = cli(&["task:list", &run_id]);
-        if let Some(t) = tasks["tasks"].as_array().and_then(|t| t.first()).cloned() {
-            break t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let it = cli(&["run:iterate", &run_id, "--json"]);
+    assert_eq!(it["status"], "waiting", "{it}");
+    assert_eq!(it["reason"], "breakpoint-waiting", "{it}");
+    let bp = it["nextActions"][0].clone();
     assert_eq!(bp["kind"], "breakpoint");
+    let listed = cli(&["task:list", &run_id, "--pending", "--json"]);
+    assert_eq!(listed["tasks"][0]["effectId"], bp["effectId"]);
     let posted = cli(&[
         "task:post",
         &run_id,
@@ -139,23 +147,36 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
         "ok",
         "--value-inline",
         r#"{"approved":true}"#,
+        "--json",
     ]);
-    assert_eq!(posted["alreadyResolved"], false);
-    let status = loop {
-        let s = cli(&["run:status", &run_id]);
-        if s["status"] == "completed" {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    assert_eq!(posted["status"], "ok");
+    let done = cli(&["run:iterate", &run_id, "--json"]);
+    assert_eq!(done["status"], "completed", "{done}");
+    let status = cli(&["run:status", &run_id, "--json"]);
+    assert_eq!(status["state"], "completed");
+    let output: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            data.path()
+                .join("runs")
+                .join(&run_id)
+                .join("state/output.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
     assert_eq!(
-        status["output"],
+        output,
         serde_json::json!({"approved": true, "greeting": "hi from a module"})
     );
-    assert_eq!(status["labels"]["via"], "cli");
-    let events = cli(&["run:events", &run_id]);
+    let events = cli(&["run:events", &run_id, "--json"]);
     assert_eq!(events["events"][0]["type"], "RUN_CREATED");
     // A command without a remote form says so; a bad run id is an error with exit code 1.
+    let local_only = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run:rebuild-state", &run_id, "--server", &url])
+        .output()
+        .unwrap();
+    assert_eq!(local_only.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&local_only.stderr).contains("has no remote form"));
     let bad = Command::new(env!("CARGO_BIN_EXE_babysitter"))
         .args(["run:status", "no-such-run", "--server", &url])
         .output()

@@ -566,6 +566,7 @@ async fn tokens_roles_and_namespaces_across_processes() {
             .get_run(pb::GetRunRequest {
                 namespace: "a".into(),
                 run_id: run_id.clone(),
+                include_run_files: false,
             })
             .await
             .unwrap()
@@ -585,6 +586,7 @@ async fn tokens_roles_and_namespaces_across_processes() {
             .get_run(pb::GetRunRequest {
                 namespace: ns.into(),
                 run_id: run_id.clone(),
+                include_run_files: false,
             })
             .await
             .unwrap_err();

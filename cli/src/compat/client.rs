@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use babysitter_common::EnvMap;
+use babysitter_engine::Iteration;
 use babysitter_engine::commit::Commit;
 use babysitter_engine::lifecycle;
-use babysitter_engine::Iteration;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, JournalError, NewEvent, StoredEvent};
 use serde_json::Value;
@@ -55,6 +55,16 @@ pub struct Sealed {
     pub event: StoredEvent,
     /// The state cache rebuilt after it (`rebuildReason: manual_halt`).
     pub state: Value,
+}
+
+/// What `run:halt` seals a run with.
+#[derive(Debug, Clone, Copy)]
+pub struct Seal<'a> {
+    pub run_json: &'a Value,
+    pub reason: &'a str,
+    pub failed: bool,
+    pub force: bool,
+    pub env: &'a EnvMap,
 }
 
 /// A home for runs: how a command opens one and changes it.
@@ -95,15 +105,9 @@ pub trait RunClient: Send + Sync + std::fmt::Debug {
     ) -> Result<(Iteration, Run), String>;
 
     /// Seals the run with babysitter's manual seal (`RUN_COMPLETED`, or `RUN_FAILED` when
-    /// `failed`) carrying `reason`.
-    async fn seal(
-        &self,
-        run: &Run,
-        run_json: &Value,
-        reason: &str,
-        failed: bool,
-        env: &EnvMap,
-    ) -> anyhow::Result<Sealed>;
+    /// `failed`) carrying `reason`; `force`: also when it has already ended (the caller checked
+    /// that it had not, or was told to seal it anyway).
+    async fn seal(&self, run: &Run, seal: Seal<'_>) -> anyhow::Result<Sealed>;
 }
 
 /// A runs directory on this machine: opened by this process ([`OnDisk::Local`]) or by the
@@ -186,17 +190,10 @@ impl RunClient for OnDisk {
         Ok(())
     }
 
-    /// Appended at the head, then the state cache (`manual_halt`).
-    async fn seal(
-        &self,
-        run: &Run,
-        run_json: &Value,
-        reason: &str,
-        failed: bool,
-        env: &EnvMap,
-    ) -> anyhow::Result<Sealed> {
-        let (kind, data) = lifecycle::manual_seal(run_json, reason, failed);
-        let event = run.append(kind, data, run_json, env).await?;
+    /// Appended at the head (the caller holds the run), then the state cache (`manual_halt`).
+    async fn seal(&self, run: &Run, seal: Seal<'_>) -> anyhow::Result<Sealed> {
+        let (kind, data) = lifecycle::manual_seal(seal.run_json, seal.reason, seal.failed);
+        let event = run.append(kind, data, seal.run_json, seal.env).await?;
         let state = run.write_state_cache("manual_halt").await?;
         Ok(Sealed { event, state })
     }

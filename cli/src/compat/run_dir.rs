@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use babysitter_common::EnvMap;
 use babysitter_engine::{Engine, EngineOptions};
+use babysitter_journal::Head;
 use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::index::{EffectIndex, EffectRecord};
-use babysitter_journal::Head;
 use babysitter_journal::{EventType, Journal, NewEvent, StoredEvent};
 use serde_json::{Map, Value, json};
 use sha2::Digest as _;
@@ -212,11 +212,9 @@ impl Run {
         }
         match &self.source {
             Source::Remote(f) => Ok(f.events.iter().find(|e| e.seq == seq).cloned()),
-            Source::Disk { journal, .. } => Ok(journal
-                .read(&self.id, seq, seq)
-                .await?
-                .into_iter()
-                .next()),
+            Source::Disk { journal, .. } => {
+                Ok(journal.read(&self.id, seq, seq).await?.into_iter().next())
+            }
         }
     }
 
@@ -293,9 +291,7 @@ impl Run {
         let journal = self.journal()?;
         let head = journal.head(&self.id).await?;
         let ev = new_event(kind, data, run_json, env);
-        let mut committed = journal
-            .append(&self.id, head.seq + 1, vec![ev])
-            .await?;
+        let mut committed = journal.append(&self.id, head.seq + 1, vec![ev]).await?;
         committed
             .pop()
             .ok_or_else(|| anyhow::anyhow!("the journal committed no event"))

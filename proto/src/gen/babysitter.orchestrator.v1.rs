@@ -241,6 +241,10 @@ pub struct HaltRunRequest {
     pub reason: ::prost::alloc::string::String,
     #[prost(enumeration = "HaltFinalStatus", tag = "4")]
     pub final_status: i32,
+    /// seal a run that has already ended too (babysitter's `run:halt --force`); without it such a
+    /// run is left as it is and the answer says `already_terminal`.
+    #[prost(bool, tag = "5")]
+    pub force: bool,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -769,7 +773,8 @@ pub mod run_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
-        /// Seals a run with a final status (babysitter's `run:halt`), even when it is already terminal.
+        /// Seals a run with a final status (babysitter's `run:halt`); one that has already ended only
+        /// with `force`.
         pub async fn halt_run(
             &mut self,
             request: impl tonic::IntoRequest<super::HaltRunRequest>,
@@ -976,7 +981,8 @@ pub mod run_service_server {
             tonic::Response<super::CancelRunResponse>,
             tonic::Status,
         >;
-        /// Seals a run with a final status (babysitter's `run:halt`), even when it is already terminal.
+        /// Seals a run with a final status (babysitter's `run:halt`); one that has already ended only
+        /// with `force`.
         async fn halt_run(
             &self,
             request: tonic::Request<super::HaltRunRequest>,

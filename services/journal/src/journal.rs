@@ -350,7 +350,9 @@ impl Journal {
     pub async fn rebuild_state_cache(&self, run_id: &str, reason: &str) -> Result<Value> {
         let now = now_iso();
         let doc = self
-            .inspect(run_id, |h, idx| state_cache::build(idx, h, &now, Some(reason)))
+            .inspect(run_id, |h, idx| {
+                state_cache::build(idx, h, &now, Some(reason))
+            })
             .await?;
         self.inner
             .store

@@ -67,6 +67,7 @@ async fn fan_out_of_shell_tasks_completes_and_watch_sees_every_event_in_order() 
         .get_run(pb::GetRunRequest {
             namespace: String::new(),
             run_id: run.run_id.clone(),
+            include_run_files: false,
         })
         .await
         .unwrap()
@@ -161,6 +162,7 @@ async fn breakpoints_external_results_and_sleeps() {
             .get_run(pb::GetRunRequest {
                 namespace: "team-a".into(),
                 run_id: run.run_id.clone(),
+                include_run_files: false,
             })
             .await
             .unwrap()
@@ -240,6 +242,7 @@ async fn breakpoints_external_results_and_sleeps() {
         &c.get_run(pb::GetRunRequest {
             namespace: "team-a".into(),
             run_id: run.run_id.clone(),
+            include_run_files: false,
         })
         .await
         .unwrap()
@@ -284,6 +287,7 @@ async fn tokens_roles_and_namespaces() {
         .get_run(pb::GetRunRequest {
             namespace: "a".into(),
             run_id: run.run_id.clone(),
+            include_run_files: false,
         })
         .await
         .unwrap_err();
@@ -296,6 +300,7 @@ async fn tokens_roles_and_namespaces() {
         .get_run(pb::GetRunRequest {
             namespace: "b".into(),
             run_id: run.run_id.clone(),
+            include_run_files: false,
         })
         .await
         .unwrap_err();
@@ -402,6 +407,7 @@ export async function process(inputs, ctx) {
             .get_run(pb::GetRunRequest {
                 namespace: String::new(),
                 run_id: run.run_id.clone(),
+                include_run_files: false,
             })
             .await
             .unwrap()
@@ -470,6 +476,7 @@ export async function process(inputs, ctx) {
         .get_run(pb::GetRunRequest {
             namespace: String::new(),
             run_id: run.run_id.clone(),
+            include_run_files: false,
         })
         .await
         .unwrap()

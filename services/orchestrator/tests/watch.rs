@@ -172,6 +172,7 @@ async fn get(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
     c.get_run(pb::GetRunRequest {
         namespace: String::new(),
         run_id: run_id.into(),
+        include_run_files: false,
     })
     .await
     .unwrap()

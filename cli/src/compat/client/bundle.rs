@@ -78,4 +78,3 @@ fn relative(root: &Path, p: &Path) -> anyhow::Result<String> {
         .map(|s| s.replace('\\', "/"))
         .ok_or_else(|| anyhow!("{} is not UTF-8", rel.display()))
 }
-

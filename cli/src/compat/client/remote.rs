@@ -28,7 +28,7 @@ use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::Value;
 use tonic::Status;
 
-use super::{RunClient, Sealed, bundle};
+use super::{RunClient, Seal, Sealed, bundle};
 use crate::compat::cli::Cli;
 use crate::compat::lock::{LockError, RunGuard};
 use crate::compat::output::{Category, CliError};
@@ -74,7 +74,12 @@ impl Remote {
 
     /// A refused call in one line: the server's message, and where it came from.
     fn failed(&self, call: &str, s: &Status) -> String {
-        format!("{call} on {}: {} ({:?})", self.home_text(), s.message(), s.code())
+        format!(
+            "{call} on {}: {} ({:?})",
+            self.home_text(),
+            s.message(),
+            s.code()
+        )
     }
 
     /// The run's `run.json` and stored state cache.
@@ -101,7 +106,10 @@ impl Remote {
             None
         } else {
             let v = serde_json::from_slice(&r.state_json).map_err(|e| {
-                format!("state/state.json from {} is not JSON: {e}", self.home_text())
+                format!(
+                    "state/state.json from {} is not JSON: {e}",
+                    self.home_text()
+                )
             })?;
             Some(v)
         };
@@ -345,8 +353,12 @@ impl RunClient for Remote {
             .map_err(|s| self.failed("IterateRun", &s))?
             .into_inner();
         let after = self.open(&run.dir).await?;
-        let head = after.inspect(|h, _| h.clone()).await.map_err(|e| format!("{e:#}"))?;
-        let it = iteration_of(r, head).map_err(|m| format!("{m} (IterateRun on {})", self.home_text()))?;
+        let head = after
+            .inspect(|h, _| h.clone())
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let it = iteration_of(r, head)
+            .map_err(|m| format!("{m} (IterateRun on {})", self.home_text()))?;
         Ok((it, after))
     }
 
@@ -363,8 +375,18 @@ impl RunClient for Remote {
         };
         let result = cpb::TaskResult {
             outcome: Some(outcome),
-            stdout: commit.stdout.clone().unwrap_or_default().into_bytes().into(),
-            stderr: commit.stderr.clone().unwrap_or_default().into_bytes().into(),
+            stdout: commit
+                .stdout
+                .clone()
+                .unwrap_or_default()
+                .into_bytes()
+                .into(),
+            stderr: commit
+                .stderr
+                .clone()
+                .unwrap_or_default()
+                .into_bytes()
+                .into(),
             started_at: timestamp(commit.started_at.as_deref()),
             finished_at: timestamp(commit.finished_at.as_deref()),
             metadata_json: commit
@@ -388,15 +410,8 @@ impl RunClient for Remote {
 
     /// `HaltRun`, then the run read again for the event the server appended and the state cache
     /// it rebuilt (`rebuildReason: manual_halt`, as a local seal rebuilds it).
-    async fn seal(
-        &self,
-        run: &Run,
-        _run_json: &Value,
-        reason: &str,
-        failed: bool,
-        _env: &EnvMap,
-    ) -> anyhow::Result<Sealed> {
-        let final_status = if failed {
+    async fn seal(&self, run: &Run, seal: Seal<'_>) -> anyhow::Result<Sealed> {
+        let final_status = if seal.failed {
             pb::HaltFinalStatus::Failed
         } else {
             pb::HaltFinalStatus::Completed
@@ -406,13 +421,14 @@ impl RunClient for Remote {
             .halt_run(pb::HaltRunRequest {
                 namespace: self.namespace.clone(),
                 run_id: run.id.clone(),
-                reason: reason.to_owned(),
+                reason: seal.reason.to_owned(),
                 final_status: final_status as i32,
+                force: seal.force,
             })
             .await
             .map_err(|s| anyhow::anyhow!(self.failed("HaltRun", &s)))?
             .into_inner();
-        if r.already_terminal {
+        if r.already_terminal && !seal.force {
             anyhow::bail!("run {} had already ended on {}", run.id, self.home_text());
         }
         let after = self.open(&run.dir).await.map_err(anyhow::Error::msg)?;

@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 
 use crate::compat::cli::Cli;
-use crate::compat::output;
 use crate::compat::client;
+use crate::compat::output;
 use crate::compat::run_dir::{merged_metadata, metadata_text, serialize_event};
 use crate::compat::usage;
 

@@ -151,7 +151,14 @@ async fn seal(
         return Ok(0);
     }
     let failed = final_status == "failed";
-    let sealed = home.seal(run, run_json, reason, failed, cli.env).await?;
+    let seal = client::Seal {
+        run_json,
+        reason,
+        failed,
+        force: a.flag("--force"),
+        env: cli.env,
+    };
+    let sealed = home.seal(run, seal).await?;
     let (ev, metadata) = (sealed.event, rebuilt_metadata(&sealed.state));
     if a.json() {
         output::line(&output::pretty(&json!({

@@ -7,8 +7,8 @@ use babysitter_journal::index::EffectStatus;
 use serde_json::{Map, Value, json};
 
 use crate::compat::cli::Cli;
-use crate::compat::output;
 use crate::compat::client;
+use crate::compat::output;
 use crate::compat::run_dir::{
     completion_proof, event_summary, merged_metadata, metadata_text, pending_by_kind,
     serialize_event,

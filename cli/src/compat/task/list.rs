@@ -7,8 +7,8 @@ use babysitter_journal::index::EffectRecord;
 use serde_json::{Value, json};
 
 use crate::compat::cli::Cli;
-use crate::compat::output;
 use crate::compat::client;
+use crate::compat::output;
 use crate::compat::run_dir::task_entry;
 use crate::compat::usage;
 

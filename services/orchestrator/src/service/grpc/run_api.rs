@@ -18,9 +18,9 @@ use tonic::{Request, Response, Status};
 use super::{
     agent_event_pb, authorize, json_bytes, namespace_for, outcome_of, parse_json, timestamp_of,
 };
+use crate::engine::Iteration;
 use crate::service::ServiceError;
 use crate::service::bundle::Bundle;
-use crate::engine::Iteration;
 use crate::service::runs::{
     AgentBatch, Decision, NewRun, RunManager, RunStatus, RunSummary, RunWatch, WatchUpdate,
 };
@@ -318,7 +318,10 @@ impl RunService for RunApi {
             pb::HaltFinalStatus::try_from(r.final_status),
             Ok(pb::HaltFinalStatus::Failed)
         );
-        let (run, already) = self.manager.halt(&ns, &r.run_id, &r.reason, failed).await?;
+        let (run, already) = self
+            .manager
+            .halt(&ns, &r.run_id, &r.reason, failed, r.force)
+            .await?;
         Ok(Response::new(pb::HaltRunResponse {
             run: Some(run_pb(&run)),
             already_terminal: already,
@@ -428,7 +431,9 @@ impl RunService for RunApi {
             match parse_json("marker_json", &r.marker_json)? {
                 Value::Object(m) => Some(m),
                 _ => {
-                    return Err(ServiceError::invalid("marker_json", "must be a JSON object").into());
+                    return Err(
+                        ServiceError::invalid("marker_json", "must be a JSON object").into(),
+                    );
                 }
             }
         };

@@ -100,7 +100,11 @@ impl RunManager {
     /// reader against the journal head).
     pub(super) async fn settle_state(&self, run_id: &str, reason: Option<&str>) {
         let done = match reason {
-            Some(r) => self.journal().rebuild_state_cache(run_id, r).await.map(drop),
+            Some(r) => self
+                .journal()
+                .rebuild_state_cache(run_id, r)
+                .await
+                .map(drop),
             None => self.journal().state(run_id).await.map(drop),
         };
         if let Err(e) = done {

@@ -470,22 +470,49 @@ impl RunManager {
         run_id: &str,
         reason: &str,
         failed: bool,
+        force: bool,
     ) -> Result<(RunSummary, bool)> {
         let reason = if reason.is_empty() {
             "manual_halt"
         } else {
             reason
         };
-        let Writable::Live(run_lock) = self.writable(namespace, run_id).await? else {
-            return Ok((self.get(namespace, run_id).await?, true));
+        let run_lock = match self.writable(namespace, run_id).await? {
+            Writable::Live(l) => l,
+            Writable::Ended if force => {
+                // No driver, timer or worker writes to an ended run; the journal's append at
+                // head + 1 orders two forced seals.
+                let summary = self.get(namespace, run_id).await?;
+                let seq = self.append_seal(run_id, reason, failed).await?;
+                if summary.client_driven {
+                    self.settle_state(run_id, Some("manual_halt")).await;
+                }
+                let sealed = sealed_summary(summary, reason, failed, seq);
+                lock(&self.inner.runs).replace_finished(sealed.clone());
+                return Ok((sealed, true));
+            }
+            Writable::Ended => return Ok((self.get(namespace, run_id).await?, true)),
         };
         let _guard = run_lock.lock().await;
         if !self.is_live(run_id) {
             return Ok((self.get(namespace, run_id).await?, true));
         }
+        let seq = self.append_seal(run_id, reason, failed).await?;
+        self.inner.engine.evict(run_id).await?;
+        if self.is_live_client_driven(run_id) {
+            self.settle_state(run_id, Some("manual_halt")).await;
+        }
+        self.set_summary(run_id, |r| {
+            *r = sealed_summary(r.clone(), reason, failed, seq);
+        });
+        self.finished(run_id);
+        Ok((self.get(namespace, run_id).await?, false))
+    }
+
+    /// Appends babysitter's manual seal at the head; returns its seq.
+    async fn append_seal(&self, run_id: &str, reason: &str, failed: bool) -> Result<u64> {
         let files = self.journal().run_files(run_id).await?;
         let (kind, data) = lifecycle::manual_seal(&files.run_json, reason, failed);
-        let error = lifecycle::manual_halt_error(reason);
         let head = self.journal().head(run_id).await?;
         self.journal()
             .append(
@@ -494,22 +521,7 @@ impl RunManager {
                 vec![NewEvent::new(kind, Value::Object(data))],
             )
             .await?;
-        self.inner.engine.evict(run_id).await?;
-        if self.is_live_client_driven(run_id) {
-            self.settle_state(run_id, Some("manual_halt")).await;
-        }
-        self.set_summary(run_id, |r| {
-            r.status = if failed {
-                RunStatus::Failed
-            } else {
-                RunStatus::Completed
-            };
-            r.status_reason = reason.to_owned();
-            r.error = failed.then_some(error);
-            r.head_seq = head.seq + 1;
-        });
-        self.finished(run_id);
-        Ok((self.get(namespace, run_id).await?, false))
+        Ok(head.seq + 1)
     }
 
     /// Waiting breakpoints of one run or of every run in the namespace, in (run, effect) order,
@@ -591,4 +603,17 @@ impl RunManager {
         }
         Ok((out, None))
     }
+}
+
+/// A run's summary once sealed at `seq` (`failed`: `RUN_FAILED`, else `RUN_COMPLETED`).
+fn sealed_summary(mut r: RunSummary, reason: &str, failed: bool, seq: u64) -> RunSummary {
+    r.status = if failed {
+        RunStatus::Failed
+    } else {
+        RunStatus::Completed
+    };
+    r.status_reason = reason.to_owned();
+    r.error = failed.then(|| lifecycle::manual_halt_error(reason));
+    r.head_seq = r.head_seq.max(seq);
+    r
 }

@@ -173,6 +173,14 @@ impl RunTable {
         self.keep_finished(run_id.to_owned(), finished);
     }
 
+    /// Replaces a finished run's summary (a forced seal of an ended run); unknown or live ids are
+    /// left alone.
+    pub fn replace_finished(&mut self, summary: RunSummary) {
+        if let Some(Entry::Finished(run)) = self.runs.get_mut(&summary.run_id) {
+            run.summary = summary;
+        }
+    }
+
     /// Caches a finished run read back from the journal (unless the id is known already).
     pub fn remember_finished(&mut self, summary: RunSummary, idempotency_key: Option<String>) {
         if !summary.status.is_terminal() || self.runs.contains_key(&summary.run_id) {
