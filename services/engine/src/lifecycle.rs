@@ -288,6 +288,24 @@ pub fn shell_failure(error: &Value, stdout: Option<&str>, stderr: Option<&str>) 
     })
 }
 
+/// babysitter's `rebuildReason` for the state cache after an iteration that ended the run
+/// (`post_completion`, `post_halt`, `post_process_runtime_error` when the process threw,
+/// `post_failure`); `None` while it waits or had already ended (the cache is then only brought
+/// up to date). Every driver that keeps the cache writes it by this rule.
+pub fn iteration_cache_reason(
+    status: crate::IterationStatus,
+    runtime_error: bool,
+) -> Option<&'static str> {
+    use crate::IterationStatus as S;
+    match status {
+        S::Completed => Some("post_completion"),
+        S::Halted => Some("post_halt"),
+        S::Failed if runtime_error => Some("post_process_runtime_error"),
+        S::Failed => Some("post_failure"),
+        S::Waiting | S::None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,23 +445,5 @@ mod tests {
             )
             .is_none()
         );
-    }
-}
-
-/// babysitter's `rebuildReason` for the state cache after an iteration that ended the run
-/// (`post_completion`, `post_halt`, `post_process_runtime_error` when the process threw,
-/// `post_failure`); `None` while it waits or had already ended (the cache is then only brought
-/// up to date). Every driver that keeps the cache writes it by this rule.
-pub fn iteration_cache_reason(
-    status: crate::IterationStatus,
-    runtime_error: bool,
-) -> Option<&'static str> {
-    use crate::IterationStatus as S;
-    match status {
-        S::Completed => Some("post_completion"),
-        S::Halted => Some("post_halt"),
-        S::Failed if runtime_error => Some("post_process_runtime_error"),
-        S::Failed => Some("post_failure"),
-        S::Waiting | S::None => None,
     }
 }
