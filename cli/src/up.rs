@@ -6,8 +6,9 @@
 //! Embedded default: a filesystem journal in babysitter's run layout under `<data-dir>/runs`
 //! (`--data-dir`, default `./.babysitter/data`); an S3 journal is one setting away
 //! (`--set journal.store.url=s3://bucket/prefix`). The orchestrator and the journal service share
-//! one in-process `Journal`; the worker talks to the orchestrator over loopback gRPC, exactly as a
-//! remote worker would. The transport proxy joins once its service is part of this build.
+//! one in-process `Journal`; the worker calls the orchestrator's `WorkerService` handlers in
+//! process (`babysitter_common::worker_api::WorkerApi`, the trait a remote worker's gRPC client
+//! also implements), so it needs no token and no loop back through the port. The transport proxy joins once its service is part of this build.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +16,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use babysitter_common::EnvMap;
-use babysitter_common::client::connect_lazy;
 use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, ServerConfig, shutdown_signal};
 use babysitter_common::telemetry::{TelemetryConfig, init_telemetry};
@@ -164,8 +164,10 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
     );
     let orchestrator_listener = listen(&o.server).await?;
     let orchestrator_addr = orchestrator_listener.local_addr()?;
-    let orchestrator_server =
-        Services::new(manager.clone(), shutdown.clone()).into_server(&o.server);
+    let services = Services::new(manager.clone(), shutdown.clone());
+    // The worker calls the orchestrator's handlers directly: no loop back through the port.
+    let in_process = services.workers.in_process();
+    let orchestrator_server = services.into_server(&o.server);
 
     let journal_task =
         tokio::spawn(journal_server.serve_with_listener(journal_listener, shutdown.clone()));
@@ -179,11 +181,6 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
             settings.work_dir = data.join("work");
         }
         std::fs::create_dir_all(&settings.work_dir)?;
-        let token = babysitter_common::auth::Secret::from_optional_file(
-            config.launcher.orchestrator.token_file.as_deref(),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let channel = connect_lazy(&format!("http://{orchestrator_addr}"), token.as_ref())?;
         let agents = config.launcher.agent.settings(&env).await;
         let harnesses: Vec<String> = agents
             .harnesses
@@ -194,7 +191,7 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
             "babysitter up: worker {} runs {:?}, harnesses {harnesses:?}",
             settings.worker_id, settings.task_kinds
         );
-        let mut worker = Worker::new(channel, settings);
+        let mut worker = Worker::with_api(Arc::new(in_process), settings);
         if !agents.harnesses.is_empty() {
             worker = worker.with_agents(agents);
         }

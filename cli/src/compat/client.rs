@@ -1,8 +1,8 @@
 //! Where a command's runs live: one trait, [`RunClient`], with three homes.
 //!
-//! - [`Local`]: this process opens the run directory's filesystem journal and an engine for
+//! - [`OnDisk::Local`]: this process opens the run directory's filesystem journal and an engine for
 //!   the one command (`BABYSITTER_WARM=0`, or no warm server to reach).
-//! - [`Warm`]: the per-user warm server runs the command over the journal and warm engine it
+//! - [`OnDisk::Warm`]: the per-user warm server runs the command over the journal and warm engine it
 //!   keeps for the runs root between commands (see [`super::warm::context`]).
 //! - [`remote::Remote`]: `--server URL` / `BABYSITTER_SERVER`: the run lives on an
 //!   orchestrator; it is read over `RunService` when the command opens it and changed through

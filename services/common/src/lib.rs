@@ -24,6 +24,7 @@ pub mod main_support;
 pub mod project;
 pub mod server;
 pub mod telemetry;
+pub mod worker_api;
 
 pub use env::EnvMap;
 

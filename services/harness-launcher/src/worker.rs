@@ -32,6 +32,7 @@ use std::time::{Duration, SystemTime};
 
 use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_common::error::{ErrorKind, error_kind};
+use babysitter_common::worker_api::WorkerApi;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient;
@@ -96,7 +97,7 @@ impl From<&Capabilities> for cpb::WorkerCapabilities {
 /// The worker.
 #[derive(Debug, Clone)]
 pub struct Worker {
-    client: WorkerServiceClient<AuthedChannel>,
+    api: Arc<dyn WorkerApi>,
     settings: Arc<WorkerSettings>,
     control: WorkerControl,
     timing: Arc<Mutex<Timing>>,
@@ -145,8 +146,15 @@ impl Worker {
     /// caller's, e.g. `babysitter_common::client::connect_lazy`), with the default
     /// [`ClientOptions`] message sizes and compression.
     pub fn new(channel: AuthedChannel, settings: WorkerSettings) -> Self {
+        let client: WorkerServiceClient<AuthedChannel> = ClientOptions::default().client(channel);
+        Self::with_api(Arc::new(client), settings)
+    }
+
+    /// A worker calling the orchestrator through `api`: gRPC ([`Worker::new`]) or the
+    /// orchestrator's handlers in the same process (`babysitter up`).
+    pub fn with_api(api: Arc<dyn WorkerApi>, settings: WorkerSettings) -> Self {
         Self {
-            client: ClientOptions::default().client(channel),
+            api,
             settings: Arc::new(settings),
             control: WorkerControl::default(),
             timing: Arc::new(Mutex::new(Timing {
@@ -201,9 +209,8 @@ impl Worker {
                 capabilities: Some((&self.capabilities()).into()),
                 agent_version: format!("harness-launcher/{}", env!("CARGO_PKG_VERSION")),
             };
-            match self.client.clone().register_worker(req).await {
+            match self.api.register_worker(req).await {
                 Ok(r) => {
-                    let r = r.into_inner();
                     *self.timing.lock().unwrap_or_else(|p| p.into_inner()) = Timing {
                         heartbeat: dur(r.heartbeat_interval, Duration::from_secs(10)),
                         max_poll_wait: dur(r.max_poll_wait, Duration::from_secs(30)),
@@ -288,16 +295,15 @@ impl Worker {
                 max_tasks: free as u32,
                 wait: prost_types::Duration::try_from(self.timing().max_poll_wait).ok(),
             };
-            let mut client = self.client.clone();
             let polled = tokio::select! {
-                r = client.poll_tasks(req) => r,
+                r = self.api.poll_tasks(req) => r,
                 () = halt.cancelled() => break,
             };
             match polled {
                 Ok(r) => {
                     self.control.connected(true);
                     backoff = Duration::from_millis(100);
-                    for a in r.into_inner().tasks {
+                    for a in r.tasks {
                         let Ok(permit) = slots.clone().acquire_owned().await else {
                             break;
                         };
@@ -346,9 +352,9 @@ impl Worker {
                 worker_id: self.settings.worker_id.clone(),
                 lease_ids: leases,
             };
-            match self.client.clone().heartbeat(req).await {
+            match self.api.heartbeat(req).await {
                 Ok(r) => {
-                    for l in r.into_inner().leases {
+                    for l in r.leases {
                         let state = pb::LeaseState::try_from(l.state).unwrap_or_default();
                         let lost = match state {
                             pb::LeaseState::Lost => true,
@@ -503,7 +509,7 @@ impl Worker {
     ) -> Executed {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let reporter = tokio::spawn(report_events(
-            self.client.clone(),
+            self.api.clone(),
             self.settings.worker_id.clone(),
             a.lease_id.clone(),
             rx,
@@ -577,8 +583,8 @@ impl Worker {
         };
         let mut backoff = Duration::from_millis(50);
         for _ in 0..60 {
-            match self.client.clone().complete_task(req.clone()).await {
-                Ok(r) => return r.into_inner().next_tasks.into_iter().next(),
+            match self.api.complete_task(req.clone()).await {
+                Ok(r) => return r.next_tasks.into_iter().next(),
                 Err(s) if is_lease_lost(&s) => {
                     tracing::info!(lease_id = %a.lease_id, reason = %s.message(), "completion refused: lease lost");
                     return None;
@@ -609,7 +615,7 @@ const EVENT_BATCH: usize = 128;
 
 /// Feeds one task's events to a `ReportEvents` stream in batches until the sender is dropped.
 async fn report_events(
-    mut client: WorkerServiceClient<AuthedChannel>,
+    api: Arc<dyn WorkerApi>,
     worker_id: String,
     lease_id: String,
     mut rx: tokio::sync::mpsc::Receiver<cpb::AgentEvent>,
@@ -640,9 +646,7 @@ async fn report_events(
             }
         }
     });
-    let r = client
-        .report_events(tokio_stream::wrappers::ReceiverStream::new(req_rx))
-        .await;
+    let r = api.report_events(req_rx).await;
     let _ = batcher.await;
-    r.map(|r| r.into_inner().accepted_events)
+    r.map(|r| r.accepted_events)
 }

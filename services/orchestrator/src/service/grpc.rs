@@ -20,7 +20,7 @@ use super::runs::{AgentEvent, AgentEventSource, RunManager, TaskOutcome, Usage};
 use crate::engine::EngineError;
 
 pub use run_api::RunApi;
-pub use worker_api::WorkerApi;
+pub use worker_api::{InProcess, WorkerApi};
 
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Self {

@@ -1,8 +1,9 @@
-//! `WorkerService`: register, long-poll, heartbeat, agent events, completion.
+//! `WorkerService`: register, long-poll, heartbeat, agent events, completion — served over
+//! gRPC and, for a worker in the same process, through [`InProcess`].
 
 use std::time::Duration;
 
-use babysitter_common::auth::Role;
+use babysitter_common::auth::{Principal, Role};
 use babysitter_common::server::ServerConfig;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_server::{
@@ -101,14 +102,14 @@ impl WorkerApi {
 
 const WORKER: &[Role] = &[Role::Worker];
 
-#[tonic::async_trait]
-impl WorkerService for WorkerApi {
-    async fn register_worker(
+/// The handlers, for a caller already authorized: the tonic service below checks the token;
+/// the in-process implementation ([`InProcess`]) is the server's own worker.
+impl WorkerApi {
+    async fn register(
         &self,
-        req: Request<pb::RegisterWorkerRequest>,
-    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
-        let who = authorize(&req, WORKER)?;
-        let r = req.into_inner();
+        who: Principal,
+        r: pb::RegisterWorkerRequest,
+    ) -> Result<pb::RegisterWorkerResponse, Status> {
         if r.worker_id.len() > 256 {
             return Err(ServiceError::invalid("worker_id", "longer than 256 characters").into());
         }
@@ -137,30 +138,20 @@ impl WorkerService for WorkerApi {
         );
         tracing::info!(worker_id = %id, agent = %r.agent_version, "worker registered");
         let c = queue.config();
-        Ok(Response::new(pb::RegisterWorkerResponse {
+        Ok(pb::RegisterWorkerResponse {
             worker_id: id,
             lease_duration: Some(duration_pb(c.lease_duration)),
             heartbeat_interval: Some(duration_pb(c.heartbeat_interval)),
             max_poll_wait: Some(duration_pb(c.max_poll_wait)),
-        }))
+        })
     }
 
-    async fn poll_tasks(
-        &self,
-        req: Request<pb::PollTasksRequest>,
-    ) -> Result<Response<pb::PollTasksResponse>, Status> {
-        authorize(&req, WORKER)?;
-        let r = req.into_inner();
+    async fn poll(&self, r: pb::PollTasksRequest) -> Result<pb::PollTasksResponse, Status> {
         let tasks = self.assignments(&r.worker_id, r.max_tasks, r.wait).await?;
-        Ok(Response::new(pb::PollTasksResponse { tasks }))
+        Ok(pb::PollTasksResponse { tasks })
     }
 
-    async fn heartbeat(
-        &self,
-        req: Request<pb::HeartbeatRequest>,
-    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        authorize(&req, WORKER)?;
-        let r = req.into_inner();
+    fn heartbeats(&self, r: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse, Status> {
         let verdicts = self
             .manager
             .queue()
@@ -191,34 +182,20 @@ impl WorkerService for WorkerApi {
                 },
             })
             .collect();
-        Ok(Response::new(pb::HeartbeatResponse { leases }))
+        Ok(pb::HeartbeatResponse { leases })
     }
 
-    async fn report_events(
-        &self,
-        req: Request<Streaming<pb::ReportEventsRequest>>,
-    ) -> Result<Response<pb::ReportEventsResponse>, Status> {
-        authorize(&req, WORKER)?;
-        let mut stream = req.into_inner();
-        let mut accepted = 0u64;
-        while let Some(msg) = stream.message().await? {
-            let events = msg.events.into_iter().map(agent_event_of).collect();
-            accepted += self
-                .manager
-                .report_agent_events(&msg.worker_id, &msg.lease_id, events)
-                as u64;
-        }
-        Ok(Response::new(pb::ReportEventsResponse {
-            accepted_events: accepted,
-        }))
+    /// One batch of a task's agent events; returns how many were accepted.
+    fn report_batch(&self, msg: pb::ReportEventsRequest) -> u64 {
+        let events = msg.events.into_iter().map(agent_event_of).collect();
+        self.manager
+            .report_agent_events(&msg.worker_id, &msg.lease_id, events) as u64
     }
 
-    async fn complete_task(
+    async fn complete(
         &self,
-        req: Request<pb::CompleteTaskRequest>,
-    ) -> Result<Response<pb::CompleteTaskResponse>, Status> {
-        authorize(&req, WORKER)?;
-        let r = req.into_inner();
+        r: pb::CompleteTaskRequest,
+    ) -> Result<pb::CompleteTaskResponse, Status> {
         let outcome = outcome_of(r.result)?;
         let already = self
             .manager
@@ -236,9 +213,111 @@ impl WorkerService for WorkerApi {
         } else {
             Vec::new()
         };
-        Ok(Response::new(pb::CompleteTaskResponse {
+        Ok(pb::CompleteTaskResponse {
             already_completed: already,
             next_tasks,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerService for WorkerApi {
+    async fn register_worker(
+        &self,
+        req: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let who = authorize(&req, WORKER)?;
+        self.register(who, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn poll_tasks(
+        &self,
+        req: Request<pb::PollTasksRequest>,
+    ) -> Result<Response<pb::PollTasksResponse>, Status> {
+        authorize(&req, WORKER)?;
+        self.poll(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        authorize(&req, WORKER)?;
+        self.heartbeats(req.into_inner()).map(Response::new)
+    }
+
+    async fn report_events(
+        &self,
+        req: Request<Streaming<pb::ReportEventsRequest>>,
+    ) -> Result<Response<pb::ReportEventsResponse>, Status> {
+        authorize(&req, WORKER)?;
+        let mut stream = req.into_inner();
+        let mut accepted = 0u64;
+        while let Some(msg) = stream.message().await? {
+            accepted += self.report_batch(msg);
+        }
+        Ok(Response::new(pb::ReportEventsResponse {
+            accepted_events: accepted,
         }))
+    }
+
+    async fn complete_task(
+        &self,
+        req: Request<pb::CompleteTaskRequest>,
+    ) -> Result<Response<pb::CompleteTaskResponse>, Status> {
+        authorize(&req, WORKER)?;
+        self.complete(req.into_inner()).await.map(Response::new)
+    }
+}
+
+/// The server's own worker calling these handlers in the same process (`babysitter up`): no
+/// token (it is the server), no network, the same answers and errors as over gRPC.
+#[derive(Debug, Clone)]
+pub struct InProcess(WorkerApi);
+
+impl WorkerApi {
+    /// This service as a worker in the same process calls it.
+    pub fn in_process(&self) -> InProcess {
+        InProcess(self.clone())
+    }
+}
+
+#[tonic::async_trait]
+impl babysitter_common::worker_api::WorkerApi for InProcess {
+    async fn register_worker(
+        &self,
+        req: pb::RegisterWorkerRequest,
+    ) -> Result<pb::RegisterWorkerResponse, Status> {
+        self.0.register(Principal::anonymous_admin(), req).await
+    }
+
+    async fn poll_tasks(&self, req: pb::PollTasksRequest) -> Result<pb::PollTasksResponse, Status> {
+        self.0.poll(req).await
+    }
+
+    async fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse, Status> {
+        self.0.heartbeats(req)
+    }
+
+    async fn report_events(
+        &self,
+        mut batches: tokio::sync::mpsc::Receiver<pb::ReportEventsRequest>,
+    ) -> Result<pb::ReportEventsResponse, Status> {
+        let mut accepted = 0u64;
+        while let Some(msg) = batches.recv().await {
+            accepted += self.0.report_batch(msg);
+        }
+        Ok(pb::ReportEventsResponse {
+            accepted_events: accepted,
+        })
+    }
+
+    async fn complete_task(
+        &self,
+        req: pb::CompleteTaskRequest,
+    ) -> Result<pb::CompleteTaskResponse, Status> {
+        self.0.complete(req).await
     }
 }
