@@ -107,6 +107,49 @@ async fn fan_out_of_shell_tasks_completes_and_watch_sees_every_event_in_order() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_in_process_runs_every_task_without_a_token() {
+    // `babysitter up`'s shape: the worker calls the handlers directly; it holds no token although
+    // the server requires one of every gRPC caller.
+    let auth = AuthConfig {
+        tokens: vec![token("c-tok", Role::Client, &[])],
+        ..AuthConfig::default()
+    };
+    let s = start(fast_queue(), auth).await;
+    let work = tempfile::tempdir().unwrap();
+    let _local = spawn_in_process_worker(&s, "local", work.path());
+    let mut c = client(&s, Some("c-tok"));
+    let run = create(
+        &mut c,
+        "",
+        FANOUT,
+        json!({"items": (0..30).collect::<Vec<_>>()}),
+    )
+    .await;
+    let (events, last) = watch_all(&mut c, "", &run.run_id).await;
+    assert_eq!(last.status, pb::RunStatus::Completed as i32, "{last:?}");
+    let mut requested = effects_of(&events, "EFFECT_REQUESTED");
+    let mut resolved = effects_of(&events, "EFFECT_RESOLVED");
+    requested.sort();
+    resolved.sort();
+    assert_eq!(requested.len(), 32);
+    assert_eq!(requested, resolved, "exactly one resolution per effect");
+    let output: Value = serde_json::from_slice(&last.output_json).unwrap();
+    assert_eq!(output["first"], "start");
+    assert_eq!(output["items"][29], "item-29");
+    // A worker over gRPC without a token is still refused: only the server's own is trusted.
+    let mut w: WorkerServiceClient<AuthedChannel> =
+        babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap();
+    let e = w
+        .register_worker(pb::RegisterWorkerRequest {
+            worker_id: "stranger".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn breakpoints_external_results_and_sleeps() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);

@@ -16,7 +16,7 @@ use babysitter_journal::redact::Redactor;
 use babysitter_journal::{Journal, JournalOptions};
 use babysitter_orchestrator::engine::Engine;
 use babysitter_orchestrator::service::config::OrchestratorConfig;
-use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::grpc::{InProcess, Services};
 use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
 use babysitter_orchestrator::service::runs::{ManagerConfig, RunManager};
 use babysitter_proto::common::v1 as cpb;
@@ -42,6 +42,8 @@ pub struct Service {
     pub url: String,
     pub stop: CancellationToken,
     pub dir: tempfile::TempDir,
+    /// The `WorkerService` handlers as a worker in this process calls them (no network).
+    pub in_process: InProcess,
 }
 
 impl Drop for Service {
@@ -105,12 +107,18 @@ pub async fn start_with_server(
     manager.spawn_sweeper();
     let stop = CancellationToken::new();
     let services = Services::new(manager.clone(), stop.clone());
+    let in_process = services.workers.in_process();
     let server = services.into_server(&config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
     tokio::spawn(async move { server.serve_with_listener(listener, token).await });
-    Service { url, stop, dir }
+    Service {
+        url,
+        stop,
+        dir,
+        in_process,
+    }
 }
 
 pub fn fast_queue() -> QueueConfig {
@@ -135,19 +143,33 @@ pub fn spawn_worker(
     tok: Option<&str>,
     dir: &std::path::Path,
 ) -> CancellationToken {
+    let channel = connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap();
+    spawn(Worker::new(channel, shell_worker(id, dir)))
+}
+
+/// The real worker loop calling the orchestrator's handlers in this process (as `babysitter up`
+/// runs its worker): no channel, no token.
+pub fn spawn_in_process_worker(s: &Service, id: &str, dir: &std::path::Path) -> CancellationToken {
+    spawn(Worker::with_api(
+        Arc::new(s.in_process.clone()),
+        shell_worker(id, dir),
+    ))
+}
+
+fn shell_worker(id: &str, dir: &std::path::Path) -> WorkerSettings {
+    WorkerSettings {
+        worker_id: id.into(),
+        namespaces: vec![],
+        labels: Default::default(),
+        task_kinds: vec!["shell".into()],
+        max_concurrency: 8,
+        work_dir: dir.join(id),
+        drain_timeout: Duration::from_secs(5),
+    }
+}
+
+fn spawn(worker: Worker) -> CancellationToken {
     let stop = CancellationToken::new();
-    let worker = Worker::new(
-        connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap(),
-        WorkerSettings {
-            worker_id: id.into(),
-            namespaces: vec![],
-            labels: Default::default(),
-            task_kinds: vec!["shell".into()],
-            max_concurrency: 8,
-            work_dir: dir.join(id),
-            drain_timeout: Duration::from_secs(5),
-        },
-    );
     tokio::spawn(worker.run(stop.clone()));
     stop
 }
