@@ -88,14 +88,22 @@ async fn start_core(
 ) -> (Service, RunManager, JoinHandle<()>) {
     let manager = manager_over(dir.path(), finished_runs_cached).await;
     let stop = CancellationToken::new();
-    let server = Services::new(manager.clone(), stop.clone()).into_server(&ServerConfig::default());
+    let services = Services::new(manager.clone(), stop.clone());
+    let in_process = services.workers.in_process();
+    let server = services.into_server(&ServerConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
     let server = tokio::spawn(async move {
         server.serve_with_listener(listener, token).await.unwrap();
     });
-    (Service { url, stop, dir }, manager, server)
+    let service = Service {
+        url,
+        stop,
+        dir,
+        in_process,
+    };
+    (service, manager, server)
 }
 
 async fn manager_over(dir: &std::path::Path, finished_runs_cached: usize) -> RunManager {
