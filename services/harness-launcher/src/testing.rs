@@ -73,28 +73,14 @@ const fn cli(
 }
 
 impl RealCli {
-    /// Where the ensure script installs it.
+    /// Where the ensure script installs it (suites check it through the one skip policy,
+    /// `tests/src/skip.rs`, which fails instead of skipping in CI).
     pub fn path(&self) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../.ci-work")
             .join(self.dir)
             .join("node_modules/.bin")
             .join(self.bin)
-    }
-
-    /// The installed binary; `None`, saying `SKIPPED:` and how to install it, when missing.
-    pub fn installed(&self) -> Option<PathBuf> {
-        let p = self.path();
-        if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
-            Some(p)
-        } else {
-            eprintln!(
-                "SKIPPED: {} missing; run scripts/ensure-{}.sh",
-                p.display(),
-                self.harness
-            );
-            None
-        }
     }
 
     /// Whether it reaches an `upstream` provider without the transport proxy.

@@ -367,9 +367,13 @@ pub async fn bind(req: &BindRequest<'_>) -> Bound {
                 }
             }
         }
-        (Binding::Update | Binding::CheckOldRun, _) => {
-            unreachable!("decide::bind updates existing files only and asks once")
-        }
+        // `decide::bind` updates existing files only and asks about the old run once: reaching
+        // here is a bug, reported as a failed binding rather than a panic mid-command.
+        (Binding::Update | Binding::CheckOldRun, _) => Bound::failed(
+            harness,
+            sid,
+            "internal error: the session binding decision did not settle".to_owned(),
+        ),
     }
 }
 
