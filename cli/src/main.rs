@@ -13,6 +13,7 @@ use std::process::ExitCode;
 static ALLOC: babysitter_cli_alloc::Chosen = babysitter_cli_alloc::Chosen;
 
 mod compat;
+mod flags;
 mod journal_options;
 mod remote;
 mod run;

@@ -29,6 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::compat::client::bundle::bundle;
 use crate::compat::client::remote::Remote;
+use crate::flags::{Arg, Flags};
 
 /// The commands that have a remote form.
 pub const COMMANDS: &[&str] = &["run:cancel"];
@@ -52,48 +53,41 @@ pub fn server_of(argv: &[String], env: &EnvMap) -> Option<(String, Vec<String>)>
     Some((url, rest))
 }
 
-/// Flags and positionals of a remote command.
+/// What `run:cancel --server` takes: `<runId> [--namespace NS] [--reason TEXT] [--json]`.
 #[derive(Debug, Default)]
 struct Args {
-    positional: Vec<String>,
-    flags: HashMap<String, Vec<String>>,
+    run_id: Option<String>,
+    namespace: Option<String>,
+    reason: Option<String>,
 }
 
 impl Args {
-    fn parse(argv: &[String]) -> Self {
+    fn parse(argv: &[String]) -> Result<Self> {
         let mut a = Args::default();
-        let mut it = argv.iter().peekable();
-        while let Some(x) = it.next() {
-            if let Some(name) = x.strip_prefix("--") {
-                let (name, value) = match name.split_once('=') {
-                    Some((n, v)) => (n.to_owned(), v.to_owned()),
-                    None => match it.peek() {
-                        Some(v) if !v.starts_with("--") => {
-                            (name.to_owned(), it.next().cloned().unwrap_or_default())
-                        }
-                        _ => (name.to_owned(), String::new()),
-                    },
-                };
-                a.flags.entry(name).or_default().push(value);
-            } else {
-                a.positional.push(x.clone());
+        let mut flags = Flags::new(argv);
+        while let Some(arg) = flags.next_arg() {
+            match arg {
+                Arg::Flag(f @ "--namespace") => {
+                    a.namespace = Some(flags.value(f).map_err(anyhow::Error::msg)?)
+                }
+                Arg::Flag(f @ "--reason") => {
+                    a.reason = Some(flags.value(f).map_err(anyhow::Error::msg)?)
+                }
+                // The output is JSON either way.
+                Arg::Flag("--json") => {}
+                Arg::Flag(f) => {
+                    bail!("unknown flag {f} (run:cancel <runId> [--namespace NS] [--reason TEXT])")
+                }
+                Arg::Positional(p) if a.run_id.is_none() => a.run_id = Some(p.to_owned()),
+                Arg::Positional(p) => bail!("unexpected argument {p}: one run id at a time"),
             }
         }
-        a
-    }
-
-    fn value(&self, name: &str) -> Option<&str> {
-        self.flags
-            .get(name)
-            .and_then(|v| v.last())
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        Ok(a)
     }
 
     fn run_id(&self) -> Result<String> {
-        self.positional
-            .first()
-            .cloned()
+        self.run_id
+            .clone()
             .ok_or_else(|| anyhow!("the run id is missing (remote commands take <runId>)"))
     }
 }
@@ -109,7 +103,14 @@ pub fn main(command: &str, url: &str, argv: &[String], env: &EnvMap) -> ExitCode
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(command, url, &Args::parse(argv), env)) {
+    let args = match Args::parse(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("[{command}] {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(command, url, &args, env)) {
         Ok(v) => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
@@ -169,7 +170,9 @@ fn run_json(r: &pb::Run) -> Value {
 async fn run(command: &str, url: &str, a: &Args, env: &EnvMap) -> Result<Value> {
     let mut c = client(url, env)?;
     let ns = a
-        .value("namespace")
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
         .or_else(|| env.get_non_empty("BABYSITTER_NAMESPACE"))
         .unwrap_or_default()
         .to_owned();
@@ -179,7 +182,7 @@ async fn run(command: &str, url: &str, a: &Args, env: &EnvMap) -> Result<Value> 
                 .cancel_run(pb::CancelRunRequest {
                     namespace: ns,
                     run_id: a.run_id()?,
-                    reason: a.value("reason").unwrap_or_default().into(),
+                    reason: a.reason.clone().unwrap_or_default(),
                 })
                 .await?
                 .into_inner();

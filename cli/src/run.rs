@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use self::ui::Ui;
+use crate::flags::{Arg, Flags};
 
 /// Parsed `babysitter run` arguments.
 #[derive(Debug, Default)]
@@ -63,33 +64,24 @@ fn parse(args: &[String]) -> Result<Args> {
         concurrency: 4,
         ..Args::default()
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| -> Result<String> {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| anyhow!("{name} requires a value"))
-        };
-        match flag {
-            "--inputs" => a.inputs = Some(PathBuf::from(value("--inputs")?)),
-            "--runs-dir" => a.runs_dir = Some(PathBuf::from(value("--runs-dir")?)),
-            "--resume" => a.resume = Some(value("--resume")?),
-            "--harness" => a.harness = Some(value("--harness")?),
-            "--server" => a.server = Some(value("--server")?),
-            "--rules" => a.rules = Some(PathBuf::from(value("--rules")?)),
-            "--process-root" => {
+    let mut flags = Flags::new(args);
+    while let Some(arg) = flags.next_arg() {
+        let mut value = |name: &str| flags.value(name).map_err(anyhow::Error::msg);
+        match arg {
+            Arg::Flag("--inputs") => a.inputs = Some(PathBuf::from(value("--inputs")?)),
+            Arg::Flag("--runs-dir") => a.runs_dir = Some(PathBuf::from(value("--runs-dir")?)),
+            Arg::Flag("--resume") => a.resume = Some(value("--resume")?),
+            Arg::Flag("--harness") => a.harness = Some(value("--harness")?),
+            Arg::Flag("--server") => a.server = Some(value("--server")?),
+            Arg::Flag("--rules") => a.rules = Some(PathBuf::from(value("--rules")?)),
+            Arg::Flag("--process-root") => {
                 let dir = value("--process-root")?;
                 a.process_root = Some(
                     std::fs::canonicalize(&dir)
                         .with_context(|| format!("--process-root {dir}: no such folder"))?,
                 );
             }
-            "--concurrency" => {
+            Arg::Flag("--concurrency") => {
                 a.concurrency = value("--concurrency")?
                     .parse()
                     .context("--concurrency must be a positive number")?;
@@ -97,11 +89,11 @@ fn parse(args: &[String]) -> Result<Args> {
                     bail!("--concurrency must be at least 1");
                 }
             }
-            "--yes" | "-y" => a.yes = true,
-            "--json" => a.json = true,
-            "--help" | "-h" => bail!("{USAGE}"),
-            f if f.starts_with('-') => bail!("unknown flag {f}\n{USAGE}"),
-            p => {
+            Arg::Flag("--yes" | "-y") => a.yes = true,
+            Arg::Flag("--json") => a.json = true,
+            Arg::Flag("--help" | "-h") => bail!("{USAGE}"),
+            Arg::Flag(f) => bail!("unknown flag {f}\n{USAGE}"),
+            Arg::Positional(p) => {
                 if a.process.replace(p.to_owned()).is_some() {
                     bail!("one process file at a time\n{USAGE}");
                 }

@@ -31,6 +31,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::flags::{Arg, Flags};
+
 /// `babysitter up`'s configuration: each service's own config under its name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
@@ -73,27 +75,28 @@ pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
     let mut common = CommonArgs::default();
     let mut data_dir: Option<String> = None;
     let mut no_worker = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-            _ => (a.as_str(), None),
-        };
-        let mut value = || inline.clone().or_else(|| it.next().cloned());
-        match flag {
-            "--config" => common.config = value().map(PathBuf::from),
-            "--set" => match value() {
-                Some(v) => common.set.push(v),
-                None => return usage_error("--set needs KEY=VALUE"),
+    let mut flags = Flags::new(args);
+    while let Some(arg) = flags.next_arg() {
+        let value = match arg {
+            Arg::Flag(f @ ("--config" | "--set" | "--data-dir")) => match flags.value(f) {
+                Ok(v) => Some(v),
+                Err(e) => return usage_error(&e),
             },
-            "--data-dir" => data_dir = value(),
-            "--no-worker" => no_worker = true,
-            "--dump-config" => common.dump_config = true,
-            "-h" | "--help" => {
+            _ => None,
+        };
+        match (arg, value) {
+            (Arg::Flag("--config"), v) => common.config = v.map(PathBuf::from),
+            (Arg::Flag("--set"), Some(v)) => common.set.push(v),
+            (Arg::Flag("--data-dir"), v) => data_dir = v,
+            (Arg::Flag("--no-worker"), _) => no_worker = true,
+            (Arg::Flag("--dump-config"), _) => common.dump_config = true,
+            (Arg::Flag("-h" | "--help"), _) => {
                 eprintln!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            other => return usage_error(&format!("unknown argument `{other}`")),
+            (Arg::Flag(other) | Arg::Positional(other), _) => {
+                return usage_error(&format!("unknown argument `{other}`"));
+            }
         }
     }
     common.flags = json!({"data-dir": data_dir, "worker": no_worker.then_some(false)});

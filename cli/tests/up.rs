@@ -123,17 +123,22 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     let entry = proc_dir.path().join("main.mjs").display().to_string();
     // babysitter's loop against the server: the CLI drives the run (`run:iterate`), executes
     // what it is told and posts the results; the orchestrator keeps the journal.
-    let created = cli(&[
-        "run:create",
-        "--process-id",
-        "gated",
-        "--entry",
-        &entry,
-        "--json",
-    ]);
-    let run_id = created["runId"].as_str().unwrap().to_owned();
-    let it = cli(&["run:iterate", &run_id, "--json"]);
-    assert_eq!(it["status"], "waiting", "{it}");
+    // A new run of the gated process, iterated once: (run id, the iteration).
+    let started = || {
+        let created = cli(&[
+            "run:create",
+            "--process-id",
+            "gated",
+            "--entry",
+            &entry,
+            "--json",
+        ]);
+        let run_id = created["runId"].as_str().unwrap().to_owned();
+        let it = cli(&["run:iterate", &run_id, "--json"]);
+        assert_eq!(it["status"], "waiting", "{it}");
+        (run_id, it)
+    };
+    let (run_id, it) = started();
     assert_eq!(it["reason"], "breakpoint-waiting", "{it}");
     let bp = it["nextActions"][0].clone();
     assert_eq!(bp["kind"], "breakpoint");
@@ -183,6 +188,17 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-run"));
+    // `run:cancel` (ours: babysitter has none) ends a waiting run; a stray flag is refused.
+    let (waiting, _) = started();
+    let stray = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run:cancel", &waiting, "--force", "--server", &url])
+        .output()
+        .unwrap();
+    assert_eq!(stray.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&stray.stderr).contains("unknown flag --force"));
+    let cancelled = cli(&["run:cancel", &waiting, "--reason=not today"]);
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["runId"], waiting.as_str());
 
     // `babysitter run --server`: create, follow, approve with --yes, exit 0 with the output.
     let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
