@@ -208,58 +208,98 @@ pub async fn drive_run(
     yes: bool,
     json_out: bool,
 ) -> Result<u8> {
-    use std::io::IsTerminal;
     let mut c = client(url, env)?;
     let run_id = match (resume, process) {
         (Some(id), _) => id.to_owned(),
-        (None, Some(p)) => {
-            let inputs = match inputs {
-                Some(f) => {
-                    let bytes = std::fs::read(f)
-                        .with_context(|| format!("cannot read inputs file {}", f.display()))?;
-                    serde_json::from_slice::<Value>(&bytes)
-                        .with_context(|| format!("inputs file {} is not JSON", f.display()))?;
-                    Some(bytes.into())
-                }
-                None => None,
-            };
-            c.create_run(pb::CreateRunRequest {
-                process: Some(bundle(p).await?),
-                client_driven: false,
-                inputs_json: inputs,
-                ..Default::default()
-            })
-            .await?
-            .into_inner()
-            .run
-            .context("no run in the answer")?
-            .run_id
-        }
+        (None, Some(p)) => start_run(&mut c, p, inputs).await?,
         (None, None) => bail!("a process file or --resume <runId> is required"),
     };
-    let say = |v: Value, text: String| {
-        if json_out {
-            println!("{v}");
-        } else {
-            eprintln!("{text}");
-        }
+    let mut follow = Follow {
+        url,
+        run_id,
+        json_out,
+        labels: HashMap::new(),
+        asked: std::collections::HashSet::new(),
     };
-    say(
-        json!({"type": "run", "runId": run_id, "server": url}),
-        format!("run {run_id} on {url}"),
+    follow.say(
+        json!({"type": "run", "runId": follow.run_id, "server": url}),
+        format!("run {} on {url}", follow.run_id),
     );
     let mut stream = c
         .watch_run(pb::WatchRunRequest {
-            run_id: run_id.clone(),
+            run_id: follow.run_id.clone(),
             from_seq: 1,
             ..Default::default()
         })
         .await?
         .into_inner();
-    let mut labels: HashMap<String, String> = HashMap::new();
-    let mut asked = std::collections::HashSet::new();
     while let Some(m) = stream.message().await? {
-        for e in &m.events {
+        follow.show(&m.events);
+        let waiting_bp = m
+            .run
+            .as_ref()
+            .is_some_and(|r| r.pending_effects_by_kind.contains_key("breakpoint"));
+        if waiting_bp {
+            let approver = env.get_non_empty("USER").unwrap_or("cli");
+            follow.answer_breakpoints(&mut c, yes, approver).await?;
+        }
+    }
+    follow.finished(&mut c).await
+}
+
+/// Creates the run of `process` (with the inputs file, checked to be JSON) on the orchestrator,
+/// for it to drive; returns its id.
+async fn start_run(
+    c: &mut RunServiceClient<AuthedChannel>,
+    process: &str,
+    inputs: Option<&Path>,
+) -> Result<String> {
+    let inputs = match inputs {
+        Some(f) => {
+            let bytes = std::fs::read(f)
+                .with_context(|| format!("cannot read inputs file {}", f.display()))?;
+            serde_json::from_slice::<Value>(&bytes)
+                .with_context(|| format!("inputs file {} is not JSON", f.display()))?;
+            Some(bytes.into())
+        }
+        None => None,
+    };
+    Ok(c.create_run(pb::CreateRunRequest {
+        process: Some(bundle(process).await?),
+        client_driven: false,
+        inputs_json: inputs,
+        ..Default::default()
+    })
+    .await?
+    .into_inner()
+    .run
+    .context("no run in the answer")?
+    .run_id)
+}
+
+/// [`drive_run`] following one run: what it has said, and the breakpoints it has asked.
+struct Follow<'a> {
+    url: &'a str,
+    run_id: String,
+    json_out: bool,
+    /// Each requested effect's label, for its resolution line.
+    labels: HashMap<String, String>,
+    asked: std::collections::HashSet<String>,
+}
+
+impl Follow<'_> {
+    /// One NDJSON line on stdout with `--json`, else `text` on stderr.
+    fn say(&self, v: Value, text: String) {
+        if self.json_out {
+            println!("{v}");
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
+    /// Effects as they are requested and resolved.
+    fn show(&mut self, events: &[babysitter_proto::journal::v1::Event]) {
+        for e in events {
             let data: Value = serde_json::from_slice(&e.data_json).unwrap_or(Value::Null);
             let id = data["effectId"].as_str().unwrap_or_default().to_owned();
             match e.r#type.as_str() {
@@ -269,16 +309,16 @@ pub async fn drive_run(
                         .or(data["taskId"].as_str())
                         .unwrap_or("task")
                         .to_owned();
-                    say(
+                    self.say(
                         json!({"type": "effect.requested", "effectId": id, "kind": data["kind"], "label": name}),
                         format!("  → {name} ({})", data["kind"].as_str().unwrap_or("?")),
                     );
-                    labels.insert(id, name);
+                    self.labels.insert(id, name);
                 }
                 "EFFECT_RESOLVED" | "EFFECT_CANCELLED" => {
-                    let name = labels.get(&id).cloned().unwrap_or_else(|| id.clone());
+                    let name = self.labels.get(&id).cloned().unwrap_or_else(|| id.clone());
                     let ok = data["status"] == "ok";
-                    say(
+                    self.say(
                         json!({"type": "effect.resolved", "effectId": id, "status": data["status"]}),
                         format!("  {} {name}", if ok { "✓" } else { "✗" }),
                     );
@@ -286,86 +326,91 @@ pub async fn drive_run(
                 _ => {}
             }
         }
-        let waiting_bp = m
-            .run
-            .as_ref()
-            .is_some_and(|r| r.pending_effects_by_kind.contains_key("breakpoint"));
-        if !waiting_bp {
-            continue;
-        }
+    }
+
+    /// Each pending breakpoint not asked yet: approved with `--yes`, asked on the terminal, or
+    /// (neither) left waiting for an approver elsewhere.
+    async fn answer_breakpoints(
+        &mut self,
+        c: &mut RunServiceClient<AuthedChannel>,
+        yes: bool,
+        approver: &str,
+    ) -> Result<()> {
+        use std::io::IsTerminal;
         let bps = c
             .list_breakpoints(pb::ListBreakpointsRequest {
-                run_id: run_id.clone(),
+                run_id: self.run_id.clone(),
                 ..Default::default()
             })
             .await?
             .into_inner()
             .breakpoints;
         for bp in bps {
-            if !asked.insert(bp.effect_id.clone()) {
+            if !self.asked.insert(bp.effect_id.clone()) {
                 continue;
             }
             let payload: Value = serde_json::from_slice(&bp.payload_json).unwrap_or(Value::Null);
-            let question = payload["question"]
-                .as_str()
-                .unwrap_or("approve?")
-                .to_owned();
-            let approve = if yes {
-                Some(true)
+            let question = payload["question"].as_str().unwrap_or("approve?");
+            let approved = if yes {
+                true
             } else if std::io::stdin().is_terminal() {
                 eprint!("  ? {}: {question} [y/N] ", bp.label);
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line)?;
-                Some(matches!(line.trim(), "y" | "Y" | "yes"))
+                matches!(line.trim(), "y" | "Y" | "yes")
             } else {
-                say(
+                self.say(
                     json!({"type": "breakpoint.waiting", "effectId": bp.effect_id, "label": bp.label}),
                     format!(
-                        "  … {} waits for an approver (ResolveBreakpoint on {url})",
-                        bp.label
+                        "  … {} waits for an approver (ResolveBreakpoint on {})",
+                        bp.label, self.url
                     ),
                 );
-                None
+                continue;
             };
-            if let Some(approved) = approve {
-                c.resolve_breakpoint(pb::ResolveBreakpointRequest {
-                    run_id: run_id.clone(),
-                    effect_id: bp.effect_id.clone(),
-                    decision: if approved {
-                        pb::BreakpointDecision::Approve as i32
-                    } else {
-                        pb::BreakpointDecision::Reject as i32
-                    },
-                    approver: env.get_non_empty("USER").unwrap_or("cli").to_owned(),
-                    ..Default::default()
-                })
-                .await?;
-            }
+            c.resolve_breakpoint(pb::ResolveBreakpointRequest {
+                run_id: self.run_id.clone(),
+                effect_id: bp.effect_id.clone(),
+                decision: if approved {
+                    pb::BreakpointDecision::Approve as i32
+                } else {
+                    pb::BreakpointDecision::Reject as i32
+                },
+                approver: approver.to_owned(),
+                ..Default::default()
+            })
+            .await?;
         }
+        Ok(())
     }
-    let r = c
-        .get_run(pb::GetRunRequest {
-            run_id: run_id.clone(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .run
-        .context("no run in the answer")?;
-    let summary = run_json(&r);
-    say(
-        json!({"type": "run.finished", "run": summary}),
-        format!("run {run_id}: {}", status_name(r.status)),
-    );
-    if !json_out {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary["output"]).unwrap_or_default()
+
+    /// The run's end: its summary, its output (pretty, without `--json`) and the exit code (0
+    /// when it completed).
+    async fn finished(&self, c: &mut RunServiceClient<AuthedChannel>) -> Result<u8> {
+        let r = c
+            .get_run(pb::GetRunRequest {
+                run_id: self.run_id.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .run
+            .context("no run in the answer")?;
+        let summary = run_json(&r);
+        self.say(
+            json!({"type": "run.finished", "run": summary}),
+            format!("run {}: {}", self.run_id, status_name(r.status)),
         );
+        if !self.json_out {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary["output"]).unwrap_or_default()
+            );
+        }
+        Ok(if r.status == pb::RunStatus::Completed as i32 {
+            0
+        } else {
+            1
+        })
     }
-    Ok(if r.status == pb::RunStatus::Completed as i32 {
-        0
-    } else {
-        1
-    })
 }

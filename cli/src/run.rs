@@ -258,24 +258,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
 
 async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitCode> {
     let runs = runs_dir(&args, env)?;
-    let journal = Journal::new(Arc::new(fs.store(&runs)), crate::journal_options::for_cli());
-    let mut options = EngineOptions::new(&runs);
-    options.breakpoint_rules = match &args.rules {
-        // Given explicitly: it must be there and readable.
-        Some(file) => {
-            let file = std::env::current_dir()?.join(file);
-            if let Err(e) = std::fs::metadata(&file) {
-                bail!("rules file {}: {e}", file.display());
-            }
-            babysitter_engine::breakpoints::read_rules(&file)?;
-            Some(file)
-        }
-        None => {
-            crate::compat::paths::UserFiles::of(env, &std::env::current_dir()?).breakpoint_rules
-        }
-    };
-    options.process_root = args.process_root.clone();
-    let engine = Engine::new(journal, options)?;
+    let engine = open_engine(&args, env, &runs, fs)?;
     let run_id = match &args.resume {
         Some(id) => {
             engine
@@ -298,111 +281,199 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
             }
         });
     }
-    let interactive = std::io::stdin().is_terminal();
     let spinner = ui.spinner();
     let _stop_spinner = scopeguard(spinner);
-    let mut started: HashMap<String, tokio::time::Instant> = HashMap::new();
-    loop {
-        if stop.is_cancelled() {
-            return Ok(interrupted(ui, &run_id));
+    let mut driver = Driver {
+        args: &args,
+        ui,
+        engine,
+        run_id,
+        run_dir,
+        stop,
+        interactive: std::io::stdin().is_terminal(),
+        started: HashMap::new(),
+    };
+    driver.run().await
+}
+
+/// The engine over the filesystem journal at `runs`, with the breakpoint rules and process
+/// root the arguments name.
+fn open_engine(args: &Args, env: &EnvMap, runs: &Path, fs: FsRuntime) -> Result<Engine> {
+    let journal = Journal::new(Arc::new(fs.store(runs)), crate::journal_options::for_cli());
+    let mut options = EngineOptions::new(runs);
+    options.breakpoint_rules = match &args.rules {
+        // Given explicitly: it must be there and readable.
+        Some(file) => {
+            let file = std::env::current_dir()?.join(file);
+            if let Err(e) = std::fs::metadata(&file) {
+                bail!("rules file {}: {e}", file.display());
+            }
+            babysitter_engine::breakpoints::read_rules(&file)?;
+            Some(file)
         }
-        let it: Iteration = engine.iterate(&run_id).await?;
-        for w in &it.warnings {
-            ui.warn(w);
+        None => {
+            crate::compat::paths::UserFiles::of(env, &std::env::current_dir()?).breakpoint_rules
         }
-        match it.status {
+    };
+    options.process_root = args.process_root.clone();
+    Ok(Engine::new(journal, options)?)
+}
+
+/// One run being driven: iterate, then do what the iteration asks, until it ends, needs a
+/// harness, or is stopped.
+struct Driver<'a> {
+    args: &'a Args,
+    ui: &'a Ui,
+    engine: Engine,
+    run_id: String,
+    run_dir: PathBuf,
+    stop: CancellationToken,
+    /// A terminal to ask breakpoints on.
+    interactive: bool,
+    /// When each effect started executing (for the durations shown).
+    started: HashMap<String, tokio::time::Instant>,
+}
+
+/// What one iteration asks of the driver.
+#[derive(Default)]
+struct Plan {
+    /// Breakpoints, shell, node and hook effects, to do now.
+    runnable: Vec<Value>,
+    /// The earliest sleep's target (epoch ms).
+    sleep_until: Option<i64>,
+}
+
+impl Driver<'_> {
+    async fn run(&mut self) -> Result<ExitCode> {
+        loop {
+            if self.stop.is_cancelled() {
+                return Ok(interrupted(self.ui, &self.run_id));
+            }
+            let it: Iteration = self.engine.iterate(&self.run_id).await?;
+            for w in &it.warnings {
+                self.ui.warn(w);
+            }
+            if let Some(code) = self.finished(&it).await {
+                return Ok(code);
+            }
+            let plan = match self.plan(&it) {
+                Ok(plan) => plan,
+                Err(code) => return Ok(code),
+            };
+            let (breakpoints, work): (Vec<Value>, Vec<Value>) = plan
+                .runnable
+                .into_iter()
+                .partition(|a| a["kind"] == "breakpoint");
+            if let Some(code) = self.answer_breakpoints(&breakpoints).await? {
+                return Ok(code);
+            }
+            self.execute(work).await?;
+            if let Some(t) = plan.sleep_until
+                && !self.sleep_until(t).await
+            {
+                return Ok(interrupted(self.ui, &self.run_id));
+            }
+        }
+    }
+
+    /// The exit code, once the iteration has ended the run (after saying how it ended).
+    async fn finished(&self, it: &Iteration) -> Option<ExitCode> {
+        let (how, output, error, code) = match it.status {
+            IterationStatus::Waiting => return None,
             IterationStatus::Completed => {
-                ui.finished(
-                    &run_id,
-                    "completed",
-                    it.output.as_ref(),
-                    None,
-                    &engine,
-                    &started,
-                )
-                .await;
-                return Ok(ExitCode::SUCCESS);
+                ("completed", it.output.as_ref(), None, ExitCode::SUCCESS)
             }
-            IterationStatus::None => {
-                ui.finished(
-                    &run_id,
-                    it.reason.as_deref().unwrap_or("finished"),
-                    it.output.as_ref(),
-                    None,
-                    &engine,
-                    &started,
-                )
-                .await;
-                return Ok(ExitCode::SUCCESS);
-            }
-            IterationStatus::Failed | IterationStatus::Halted => {
-                ui.finished(
-                    &run_id,
-                    it.status.as_str(),
-                    None,
-                    it.error
-                        .as_ref()
-                        .or(it.reason.as_ref().map(|_| &Value::Null)),
-                    &engine,
-                    &started,
-                )
-                .await;
-                if let Some(r) = &it.reason {
-                    ui.warn(r);
-                }
-                return Ok(ExitCode::FAILURE);
-            }
-            IterationStatus::Waiting => {}
+            IterationStatus::None => (
+                it.reason.as_deref().unwrap_or("finished"),
+                it.output.as_ref(),
+                None,
+                ExitCode::SUCCESS,
+            ),
+            IterationStatus::Failed | IterationStatus::Halted => (
+                it.status.as_str(),
+                None,
+                it.error
+                    .as_ref()
+                    .or(it.reason.as_ref().map(|_| &Value::Null)),
+                ExitCode::FAILURE,
+            ),
+        };
+        self.ui
+            .finished(
+                &self.run_id,
+                how,
+                output,
+                error,
+                &self.engine,
+                &self.started,
+            )
+            .await;
+        if code == ExitCode::FAILURE
+            && let Some(r) = &it.reason
+        {
+            self.ui.warn(r);
         }
-        // Sleeps wait; everything else runs now (shell / node concurrently, breakpoints asked).
-        let mut runnable = Vec::new();
-        let mut sleep_until: Option<i64> = None;
+        Some(code)
+    }
+
+    /// Sleeps wait; everything else runs now (shell / node concurrently, breakpoints asked). A
+    /// kind this build cannot run stops the run with the exit code that says so.
+    fn plan(&self, it: &Iteration) -> Result<Plan, ExitCode> {
+        let mut plan = Plan::default();
         for a in &it.next_actions {
-            let id = a["effectId"].as_str().unwrap_or_default().to_owned();
+            let id = a["effectId"].as_str().unwrap_or_default();
             match a["kind"].as_str().unwrap_or_default() {
                 "sleep" => {
                     let t = a["taskDef"]["sleep"]["targetEpochMs"].as_i64().unwrap_or(0);
-                    sleep_until = Some(sleep_until.map_or(t, |s: i64| s.min(t)));
-                    ui.sleeping(&id, t);
+                    plan.sleep_until = Some(plan.sleep_until.map_or(t, |s: i64| s.min(t)));
+                    self.ui.sleeping(id, t);
                 }
-                "shell" | "node" | "breakpoint" | "hook" => runnable.push(a.clone()),
+                "shell" | "node" | "breakpoint" | "hook" => plan.runnable.push(a.clone()),
                 kind => {
-                    ui.blocked(a, kind);
-                    return Ok(needs_harness(ui, &run_id, kind));
+                    self.ui.blocked(a, kind);
+                    return Err(needs_harness(self.ui, &self.run_id, kind));
                 }
             }
         }
-        // Breakpoints first, one at a time, on the terminal.
-        for a in runnable.iter().filter(|a| a["kind"] == "breakpoint") {
+        Ok(plan)
+    }
+
+    /// Breakpoints, one at a time, on the terminal (or approved by `--yes` or an auto-approval
+    /// rule); a breakpoint nobody can answer stops the run, resumable.
+    async fn answer_breakpoints(&mut self, breakpoints: &[Value]) -> Result<Option<ExitCode>> {
+        for a in breakpoints {
             let id = a["effectId"].as_str().unwrap_or_default();
             let advice = &a["taskDef"]["autoApproval"];
             let answer = if advice["recommended"] == true {
                 let why = advice["reason"].as_str().unwrap_or("auto-approval rule");
-                ui.note(&format!("breakpoint auto-approved: {why}"));
+                self.ui.note(&format!("breakpoint auto-approved: {why}"));
                 Some(json!({"approved": true, "response": format!("auto-approved: {why}")}))
             } else {
-                ui::ask_breakpoint(a, args.yes, interactive && !args.json)?
+                ui::ask_breakpoint(a, self.args.yes, self.interactive && !self.args.json)?
             };
             let Some(answer) = answer else {
-                ui.warn("breakpoint needs an answer: run in a terminal, or pass --yes to approve breakpoints");
-                return Ok(interrupted(ui, &run_id));
+                self.ui.warn(
+                    "breakpoint needs an answer: run in a terminal, or pass --yes to approve breakpoints",
+                );
+                return Ok(Some(interrupted(self.ui, &self.run_id)));
             };
-            commit(&engine, &run_id, id, Ok(answer), None, None).await?;
-            ui.effect_done(a, true, None);
+            commit(&self.engine, &self.run_id, id, Ok(answer), None, None).await?;
+            self.ui.effect_done(a, true, None);
         }
-        let work: Vec<Value> = runnable
-            .into_iter()
-            .filter(|a| a["kind"] != "breakpoint")
-            .collect();
-        let sem = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
+        Ok(None)
+    }
+
+    /// Runs `work` (`--concurrency` at a time) and commits each result as it comes in.
+    async fn execute(&mut self, work: Vec<Value>) -> Result<()> {
+        let sem = Arc::new(tokio::sync::Semaphore::new(self.args.concurrency));
         let mut tasks = tokio::task::JoinSet::new();
         for a in work {
             let id = a["effectId"].as_str().unwrap_or_default().to_owned();
-            started.insert(id.clone(), tokio::time::Instant::now());
-            ui.effect_started(&a);
+            self.started.insert(id, tokio::time::Instant::now());
+            self.ui.effect_started(&a);
             let sem = sem.clone();
-            let stop = stop.clone();
-            let run_dir = run_dir.clone();
+            let stop = self.stop.clone();
+            let run_dir = self.run_dir.clone();
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
                 let effect_id = a["effectId"].as_str().unwrap_or_default().to_owned();
@@ -419,32 +490,44 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         }
         while let Some(joined) = tasks.join_next().await {
             let (a, out) = joined.map_err(|e| anyhow!("task executor crashed: {e}"))?;
-            if stop.is_cancelled() {
+            if self.stop.is_cancelled() {
                 continue;
             }
             let id = a["effectId"].as_str().unwrap_or_default();
-            let elapsed = started.get(id).map(|s| s.elapsed());
+            let elapsed = self.started.get(id).map(|s| s.elapsed());
             match out {
                 Ok(done) => {
                     let ok = done.outcome.is_ok();
-                    commit(&engine, &run_id, id, done.outcome, done.stdout, done.stderr).await?;
-                    ui.effect_done(&a, ok, elapsed);
+                    commit(
+                        &self.engine,
+                        &self.run_id,
+                        id,
+                        done.outcome,
+                        done.stdout,
+                        done.stderr,
+                    )
+                    .await?;
+                    self.ui.effect_done(&a, ok, elapsed);
                 }
                 Err(e) => {
-                    ui.effect_done(&a, false, elapsed);
+                    self.ui.effect_done(&a, false, elapsed);
                     return Err(anyhow::Error::new(e).context(format!("executing effect {id}")));
                 }
             }
         }
-        if let Some(t) = sleep_until {
-            let now = chrono::Utc::now().timestamp_millis();
-            if t > now {
-                let wait = std::time::Duration::from_millis((t - now) as u64);
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.cancelled() => return Ok(interrupted(ui, &run_id)),
-                }
-            }
+        Ok(())
+    }
+
+    /// Waits until `target` (epoch ms); false when stopped meanwhile.
+    async fn sleep_until(&self, target: i64) -> bool {
+        let now = chrono::Utc::now().timestamp_millis();
+        if target <= now {
+            return true;
+        }
+        let wait = std::time::Duration::from_millis((target - now) as u64);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => true,
+            _ = self.stop.cancelled() => false,
         }
     }
 }

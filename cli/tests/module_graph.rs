@@ -49,6 +49,7 @@ const JOURNAL_FS_PUBLIC: &[&str] = &[
     "FsStore",
     "FsRuntime",
     "HeldRun",
+    "RunHolder",
     "run_lock_holder",
     "pid_alive",
     "write_atomic",

@@ -50,7 +50,7 @@ fn quickstart_runs_end_to_end_without_keys() {
             "--json",
             "--runs-dir",
         ])
-        .arg(runs.path())
+        .arg(runs.path().join("runs"))
         .output()
         .unwrap();
     let ev = succeeded(&out);
@@ -79,7 +79,7 @@ fn quickstart_runs_end_to_end_without_keys() {
     );
     // The run is an ordinary babysitter run directory.
     let run_id = ev[0]["runId"].as_str().unwrap();
-    let journal = runs.path().join(run_id).join("journal");
+    let journal = runs.path().join("runs").join(run_id).join("journal");
     let n = std::fs::read_dir(journal).unwrap().count();
     assert!(n >= 16, "{n} journal events");
 }
@@ -370,7 +370,7 @@ fn process_root_confines_imports_and_can_be_given() {
             .arg("run")
             .arg(sub.join("p.mjs"))
             .args(["--json", "--runs-dir"])
-            .arg(runs.path())
+            .arg(runs.path().join("runs"))
             .args(extra)
             .output()
             .unwrap()

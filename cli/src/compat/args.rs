@@ -233,127 +233,133 @@ pub fn parse(argv: &[String]) -> Result<Parsed, ArgError> {
     let mut i = 0;
     while i < rest.len() {
         let arg = rest[i].as_str();
-        match arg {
-            "--help" | "-h" | "--help-human" => {
-                parsed.help = true;
-                i += 1;
-                continue;
-            }
-            "--version" | "-v" => {
-                parsed.command = Some("version".into());
-                i += 1;
-                continue;
-            }
-            _ => {}
-        }
-        if let Some(name) = boolean_flag(arg) {
-            match name {
-                "--interactive" => parsed.interactive = Some(true),
-                "--no-interactive" | "--non-interactive" => parsed.interactive = Some(false),
-                _ => {}
-            }
-            if !parsed.flags.contains(&name) {
-                parsed.flags.push(name);
-            }
-            i += 1;
-            continue;
-        }
-        // `--flag value` and (B22) `--flag=value`.
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") && value_flag(n).is_some() => (n, Some(v)),
-            _ => (arg, None),
-        };
-        if let Some((name, check)) = value_flag(name) {
-            let raw = match (inline, check) {
-                (Some(v), _) => Some(v.to_owned()),
-                (None, Check::Optional) => match rest.get(i + 1) {
-                    Some(next) if !next.is_empty() && !next.starts_with('-') => {
-                        i += 1;
-                        Some(next.clone())
-                    }
-                    _ => None,
-                },
-                (None, _) => {
-                    i += 1;
-                    rest.get(i).cloned()
-                }
-            };
-            i += 1;
-            let Some(raw) = raw else {
-                if check == Check::Optional {
-                    parsed.session_id_flag = true;
-                    continue;
-                }
-                return Err(ArgError(format!("{name} requires a value")));
-            };
-            if raw.is_empty() {
-                if check == Check::Optional {
-                    parsed.session_id_flag = true;
-                    continue;
-                }
-                return Err(ArgError(format!("{name} requires a value")));
-            }
-            let value = match check {
-                Check::Text | Check::Optional => raw,
-                Check::PositiveInt => positive_int(&raw)
-                    .map(|n| n.to_string())
-                    .map_err(|()| ArgError(format!("{name} must be a positive integer")))?,
-                Check::TaskStatus => {
-                    let v = raw.to_lowercase();
-                    if v != "ok" && v != "error" {
-                        return Err(ArgError(format!(
-                            "--status must be \"ok\" or \"error\" (received: {raw})"
-                        )));
-                    }
-                    v
-                }
-                Check::FinalStatus => {
-                    let v = raw.to_lowercase();
-                    if v != "completed" && v != "failed" {
-                        return Err(ArgError(format!(
-                            "--final-status must be \"completed\" or \"failed\" (received: {v})"
-                        )));
-                    }
-                    v
-                }
-            };
-            if name == "--run-id" {
-                parsed.run_ids.push(value.clone());
-            }
-            parsed.values.insert(name, value);
-            continue;
-        }
-        if arg.starts_with("--") && arg.len() > 2 {
-            parsed.ignored_flags.push(arg.to_owned());
-        } else {
-            positionals.push(arg.to_owned());
-        }
         i += 1;
+        match arg {
+            "--help" | "-h" | "--help-human" => parsed.help = true,
+            "--version" | "-v" => parsed.command = Some("version".into()),
+            _ => {
+                if let Some(name) = boolean_flag(arg) {
+                    parsed.set_flag(name);
+                } else if let Some((name, check, inline)) = split_value_flag(arg) {
+                    let raw = take_value(check, inline, rest, &mut i);
+                    match raw.filter(|v| !v.is_empty()) {
+                        Some(raw) => parsed.set_value(name, checked(name, check, raw)?),
+                        None if check == Check::Optional => parsed.session_id_flag = true,
+                        None => return Err(ArgError(format!("{name} requires a value"))),
+                    }
+                } else if arg.starts_with("--") && arg.len() > 2 {
+                    parsed.ignored_flags.push(arg.to_owned());
+                } else {
+                    positionals.push(arg.to_owned());
+                }
+            }
+        }
     }
     parsed.effect_id = parsed.value("--effect-id").map(str::to_owned);
-    match parsed.command.as_deref() {
-        Some("task:post" | "task:cancel" | "task:show") => {
-            let mut it = positionals.iter().cloned();
-            parsed.run_dir_arg = it.next();
-            if parsed.effect_id.is_none() {
-                parsed.effect_id = it.next();
-            }
-        }
-        Some(
-            "task:list"
-            | "run:assign-process"
-            | "run:status"
-            | "run:iterate"
-            | "run:events"
-            | "run:rebuild-state"
-            | "run:repair-journal"
-            | "run:recover-process-error"
-            | "run:halt",
-        ) => parsed.run_dir_arg = positionals.first().cloned(),
-        _ => {}
-    }
-    parsed.positionals = positionals;
+    parsed.place_positionals(positionals);
     Ok(parsed)
+}
+
+impl Parsed {
+    fn set_flag(&mut self, name: &'static str) {
+        match name {
+            "--interactive" => self.interactive = Some(true),
+            "--no-interactive" | "--non-interactive" => self.interactive = Some(false),
+            _ => {}
+        }
+        if !self.flags.contains(&name) {
+            self.flags.push(name);
+        }
+    }
+
+    fn set_value(&mut self, name: &'static str, value: String) {
+        if name == "--run-id" {
+            self.run_ids.push(value.clone());
+        }
+        self.values.insert(name, value);
+    }
+
+    /// The run directory (and, for the task commands, the effect id) given as positionals.
+    fn place_positionals(&mut self, positionals: Vec<String>) {
+        match self.command.as_deref() {
+            Some("task:post" | "task:cancel" | "task:show") => {
+                let mut it = positionals.iter().cloned();
+                self.run_dir_arg = it.next();
+                if self.effect_id.is_none() {
+                    self.effect_id = it.next();
+                }
+            }
+            Some(
+                "task:list"
+                | "run:assign-process"
+                | "run:status"
+                | "run:iterate"
+                | "run:events"
+                | "run:rebuild-state"
+                | "run:repair-journal"
+                | "run:recover-process-error"
+                | "run:halt",
+            ) => self.run_dir_arg = positionals.first().cloned(),
+            _ => {}
+        }
+        self.positionals = positionals;
+    }
+}
+
+/// A value flag as `--flag` or (B22) `--flag=value`: its name, check and inline value.
+fn split_value_flag(arg: &str) -> Option<(&'static str, Check, Option<&str>)> {
+    let (name, inline) = match arg.split_once('=') {
+        Some((n, v)) if n.starts_with("--") && value_flag(n).is_some() => (n, Some(v)),
+        _ => (arg, None),
+    };
+    value_flag(name).map(|(name, check)| (name, check, inline))
+}
+
+/// The flag's raw value: inline, or the next argument (`rest[*i]`, consumed). An optional
+/// value is only taken from a next argument that does not look like a flag.
+fn take_value(
+    check: Check,
+    inline: Option<&str>,
+    rest: &[String],
+    i: &mut usize,
+) -> Option<String> {
+    if let Some(v) = inline {
+        return Some(v.to_owned());
+    }
+    let next = rest.get(*i)?;
+    if check == Check::Optional && (next.is_empty() || next.starts_with('-')) {
+        return None;
+    }
+    *i += 1;
+    Some(next.clone())
+}
+
+/// `raw` validated (and normalised) as `name`'s value.
+fn checked(name: &str, check: Check, raw: String) -> Result<String, ArgError> {
+    Ok(match check {
+        Check::Text | Check::Optional => raw,
+        Check::PositiveInt => positive_int(&raw)
+            .map(|n| n.to_string())
+            .map_err(|()| ArgError(format!("{name} must be a positive integer")))?,
+        Check::TaskStatus => {
+            let v = raw.to_lowercase();
+            if v != "ok" && v != "error" {
+                return Err(ArgError(format!(
+                    "--status must be \"ok\" or \"error\" (received: {raw})"
+                )));
+            }
+            v
+        }
+        Check::FinalStatus => {
+            let v = raw.to_lowercase();
+            if v != "completed" && v != "failed" {
+                return Err(ArgError(format!(
+                    "--final-status must be \"completed\" or \"failed\" (received: {v})"
+                )));
+            }
+            v
+        }
+    })
 }
 
 #[cfg(test)]

@@ -44,9 +44,15 @@ pub async fn with_fs<T>(fs: FsRuntime, command: impl Future<Output = T>) -> T {
 /// The runtime of the command being run: [`Run::open`] puts the run's store on it and
 /// [`super::lock`] holds runs through it, so the command's own appends go ahead under its hold
 /// (a `flock` belongs to one open file description: a store of another runtime would wait for
-/// the hold like another process). Outside a command (a unit test), a runtime of its own.
-pub fn fs_runtime() -> FsRuntime {
-    FS.try_with(FsRuntime::clone).unwrap_or_default()
+/// the hold like another process). Called outside a command's scope (a task spawned from a
+/// command, a test that did not enter [`with_fs`]) it is an error, not a runtime of its own: that
+/// runtime's holds would not be the command's, and its store would wait on the command's hold.
+pub fn fs_runtime() -> Result<FsRuntime, String> {
+    FS.try_with(FsRuntime::clone).map_err(|_| {
+        "internal error: the journal runtime was used outside a command (run it under \
+         run_dir::with_fs)"
+            .to_owned()
+    })
 }
 
 /// An opened run: `<root>/<id>` with what it is read from.
@@ -105,7 +111,7 @@ impl Run {
         }
         // One command per process: file I/O in place (see FsStore::inline_io).
         let journal = Journal::new(
-            Arc::new(fs_runtime().store(&root).inline_io()),
+            Arc::new(fs_runtime()?.store(&root).inline_io()),
             crate::journal_options::for_cli(),
         );
         Ok(Run {
@@ -322,11 +328,6 @@ pub fn new_event(
     let mut ev = NewEvent::new(kind, Value::Object(data));
     ev.recorded_at = Some(babysitter_journal::journal::now_iso());
     ev
-}
-
-/// `run.json.completionProof`, or the derived one for runs that have none (spec §5.6).
-pub fn completion_proof(run_json: &Value) -> String {
-    babysitter_engine::lifecycle::completion_proof(run_json)
 }
 
 /// `{seq, ulid, type, recordedAt, filename, path, data}` (`serializeJournalEvent`).

@@ -430,11 +430,6 @@ impl JsHost {
         &self.context
     }
 
-    /// The rquickjs runtime (memory usage, GC). Do not replace its loader or interrupt handler.
-    pub fn runtime(&self) -> &Runtime {
-        &self.runtime
-    }
-
     /// Bytes the runtime has allocated (QuickJS `malloc_size`).
     pub fn memory_usage(&self) -> usize {
         usize::try_from(self.runtime.memory_usage().malloc_size).unwrap_or(0)
@@ -467,6 +462,7 @@ impl JsHost {
 
     /// The engine's object for its built-in modules, visible to them as `import.meta.engine`
     /// (and to nothing else). Fill it before the first module that uses it is loaded.
+    #[cfg(test)]
     pub fn engine_api<'js>(&self, ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         match slot(ctx, "engine")? {
             Some(o) => Ok(o),

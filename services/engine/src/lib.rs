@@ -14,7 +14,7 @@
 pub mod breakpoints;
 pub mod commit;
 mod drive;
-pub mod host;
+mod host;
 pub mod identity;
 pub mod iteration;
 mod js_value;
@@ -27,10 +27,10 @@ pub type FastSet<T> = std::collections::HashSet<T, rustc_hash::FxBuildHasher>;
 mod js_shape;
 #[cfg(test)]
 mod js_test;
-pub mod pool;
+mod pool;
 mod process_file;
 pub mod process_log;
-pub mod session;
+mod session;
 pub mod task_files;
 pub mod views;
 
@@ -40,8 +40,10 @@ use std::time::Duration;
 
 use babysitter_journal::{Journal, JournalError};
 
+pub use host::HostError;
 pub use iteration::{Iteration, IterationStatus};
 pub use pool::JsPlacement;
+pub use session::{EntryCheck, LogLine, ProcessState};
 
 /// Wall clock in epoch milliseconds (injectable for tests and golden reproduction).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;

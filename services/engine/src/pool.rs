@@ -147,10 +147,6 @@ impl Pool {
         })
     }
 
-    pub fn placement(&self) -> JsPlacement {
-        self.placement
-    }
-
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -163,16 +159,6 @@ impl Pool {
             Some(e) => (e.warm.take(), e.heavy),
             None => (None, false),
         }
-    }
-
-    /// The consumed head of the run's warm session, if it has one.
-    pub fn consumed(&self, run_id: &str) -> Option<u64> {
-        let cache = self.cache();
-        cache
-            .entries
-            .get(run_id)
-            .and_then(|e| e.warm.as_ref())
-            .map(|w| w.consumed)
     }
 
     /// Keeps the run's session warm (a poisoned one is dropped), evicting the least recently

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use babysitter_engine::ProcessState;
 use babysitter_engine::commit::Commit;
-use babysitter_engine::session::ProcessState;
 use babysitter_engine::{Engine, EngineOptions, IterationStatus};
 use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFiles;

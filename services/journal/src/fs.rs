@@ -39,7 +39,7 @@ mod runtime;
 mod seen;
 mod write;
 
-pub use lock::{HeldRun, pid_alive, run_lock_holder};
+pub use lock::{HeldRun, RunHolder, pid_alive, run_lock_holder};
 pub use runtime::FsRuntime;
 pub use write::write_atomic;
 use write::{

@@ -181,6 +181,13 @@ fn replace_bytes(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+    /// `package.json`, which must land in the temporary directory, not in `/tmp`.
+    fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("runs")
+    }
+
     use serde_json::json;
 
     use super::*;
@@ -244,7 +251,7 @@ mod tests {
             ..Default::default()
         };
         let j = Journal::new(
-            std::sync::Arc::new(crate::fs::FsStore::new(dir.path())),
+            std::sync::Arc::new(crate::fs::FsStore::new(runs(&dir))),
             options,
         );
         let run_files = RunFiles {

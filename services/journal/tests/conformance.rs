@@ -3,6 +3,7 @@
 //! suite in the `babysitter-tests` crate.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use babysitter_journal::config::{LimitsConfig, object_journal};
 use babysitter_journal::fs::{FsRuntime, FsStore};
@@ -10,6 +11,12 @@ use babysitter_journal::object::ObjectJournal;
 use babysitter_journal::store::JournalStore;
 use babysitter_journal::testsuite::{self, Factory};
 use object_store::ObjectStore;
+
+/// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+/// `package.json`, which must land in the temporary directory, not in `/tmp`.
+fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("runs")
+}
 
 fn memory() -> Factory {
     let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
@@ -95,7 +102,7 @@ fn inline_io_needs_no_blocking_pool() {
     use babysitter_journal::{EventType, Journal, JournalOptions, NewEvent};
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::new(
-        Arc::new(FsStore::new(dir.path().to_path_buf()).inline_io()),
+        Arc::new(FsStore::new(runs(&dir)).inline_io()),
         JournalOptions {
             background_snapshots: false,
             ..JournalOptions::default()
@@ -334,7 +341,7 @@ async fn object_layout_detects_a_flipped_byte_and_a_missing_batch() {
 async fn fs_run(fs: &FsRuntime, id: &str) -> (tempfile::TempDir, babysitter_journal::Journal) {
     let dir = tempfile::tempdir().unwrap();
     let journal = babysitter_journal::Journal::new(
-        Arc::new(fs.store(dir.path().to_path_buf())),
+        Arc::new(fs.store(runs(&dir))),
         babysitter_journal::JournalOptions::default(),
     );
     journal
@@ -353,28 +360,58 @@ async fn fs_run(fs: &FsRuntime, id: &str) -> (tempfile::TempDir, babysitter_jour
 /// A command's hold on a run (`FsRuntime::hold_run`, what the CLI takes around an iteration or
 /// a post):
 /// `run.lock` names this process for the whole hold, so the reference CLI waits instead of
-/// interleaving; this process's own appends go ahead under it; a nested hold does not end the
-/// outer one; the lock file goes with the last hold.
+/// interleaving; a second hold of the same runtime (another command the warm server runs) waits
+/// for the first and gets the run once it ends; this process's own appends go ahead under it; the
+/// lock file goes with the hold.
 #[tokio::test]
 async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
+    use babysitter_journal::fs::RunHolder;
     use babysitter_journal::{EventType, NewEvent};
     let fs = FsRuntime::new();
     let (dir, journal) = fs_run(&fs, "held").await;
-    let run_dir = dir.path().join("held");
+    let run_dir = runs(&dir).join("held");
     let lock_file = run_dir.join("run.lock");
     let pid_in_lock = || -> Option<u64> {
         let text = std::fs::read_to_string(&lock_file).ok()?;
         serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
     };
-    let outer = fs.hold_run(&run_dir, 4).unwrap();
+    let outer = fs.hold_run(&run_dir, Duration::ZERO, |_| {}).await.unwrap();
     assert_eq!(pid_in_lock(), Some(u64::from(std::process::id())));
-    let inner = fs.hold_run(&run_dir, 4).unwrap();
-    drop(inner);
+    let mut seen = Vec::new();
+    let second = fs
+        .hold_run(&run_dir, Duration::ZERO, |h| seen.push(h.clone()))
+        .await;
+    assert!(
+        matches!(second, Err(babysitter_journal::JournalError::Locked { .. })),
+        "a second hold of the same runtime must not get through: {second:?}"
+    );
+    assert!(seen.is_empty(), "no wait with a zero bound: {seen:?}");
     assert_eq!(
         pid_in_lock(),
         Some(u64::from(std::process::id())),
-        "a nested hold leaves the outer one in place"
+        "a refused hold leaves the first one in place"
     );
+    // A second hold waiting meanwhile says what it waits for, and gets the run once the first
+    // is released.
+    let (told, mut contended) = tokio::sync::mpsc::unbounded_channel();
+    let waiter = {
+        let fs = fs.clone();
+        let run_dir = run_dir.clone();
+        tokio::spawn(async move {
+            let held = fs
+                .hold_run(&run_dir, Duration::from_secs(60), |h| {
+                    let _ = told.send(h.clone());
+                })
+                .await;
+            held.map(drop)
+        })
+    };
+    let holder = tokio::time::timeout(Duration::from_secs(30), contended.recv())
+        .await
+        .expect("the second hold reports the run as held");
+    assert_eq!(holder, Some(RunHolder::Writer));
+    assert!(!waiter.is_finished(), "the second hold waits for the first");
+    // Appends under the hold neither wait on it nor remove its run.lock.
     // Appends under the hold neither wait on it nor remove its run.lock.
     for seq in 1..=3 {
         journal
@@ -394,6 +431,10 @@ async fn a_held_run_keeps_run_lock_and_lets_its_holder_append() {
         );
     }
     drop(outer);
+    waiter
+        .await
+        .unwrap()
+        .expect("the waiting hold gets the run once the first is released");
     assert!(!lock_file.try_exists().unwrap(), "released with the hold");
     // Without a hold, an append takes and releases the locks itself.
     journal
@@ -428,8 +469,8 @@ async fn a_held_run_commit_sees_an_unlocked_foreign_append() {
     for seq in 1..=2 {
         journal.append("held2", seq, ev()).await.unwrap();
     }
-    let run_dir = dir.path().join("held2");
-    let hold = fs.hold_run(&run_dir, 4).unwrap();
+    let run_dir = runs(&dir).join("held2");
+    let hold = fs.hold_run(&run_dir, Duration::ZERO, |_| {}).await.unwrap();
     assert_eq!(journal.head("held2").await.unwrap().seq, 2);
     // The reference appends seq 3 without taking run.lock: a copy of event 2 under a later ULID.
     let journal_dir = run_dir.join("journal");
@@ -459,7 +500,7 @@ async fn a_held_run_commit_sees_an_unlocked_foreign_append() {
     journal.append("held2", 4, ev()).await.unwrap();
     drop(hold);
     let fresh = Journal::new(
-        Arc::new(FsStore::new(dir.path().to_path_buf())),
+        Arc::new(FsStore::new(runs(&dir))),
         JournalOptions::default(),
     );
     let events = fresh.read("held2", 1, 0).await.unwrap();

@@ -13,6 +13,12 @@ use babysitter_journal::{Journal, JournalOptions};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use serde_json::json;
 
+/// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+/// `package.json`, which must land in the temporary directory, not in `/tmp`.
+fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("runs")
+}
+
 const RUN: &str = "wide";
 
 fn open_descriptors() -> usize {
@@ -71,7 +77,7 @@ async fn batches_wider_than_the_descriptor_limit_are_committed() {
             false => fs.store(root.to_path_buf()),
             true => fs.store(root.to_path_buf()).commit_log(),
         };
-        Journal::new(Arc::new(store(dir.path())), JournalOptions::default())
+        Journal::new(Arc::new(store(&runs(&dir))), JournalOptions::default())
             .create_run(
                 RUN,
                 RunFiles {
@@ -82,17 +88,17 @@ async fn batches_wider_than_the_descriptor_limit_are_committed() {
             .await
             .unwrap();
         // Wider than the limit itself.
-        append_and_read(dir.path(), store(dir.path()), 0, 150).await;
+        append_and_read(&runs(&dir), store(&runs(&dir)), 0, 150).await;
         // Narrow enough to be held open at once, but most descriptors are taken: opening them
         // runs out part way.
         let mut taken = Vec::new();
         while open_descriptors() < 64 - 12 {
             taken.push(std::fs::File::open("/dev/null").unwrap());
         }
-        append_and_read(dir.path(), store(dir.path()), 150, 32).await;
+        append_and_read(&runs(&dir), store(&runs(&dir)), 150, 32).await;
         drop(taken);
         assert!(
-            !std::fs::read_dir(dir.path().join(RUN).join("journal"))
+            !std::fs::read_dir(runs(&dir).join(RUN).join("journal"))
                 .unwrap()
                 .any(|e| e.unwrap().file_name().to_string_lossy().contains(".tmp-")),
             "no temp file left (commit log: {commit_log})"

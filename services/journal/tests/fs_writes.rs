@@ -13,6 +13,12 @@ use babysitter_journal::testsuite::requested;
 use babysitter_journal::{Journal, JournalOptions};
 use serde_json::{Value, json};
 
+/// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+/// `package.json`, which must land in the temporary directory, not in `/tmp`.
+fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("runs")
+}
+
 const RUN: &str = "fanout";
 
 fn journal(root: &Path) -> Journal {
@@ -72,9 +78,9 @@ fn leftovers(dir: &Path) -> Vec<String> {
 #[tokio::test]
 async fn a_fan_out_batch_is_written_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let j = created(dir.path()).await;
+    let j = created(&runs(&dir)).await;
     fan_out(&j, "E", 200, 1).await;
-    let fresh = journal(dir.path());
+    let fresh = journal(&runs(&dir));
     let events = fresh.read(RUN, 1, 0).await.unwrap();
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
@@ -93,7 +99,7 @@ async fn a_fan_out_batch_is_written_whole() {
         );
     }
     assert_eq!(
-        leftovers(&dir.path().join(RUN)),
+        leftovers(&runs(&dir).join(RUN)),
         Vec::<String>::new(),
         "no temp files"
     );
@@ -107,7 +113,7 @@ async fn a_fan_out_batch_is_written_whole() {
 #[tokio::test]
 async fn task_files_without_their_commit_leave_the_run_consistent() {
     let dir = tempfile::tempdir().unwrap();
-    let j = created(dir.path()).await;
+    let j = created(&runs(&dir)).await;
     fan_out(&j, "A", 40, 1).await;
     // Task files for a second fan-out, then the "crash": no append.
     let orphans: Vec<(RunFile, Value)> = (0..40)
@@ -122,10 +128,10 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
         .await
         .unwrap();
     drop(j);
-    let torn = dir.path().join(RUN).join("tasks/B007/task.json");
+    let torn = runs(&dir).join(RUN).join("tasks/B007/task.json");
     std::fs::write(&torn, b"{\"effectId\": \"B0").unwrap();
 
-    let j = journal(dir.path());
+    let j = journal(&runs(&dir));
     assert_eq!(
         j.head(RUN).await.unwrap().seq,
         40,
@@ -143,7 +149,7 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
     );
     // And the next iteration, with its own effects, commits each once.
     fan_out(&j, "C", 40, 41).await;
-    let events = journal(dir.path()).read(RUN, 1, 0).await.unwrap();
+    let events = journal(&runs(&dir)).read(RUN, 1, 0).await.unwrap();
     let ids: Vec<&str> = events
         .iter()
         .map(|e| e.body.data["effectId"].as_str().unwrap())
@@ -155,7 +161,7 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
     assert_eq!(unique.len(), 80, "no duplicated entries");
     assert!(ids[..40].iter().all(|id| id.starts_with('A')));
     assert!(ids[40..].iter().all(|id| id.starts_with('C')));
-    assert_eq!(leftovers(&dir.path().join(RUN)), Vec::<String>::new());
+    assert_eq!(leftovers(&runs(&dir).join(RUN)), Vec::<String>::new());
 }
 
 /// Two writers commit large batches to one run at once: each batch lands whole at its own
@@ -163,9 +169,9 @@ async fn task_files_without_their_commit_leave_the_run_consistent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_large_commits_never_share_a_sequence_number() {
     let dir = tempfile::tempdir().unwrap();
-    created(dir.path()).await;
+    created(&runs(&dir)).await;
     let writer = |name: &'static str| {
-        let root = dir.path().to_path_buf();
+        let root = runs(&dir);
         tokio::spawn(async move {
             let j = journal(&root);
             let mut committed = 0;
@@ -183,7 +189,7 @@ async fn concurrent_large_commits_never_share_a_sequence_number() {
     };
     let (a, b) = (writer("a"), writer("b"));
     let total = a.await.unwrap() + b.await.unwrap();
-    let events = journal(dir.path()).read(RUN, 1, 0).await.unwrap();
+    let events = journal(&runs(&dir)).read(RUN, 1, 0).await.unwrap();
     assert_eq!(events.len(), total);
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
@@ -208,8 +214,8 @@ async fn concurrent_large_commits_never_share_a_sequence_number() {
 #[tokio::test]
 async fn a_failed_task_file_write_fails_its_commit_and_names_no_event() {
     let dir = tempfile::tempdir().unwrap();
-    let j = created(dir.path()).await;
-    std::fs::write(dir.path().join(RUN).join("tasks/E017"), b"in the way").unwrap();
+    let j = created(&runs(&dir)).await;
+    std::fs::write(runs(&dir).join(RUN).join("tasks/E017"), b"in the way").unwrap();
     let effects: Vec<String> = (0..40).map(|i| format!("E{i:03}")).collect();
     let files = effects
         .iter()
@@ -222,9 +228,9 @@ async fn a_failed_task_file_write_fails_its_commit_and_names_no_event() {
         put.is_err() || append.is_err(),
         "the failed write is reported"
     );
-    let fresh = journal(dir.path());
+    let fresh = journal(&runs(&dir));
     assert_eq!(fresh.head(RUN).await.unwrap().seq, 0, "no event named");
-    assert_eq!(leftovers(&dir.path().join(RUN)), Vec::<String>::new());
+    assert_eq!(leftovers(&runs(&dir).join(RUN)), Vec::<String>::new());
     fan_out(&fresh, "F", 3, 1).await;
     assert_eq!(fresh.read(RUN, 1, 0).await.unwrap().len(), 3);
 }
@@ -235,9 +241,9 @@ async fn a_failed_task_file_write_fails_its_commit_and_names_no_event() {
 async fn a_long_journal_is_listed_whole() {
     use babysitter_journal::store::JournalStore as _;
     let dir = tempfile::tempdir().unwrap();
-    let journal_dir = dir.path().join(RUN).join("journal");
+    let journal_dir = runs(&dir).join(RUN).join("journal");
     std::fs::create_dir_all(&journal_dir).unwrap();
-    std::fs::write(dir.path().join(RUN).join("run.json"), "{}").unwrap();
+    std::fs::write(runs(&dir).join(RUN).join("run.json"), "{}").unwrap();
     let name = |seq: u64| {
         let ulid = ulid::Ulid::from_parts(1_700_000_000_000 + seq, 0);
         format!("{seq:06}.{ulid}.json")
@@ -248,7 +254,7 @@ async fn a_long_journal_is_listed_whole() {
     }
     std::fs::write(journal_dir.join("notes.txt"), "").unwrap();
     std::fs::write(journal_dir.join("000001.json.tmp-1-0"), "").unwrap();
-    let store = FsStore::new(dir.path().to_path_buf());
+    let store = FsStore::new(runs(&dir));
     let head = store.head(RUN, None).await.unwrap();
     assert_eq!(head.seq, 1500);
     assert_eq!(format!("{:06}.{}.json", head.seq, head.ulid), name(1500));

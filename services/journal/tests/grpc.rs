@@ -230,7 +230,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journal_service_over_tonic_in_process() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut client, shutdown, handle) = in_process(dir.path()).await;
+    let (mut client, shutdown, handle) = in_process(&dir.path().join("runs")).await;
     exercise(&mut client).await;
     // An open watch ends when the server shuts down, and the server finishes draining.
     let mut watch = client

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::protocol::{allow, block, parse_payload, str_field};
 use crate::compat::cli::Cli;
-use crate::compat::run_dir::{Run, completion_proof};
+use crate::compat::run_dir::Run;
 use crate::compat::session::binding::valid_session_id;
 use crate::compat::session::decide::{
     self, Approval, Continuation, Decision, Facts, Reason, Recovery, RunView, StateFields, decide,
@@ -38,6 +38,7 @@ use crate::compat::session::file::{
 use crate::compat::session::run_facts::{ObservedState, prior_fires, run_facts};
 use crate::compat::session::transcript::{extract_promise, transcript_text};
 use crate::compat::{lock, paths};
+use babysitter_engine::lifecycle::completion_proof;
 
 /// The stop hook for `harness`, its payload read from stdin.
 pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use babysitter_engine::EngineError;
-use babysitter_engine::host::HostError;
+use babysitter_engine::HostError;
 use babysitter_engine::lifecycle::Entrypoint;
 
 /// `<path>[#<export>]`, split at the last `#` (the import path as given, not yet relative to the

@@ -17,9 +17,10 @@ use serde_json::{Map, Value, json};
 
 use crate::compat::cli::Cli;
 use crate::compat::output;
-use crate::compat::run_dir::{Run, completion_proof};
+use crate::compat::run_dir::Run;
 use crate::compat::runtime_hooks::fire;
 use crate::compat::{client, runtime_hooks, usage};
+use babysitter_engine::lifecycle::completion_proof;
 
 /// The reference's reason for a waiting iteration (`deriveIterationReason` without hooks).
 fn waiting_reason(actions: &[Value]) -> String {

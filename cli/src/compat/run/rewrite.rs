@@ -170,7 +170,7 @@ pub async fn swap_journal(
     let staging = format!("{staging_prefix}.{stamp}");
     let backup = format!("{backup_prefix}.{stamp}");
     let dir = run_dir.to_path_buf();
-    let fs = crate::compat::run_dir::fs_runtime();
+    let fs = crate::compat::run_dir::fs_runtime().map_err(|e| anyhow::anyhow!(e))?;
     let backup_dir =
         tokio::task::spawn_blocking(move || fs.replace_journal(&dir, &sealed, &staging, &backup))
             .await

@@ -10,8 +10,9 @@ use serde_json::json;
 use super::run_facts::{ObservedState, run_facts};
 use super::session_error;
 use crate::compat::cli::Cli;
-use crate::compat::run_dir::{Run, completion_proof};
+use crate::compat::run_dir::Run;
 use crate::compat::{output, paths};
+use babysitter_engine::lifecycle::completion_proof;
 
 /// Observed state, pending kinds and (completed runs only) the completion proof.
 async fn facts(cli: &Cli<'_>, run_id: &str) -> Option<(ObservedState, String, Option<String>)> {

@@ -1,6 +1,6 @@
 //! The run's writer locks — the `journal/` directory's `flock` (babysitter-rs writers) and
 //! babysitter's `run.lock` (the reference CLI) — and the runtime's record of runs held for a
-//! whole command ([`super::FsRuntime::hold_run`]).
+//! whole command ([`super::FsRuntime::hold_run`], exclusive: one command at a time).
 //!
 //! While a runtime holds a run, no babysitter-rs writer and no lock-respecting reference
 //! writer can append to it, so the journal listing taken under the hold stays true: reads use
@@ -124,8 +124,7 @@ impl Holds {
 /// drop.
 #[derive(Debug)]
 pub struct HeldRun {
-    /// `None` for a nested hold: the outer one releases.
-    key: Option<PathBuf>,
+    key: PathBuf,
     /// `None` once released.
     lock: Option<RunLock>,
     runtime: FsRuntime,
@@ -133,42 +132,106 @@ pub struct HeldRun {
 
 impl Drop for HeldRun {
     fn drop(&mut self) {
-        let Some(key) = &self.key else { return };
         let shared = self.runtime.shared();
         // A commit-log write or settling that went ahead under the hold ends before the hold
         // does; one that starts after it takes the locks itself.
         let _guard = shared.settle.guard();
-        shared.holds.all().remove(key);
+        shared.holds.all().remove(&self.key);
         self.lock.take();
     }
+}
+
+/// Who holds a run that [`FsRuntime::hold_run`] is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunHolder {
+    /// A babysitter-rs command or writer: another hold of this runtime, or the journal's `flock`
+    /// taken by another runtime or process.
+    Writer,
+    /// The reference CLI: its `run.lock`, whose pid is alive.
+    RunLock { pid: i64, owner: String },
 }
 
 impl FsRuntime {
     /// Takes a run's writer locks (the `journal/` `flock` and babysitter's `run.lock` with this
     /// pid) for the whole of a command such as one iteration or one `task:post`, the way the
     /// reference's `withRunLock` holds them: a reference CLI started meanwhile waits on
-    /// `run.lock` instead of interleaving its appends with ours. Appends to the run through
-    /// stores of this runtime go ahead under the hold, as does a nested hold (the outer one
-    /// releases); a store of another runtime waits for it like another process. Blocking;
-    /// waits about `attempts` × 5 ms before failing with [`JournalError::Locked`].
-    pub fn hold_run(&self, run_dir: &Path, attempts: u32) -> Result<HeldRun> {
-        let holds = &self.shared().holds;
+    /// `run.lock` instead of interleaving its appends with ours.
+    ///
+    /// The hold is exclusive against every other holder — another command of this runtime (two
+    /// commands the warm server runs at once), another runtime or process, the reference CLI —
+    /// and waits for them quietly, up to `within`, calling `waiting` with the holder each time
+    /// it finds the run taken; past that it fails with [`JournalError::Locked`]. Appends to the
+    /// run through stores of this runtime go ahead under the hold; a store of another runtime
+    /// waits for it like another process. The run directory must exist (a hold never creates a
+    /// run).
+    pub async fn hold_run(
+        &self,
+        run_dir: &Path,
+        within: Duration,
+        mut waiting: impl FnMut(&RunHolder),
+    ) -> Result<HeldRun> {
+        if !run_dir.is_dir() {
+            return Err(JournalError::io(
+                run_dir.display(),
+                std::io::Error::new(ErrorKind::NotFound, "no such run directory"),
+            ));
+        }
         let run_id = run_dir
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let nested = holds.held(run_dir);
-        let lock = holds.lock_run(&run_id, run_dir, attempts)?;
-        let key = (!nested).then(|| held_key(run_dir));
-        if let Some(k) = &key {
-            holds.all().insert(
-                k.clone(),
-                Held {
-                    paths: vec![run_dir.to_path_buf(), k.clone()],
-                    listing: None,
-                },
-            );
+        let deadline = tokio::time::Instant::now() + within;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            // In place, without waiting: each attempt is a non-blocking `flock` and at most
+            // one `run.lock` creation (a trip to the blocking pool would cost a thread).
+            let holder = match self.try_hold(&run_id, run_dir) {
+                Ok(held) => return Ok(held),
+                Err(Contended(holder)) => holder,
+                Err(Failed(e)) => return Err(e),
+            };
+            if tokio::time::Instant::now() >= deadline {
+                let (pid, owner) = match holder {
+                    RunHolder::Writer => (-1, "another babysitter-rs command".to_owned()),
+                    RunHolder::RunLock { pid, owner } => (pid, owner),
+                };
+                return Err(JournalError::Locked { run_id, pid, owner });
+            }
+            waiting(&holder);
+            tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+
+    /// One attempt at [`FsRuntime::hold_run`].
+    fn try_hold(&self, run_id: &str, run_dir: &Path) -> std::result::Result<HeldRun, TryHold> {
+        let holds = &self.shared().holds;
+        // Checked and recorded under the registry's mutex, so two holds of this runtime never
+        // both get through (the second would otherwise pass as "held by us").
+        let mut all = holds.all();
+        let key = held_key(run_dir);
+        if all.contains_key(&key) || all.values().any(|h| h.paths.iter().any(|p| p == run_dir)) {
+            return Err(Contended(RunHolder::Writer));
+        }
+        let lock = match lock_run(run_id, run_dir, 1) {
+            Ok(lock) => lock,
+            Err(JournalError::Locked { pid, owner, .. }) => {
+                return Err(Contended(if pid > 0 {
+                    RunHolder::RunLock { pid, owner }
+                } else {
+                    RunHolder::Writer
+                }));
+            }
+            Err(e) => return Err(Failed(e)),
+        };
+        all.insert(
+            key.clone(),
+            Held {
+                paths: vec![run_dir.to_path_buf(), key.clone()],
+                listing: None,
+            },
+        );
+        drop(all);
         Ok(HeldRun {
             key,
             lock: Some(lock),
@@ -176,6 +239,13 @@ impl FsRuntime {
         })
     }
 }
+
+/// Why one attempt at a hold did not get it.
+enum TryHold {
+    Contended(RunHolder),
+    Failed(JournalError),
+}
+use TryHold::{Contended, Failed};
 
 /// Short, growing pauses between lock attempts: 0.25 ms … 5 ms (≈ 30 s over `lock_attempts`).
 fn backoff(attempt: u32) -> Duration {

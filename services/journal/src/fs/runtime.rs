@@ -231,7 +231,15 @@ fn swap_journal(
 
 #[cfg(test)]
 mod tests {
+
+    /// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+    /// `package.json`, which must land in the temporary directory, not in `/tmp`.
+    fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("runs")
+    }
+
     use std::sync::Arc;
+    use std::time::Duration;
 
     use serde_json::json;
 
@@ -253,7 +261,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (ours, theirs) = (FsRuntime::new(), FsRuntime::new());
         let journal = Journal::new(
-            Arc::new(ours.store(dir.path()).inline_io()),
+            Arc::new(ours.store(runs(&dir)).inline_io()),
             JournalOptions::default(),
         );
         let files = RunFiles {
@@ -262,11 +270,14 @@ mod tests {
         };
         journal.create_run(RUN, files).await.unwrap();
         journal.append(RUN, 1, event()).await.unwrap();
-        let mut other = theirs.store(dir.path()).inline_io();
+        let mut other = theirs.store(runs(&dir)).inline_io();
         other.lock_attempts = 2;
         let other = Journal::new(Arc::new(other), JournalOptions::default());
 
-        let hold = ours.hold_run(&dir.path().join(RUN), 4).unwrap();
+        let hold = ours
+            .hold_run(&runs(&dir).join(RUN), Duration::ZERO, |_| {})
+            .await
+            .unwrap();
         journal.append(RUN, 2, event()).await.unwrap();
         let refused = other.append(RUN, 3, event()).await;
         assert!(
@@ -275,13 +286,13 @@ mod tests {
         );
         assert!(
             theirs
-                .replace_journal(&dir.path().join(RUN), &[], "staging", "backup")
+                .replace_journal(&runs(&dir).join(RUN), &[], "staging", "backup")
                 .is_err(),
             "a runtime that does not hold the run may not replace its journal"
         );
         drop(hold);
         other.append(RUN, 3, event()).await.unwrap();
-        let names = std::fs::read_dir(dir.path().join(RUN).join("journal"))
+        let names = std::fs::read_dir(runs(&dir).join(RUN).join("journal"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(".json"))

@@ -192,6 +192,13 @@ impl Writing {
 
 #[cfg(test)]
 mod tests {
+
+    /// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+    /// `package.json`, which must land in the temporary directory, not in `/tmp`.
+    fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        dir.path().join("runs")
+    }
+
     use std::path::Path;
 
     use serde_json::json;
@@ -225,7 +232,7 @@ mod tests {
     async fn streamed_files_are_stored_as_a_batch_would_be() {
         let dir = tempfile::tempdir().unwrap();
         let stores: Vec<Arc<dyn crate::JournalStore>> = vec![
-            Arc::new(crate::fs::FsStore::new(dir.path())),
+            Arc::new(crate::fs::FsStore::new(runs(&dir))),
             Arc::new(crate::object::ObjectJournal::new(
                 Arc::new(object_store::memory::InMemory::new()),
                 "",
@@ -263,28 +270,28 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_stream_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let j = journal_with_run(Arc::new(crate::fs::FsStore::new(dir.path()))).await;
+        let j = journal_with_run(Arc::new(crate::fs::FsStore::new(runs(&dir)))).await;
         j.put_run_json_files("r1", vec![(task(0), json!({"kept": true}))])
             .await
             .unwrap();
-        let before = std::fs::read(dir.path().join("r1/tasks/E0/task.json")).unwrap();
+        let before = std::fs::read(runs(&dir).join("r1/tasks/E0/task.json")).unwrap();
         let mut stream = j.stream_run_json_files("r1").unwrap();
         for i in 0..50 {
             stream.push(task(i), doc(i));
         }
         stream.abandon().await;
-        let tasks: Vec<String> = std::fs::read_dir(dir.path().join("r1/tasks"))
+        let tasks: Vec<String> = std::fs::read_dir(runs(&dir).join("r1/tasks"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(tasks, vec!["E0".to_owned()]);
-        let e0: Vec<String> = std::fs::read_dir(dir.path().join("r1/tasks/E0"))
+        let e0: Vec<String> = std::fs::read_dir(runs(&dir).join("r1/tasks/E0"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(e0, vec!["task.json".to_owned()]);
         assert_eq!(
-            std::fs::read(dir.path().join("r1/tasks/E0/task.json")).unwrap(),
+            std::fs::read(runs(&dir).join("r1/tasks/E0/task.json")).unwrap(),
             before
         );
     }
@@ -294,21 +301,21 @@ mod tests {
     #[tokio::test]
     async fn a_failed_file_fails_the_stream_and_takes_the_others_with_it() {
         let dir = tempfile::tempdir().unwrap();
-        let j = journal_with_run(Arc::new(crate::fs::FsStore::new(dir.path()))).await;
+        let j = journal_with_run(Arc::new(crate::fs::FsStore::new(runs(&dir)))).await;
         // `tasks/E3` is a regular file: `tasks/E3/task.json` cannot be made.
-        std::fs::create_dir_all(dir.path().join("r1/tasks")).unwrap();
-        std::fs::write(dir.path().join("r1/tasks/E3"), b"x").unwrap();
+        std::fs::create_dir_all(runs(&dir).join("r1/tasks")).unwrap();
+        std::fs::write(runs(&dir).join("r1/tasks/E3"), b"x").unwrap();
         let mut stream = j.stream_run_json_files("r1").unwrap();
         for i in 0..6 {
             stream.push(task(i), doc(i));
         }
         let err = stream.finish().await.unwrap_err();
         assert!(err.to_string().contains("E3"), "{err}");
-        let left: Vec<String> = std::fs::read_dir(dir.path().join("r1/tasks"))
+        let left: Vec<String> = std::fs::read_dir(runs(&dir).join("r1/tasks"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(left, vec!["E3".to_owned()]);
-        assert!(!Path::new(&dir.path().join("r1/tasks/E0")).is_dir());
+        assert!(!Path::new(&runs(&dir).join("r1/tasks/E0")).is_dir());
     }
 }

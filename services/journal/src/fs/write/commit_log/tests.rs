@@ -8,6 +8,12 @@ use super::super::tests::{batch as events, borrowed, runtime};
 use super::super::{write_events, write_for_commit};
 use super::*;
 
+/// The runs root inside a test's temporary directory: a runs root's parent receives babysitter's
+/// `package.json`, which must land in the temporary directory, not in `/tmp`.
+fn runs(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("runs")
+}
+
 const RUN: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
 
 fn run_dir(dir: &Path) -> (PathBuf, PathBuf) {
@@ -60,7 +66,7 @@ fn batches_commit_through_the_log_and_settle() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let result = vec![(run.join("tasks/E9/result.json"), b"{\"ok\": 1}".to_vec())];
     write_for_commit(rt, &run, &borrowed(&result), true).unwrap();
     let small = events(&journal, 2);
@@ -107,7 +113,7 @@ fn batches_commit_through_the_log_and_settle() {
 fn dropping_the_runtime_settles_its_logs() {
     let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 3);
     write_events(runtime.shared(), &run, &journal, &borrowed(&evs), true).unwrap();
     let epoch = header(&run).epoch;
@@ -125,7 +131,7 @@ fn files_a_log_cannot_name_are_synced_instead() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let other = vec![(run.join("state/extra.json"), b"{}".to_vec())];
     write_for_commit(rt, &run, &borrowed(&other), true).unwrap();
     let evs = events(&journal, 3);
@@ -144,7 +150,7 @@ fn the_run_output_is_carried_and_restored() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let output = vec![(run.join("state/output.json"), b"{\"sum\": 200}\n".to_vec())];
     fs::create_dir_all(run.join("state")).unwrap();
     write_for_commit(rt, &run, &borrowed(&output), true).unwrap();
@@ -182,7 +188,7 @@ async fn a_crash_after_the_commit_point_loses_nothing() {
     let rt = runtime.shared();
     use crate::store::JournalStore as _;
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 40);
     let task = tasks(&run, 2);
     let mut first = refs(&evs[..30]);
@@ -201,7 +207,7 @@ async fn a_crash_after_the_commit_point_loses_nothing() {
     }
     fs::create_dir_all(task[1].0.parent().unwrap()).unwrap();
     fs::write(&task[1].0, b"{\"t\": \"rewritten\"}").unwrap();
-    let store = crate::fs::FsStore::new(dir.path()); // another process
+    let store = crate::fs::FsStore::new(runs(&dir)); // another process
     let head = store.head(RUN, None).await.unwrap();
     assert_eq!(head.seq, 40);
     for (p, b) in evs.iter().chain(&task[..1]) {
@@ -219,7 +225,7 @@ fn a_torn_record_is_ignored_and_cut_off() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 6);
     append(rt, &run, &refs(&evs[..3])).unwrap();
     append(rt, &run, &refs(&evs[3..])).unwrap();
@@ -251,7 +257,7 @@ fn a_record_of_another_epoch_ends_the_log() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 2);
     append(rt, &run, &refs(&evs[..1])).unwrap();
     let stale = fs::read(path(&run)).unwrap();
@@ -280,7 +286,7 @@ fn a_batch_not_named_whole_voids_its_record() {
     let rt = runtime.shared();
     for n in [3, 40] {
         let dir = tempfile::tempdir().unwrap();
-        let (run, journal) = run_dir(dir.path());
+        let (run, journal) = run_dir(&runs(&dir));
         let evs = events(&journal, n + 1);
         fs::write(&evs[n - 1].0, b"someone else's").unwrap();
         assert!(write_events(rt, &run, &journal, &borrowed(&evs[..n]), true).is_err());
@@ -322,7 +328,7 @@ fn a_batch_not_staged_voids_its_record() {
     let rt = runtime.shared();
     for n in [3, 40] {
         let dir = tempfile::tempdir().unwrap();
-        let (run, journal) = run_dir(dir.path());
+        let (run, journal) = run_dir(&runs(&dir));
         let evs = events(&journal, n);
         fs::remove_dir(&journal).unwrap();
         assert!(write_events(rt, &run, &journal, &borrowed(&evs), true).is_err());
@@ -345,7 +351,7 @@ fn a_first_version_log_is_still_recovered() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 3);
     let mut body = Vec::new();
     let count = encode_entries(&run, &refs(&evs), &mut body).unwrap();
@@ -394,8 +400,8 @@ fn log_names_stay_inside_the_run() {
         assert!(!valid_name(bad), "{bad}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let (run, _) = run_dir(dir.path());
-    let outside = dir.path().join("outside.json");
+    let (run, _) = run_dir(&runs(&dir));
+    let outside = runs(&dir).join("outside.json");
     assert!(append(rt, &run, &[(outside.as_path(), b"x".as_slice())]).is_err());
 }
 
@@ -406,7 +412,7 @@ fn a_reader_racing_the_log_being_emptied_reads_nothing() {
     let runtime = runtime();
     let rt = runtime.shared();
     let dir = tempfile::tempdir().unwrap();
-    let (run, journal) = run_dir(dir.path());
+    let (run, journal) = run_dir(&runs(&dir));
     let evs = events(&journal, 2);
     append(rt, &run, &refs(&evs)).unwrap();
     let Some((f, Kind::Current(h), len)) = open(&run, false).unwrap() else {
