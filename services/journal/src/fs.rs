@@ -476,23 +476,29 @@ impl JournalStore for FsStore {
             }
             let end = to.unwrap_or(u64::MAX);
             let mut out = Vec::new();
-            for e in entries
+            let mut metas = Vec::new();
+            let first = start + 1;
+            let read = entries
                 .iter()
                 .skip(start as usize)
                 .take_while(|e| e.seq <= end)
-            {
-                let path = journal_dir.join(&e.name);
-                let (bytes, meta) = seen::read_with_meta(&path)
-                    .map_err(|err| JournalError::io(path.display(), err))?;
-                let event = StoredEvent::from_file(&run_id, &e.name, &bytes)?;
-                this.seen.record(&run_id, e.seq, &meta);
-                chain.push(
-                    &event,
-                    &Location::file(&run_id, e.seq, format!("journal/{}", e.name)),
-                )?;
-                out.push(event);
-            }
-            Ok(out)
+                .try_for_each(|e| {
+                    let path = journal_dir.join(&e.name);
+                    let (bytes, meta) = seen::read_with_meta(&path)
+                        .map_err(|err| JournalError::io(path.display(), err))?;
+                    let event = StoredEvent::from_file(&run_id, &e.name, &bytes)?;
+                    chain.push(
+                        &event,
+                        &Location::file(&run_id, e.seq, format!("journal/{}", e.name)),
+                    )?;
+                    // In the chain: its seq is `first` + its index.
+                    metas.push(meta);
+                    out.push(event);
+                    Ok::<_, JournalError>(())
+                });
+            // What was verified stays recorded, also when a later file fails.
+            this.seen.record(&run_id, first, &metas);
+            read.map(|()| out)
         })
         .await
     }

@@ -137,18 +137,28 @@ impl Seen {
         result
     }
 
-    /// Records the identity of an event file just read and verified (its metadata taken on the
-    /// open file before the read, so a change during it shows at the next check).
-    pub(crate) fn record(&self, run_id: &str, seq: u64, meta: &std::fs::Metadata) {
-        let Some(i) = seq.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
+    /// Records the identities of event files just read and verified, from seq `first` on (each
+    /// one's metadata taken on the open file before the read, so a change during it shows at the
+    /// next check). Once per read, not per event: one lock and one key for a whole replay.
+    pub(crate) fn record(&self, run_id: &str, first: u64, metas: &[std::fs::Metadata]) {
+        let Some(from) = first.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
             return;
         };
-        let mut runs = self.lock();
-        let stamps = &mut runs.entry(run_id.to_owned()).or_default().stamps;
-        if stamps.len() <= i {
-            stamps.resize(i + 1, None);
+        if metas.is_empty() {
+            return;
         }
-        stamps[i] = Some(Stamp::of_meta(meta));
+        let mut runs = self.lock();
+        let stamps = match runs.get_mut(run_id) {
+            Some(seen) => &mut seen.stamps,
+            None => &mut runs.entry(run_id.to_owned()).or_default().stamps,
+        };
+        let end = from + metas.len();
+        if stamps.len() < end {
+            stamps.resize(end, None);
+        }
+        for (slot, meta) in stamps[from..end].iter_mut().zip(metas) {
+            *slot = Some(Stamp::of_meta(meta));
+        }
     }
 }
 
