@@ -104,11 +104,32 @@ pub struct Detector {
 
 impl Detector {
     /// Checks every harness: `binaries` wins over PATH; a configured path that does not work is
-    /// not replaced by one from PATH (the operator asked for that binary).
+    /// not replaced by one from PATH (the operator asked for that binary). The version checks run
+    /// at once (each may take up to its timeout: one after another, five could outlast an admin
+    /// request's deadline); the result is in [`HarnessKind::ALL`]'s order.
     pub async fn check_all(&self) -> Vec<HarnessCheck> {
+        let mut running = tokio::task::JoinSet::new();
+        for (i, kind) in HarnessKind::ALL.into_iter().enumerate() {
+            let this = self.clone();
+            running.spawn(async move { (i, this.check(kind).await) });
+        }
+        let mut outcomes: Vec<Option<Result<Detected, Unavailable>>> =
+            HarnessKind::ALL.iter().map(|_| None).collect();
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok((i, outcome)) => outcomes[i] = Some(outcome),
+                // A check that panicked: reported as unavailable below, not as a crash.
+                Err(e) => tracing::error!(error = %e, "a harness check failed"),
+            }
+        }
         let mut checks = Vec::with_capacity(HarnessKind::ALL.len());
-        for kind in HarnessKind::ALL {
-            let outcome = self.check(kind).await;
+        for (kind, outcome) in HarnessKind::ALL.into_iter().zip(outcomes) {
+            let outcome = outcome.unwrap_or_else(|| {
+                Err(Unavailable {
+                    path: None,
+                    reason: "the check did not finish".to_owned(),
+                })
+            });
             match &outcome {
                 Ok(d) => {
                     tracing::info!(harness = %kind, version = %d.version, path = %d.path.display(), "harness detected");
