@@ -422,6 +422,14 @@ impl JournalStore for FsStore {
                 .map(|(name, bytes)| (journal_dir.join(name), bytes.as_slice()))
                 .collect();
             write_events(rt, &dir, &journal_dir, &staged, this.commit_log)?;
+            // What this process wrote counts as verified: a view refreshed later stats the
+            // files instead of reading them back (a fan-out iteration wrote 200).
+            this.seen.record_written(
+                &run_id,
+                expected,
+                &journal_dir,
+                files.iter().map(|(name, _)| name.as_str()),
+            );
             for (name, _) in &files {
                 let (seq, _) = parse_file_name_ref(&run_id, name)?;
                 entries.push(Entry {

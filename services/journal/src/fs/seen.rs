@@ -162,6 +162,50 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// Records the identities of the event files this process just named, from seq `first` on,
+    /// as verified: their bytes are the ones it sealed. One `statat` each on the journal
+    /// directory; a file that cannot be stat'ed stays unknown (read and verified at the next
+    /// check, as before).
+    pub(crate) fn record_written<'a>(
+        &self,
+        run_id: &str,
+        first: u64,
+        journal_dir: &Path,
+        names: impl Iterator<Item = &'a str>,
+    ) {
+        let Ok(dir) = rustix::fs::open(
+            journal_dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) else {
+            return;
+        };
+        let stamps: Vec<Option<Stamp>> = names
+            .map(|name| {
+                rustix::fs::statat(&dir, name, rustix::fs::AtFlags::empty())
+                    .ok()
+                    .map(|st| Stamp::of(&st))
+            })
+            .collect();
+        let Some(from) = first.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        let mut runs = self.lock();
+        let seen = match runs.get_mut(run_id) {
+            Some(seen) => seen,
+            None => runs.entry(run_id.to_owned()).or_default(),
+        };
+        let end = from + stamps.len();
+        if seen.stamps.len() < end {
+            seen.stamps.resize(end, None);
+        }
+        for (slot, stamp) in seen.stamps[from..end].iter_mut().zip(stamps) {
+            *slot = stamp;
+        }
+    }
+}
+
 /// Checks `held`, the events from index `offset` (seq `offset + 1`) on, against `stamps`.
 fn check_files(
     run_id: &str,
@@ -278,6 +322,65 @@ mod tests {
         assert_ne!(edited, text);
         std::fs::write(target, edited).unwrap();
         id
+    }
+
+    /// The events a store committed are known by their identity right away: a view refreshed
+    /// later stats them instead of reading every one back (a 200-effect fan-out iteration read
+    /// its own 200 events again), and a change to one of them is still caught.
+    #[tokio::test]
+    async fn what_this_process_wrote_is_known_without_reading_it_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("runs");
+        let store = Arc::new(FsStore::new(&root));
+        let writer = Journal::new(store.clone(), JournalOptions::default());
+        let id = run_id("wrote");
+        writer
+            .create_run(
+                &id,
+                RunFiles {
+                    run_json: serde_json::json!({"runId": id, "processId": "p"}),
+                    inputs_json: None,
+                },
+            )
+            .await
+            .unwrap();
+        writer
+            .append(
+                &id,
+                1,
+                (0..20).map(|i| requested(&format!("e{i}"))).collect(),
+            )
+            .await
+            .unwrap();
+        {
+            let runs = store.seen.lock();
+            let stamps = &runs.get(&id).expect("the run is known").stamps;
+            assert_eq!(stamps.len(), 20);
+            assert!(stamps.iter().all(Option::is_some), "{stamps:?}");
+        }
+        let dir = root.join(&id).join("journal");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        names.sort();
+        let held: Vec<super::Entry> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| super::Entry {
+                seq: i as u64 + 1,
+                name: name.clone(),
+            })
+            .collect();
+        store.seen.check(&id, &dir, &held).expect("unchanged");
+        // Replaced under the writer: another inode, so read, and the bad checksum reported.
+        let target = dir.join(&names[2]);
+        let text = std::fs::read_to_string(&target).unwrap();
+        std::fs::remove_file(&target).unwrap();
+        std::fs::write(&target, text.replace("\"e2\"", "\"eX\"")).unwrap();
+        let err = store.seen.check(&id, &dir, &held).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
     }
 
     /// A reader opening a run from its snapshot trusts the events the snapshot covers, as a
