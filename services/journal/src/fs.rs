@@ -479,8 +479,15 @@ impl JournalStore for FsStore {
             if start == 0 {
                 this.seen.forget(&run_id);
             } else {
-                let held = entries.get(..start as usize).unwrap_or_default();
-                this.seen.check(&run_id, &journal_dir, held)?;
+                let holds = &this.runtime.shared().holds;
+                let under_hold = holds.checked(&dir);
+                if under_hold != Some(true) {
+                    let held = entries.get(..start as usize).unwrap_or_default();
+                    this.seen.check(&run_id, &journal_dir, held)?;
+                    if under_hold.is_some() {
+                        holds.mark_checked(&dir);
+                    }
+                }
             }
             let end = to.unwrap_or(u64::MAX);
             let mut out = Vec::new();

@@ -55,6 +55,10 @@ impl Drop for RunLock {
 struct Held {
     paths: Vec<PathBuf>,
     listing: Option<Arc<Vec<Entry>>>,
+    /// The event files a view holds were checked against what was verified (`fs/seen.rs`) under
+    /// this hold: no writer can change the journal until it ends, so one check covers the
+    /// command, as a one-shot command reads each file once.
+    checked: bool,
 }
 
 /// The runs whose writer locks a runtime holds for a whole command, by canonical run
@@ -106,7 +110,21 @@ impl Holds {
 
     /// Drops the held listing (the journal directory is being replaced).
     pub(super) fn forget_listing(&self, run_dir: &Path) {
-        self.with_held(run_dir, |h| h.listing = None);
+        self.with_held(run_dir, |h| {
+            h.listing = None;
+            h.checked = false;
+        });
+    }
+
+    /// Whether the run's event files were checked under this runtime's hold of it: `None` when
+    /// the runtime does not hold the run.
+    pub(super) fn checked(&self, run_dir: &Path) -> Option<bool> {
+        self.with_held(run_dir, |h| h.checked)
+    }
+
+    /// Notes that the run's event files were checked under the hold (no-op without one).
+    pub(super) fn mark_checked(&self, run_dir: &Path) {
+        self.with_held(run_dir, |h| h.checked = true);
     }
 
     /// Takes the run's writer locks for one write — or nothing, when this runtime holds the run
@@ -229,6 +247,7 @@ impl FsRuntime {
             Held {
                 paths: vec![run_dir.to_path_buf(), key.clone()],
                 listing: None,
+                checked: false,
             },
         );
         drop(all);
