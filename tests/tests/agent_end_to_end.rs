@@ -18,7 +18,7 @@
 //! `scripts/ensure-*.sh` (`<repo>/.ci-work/harness-*`); a missing one skips the test, saying
 //! why (`babysitter_tests::skip`: a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI). The
 //! config, CLI table and event checks are the launcher's `testing` module, shared with its
-//! `tests/real_harnesses.rs` (the same turn against a fake orchestrator).
+//! `tests/real_harnesses.rs` (the same turn with the real orchestrator in one process).
 
 #[path = "support/cluster.rs"]
 mod cluster;

@@ -5,13 +5,16 @@
 //!
 //! Run: `cargo bench -p babysitter-harness-launcher --bench launcher` (needs the CLIs from
 //! `scripts/ensure-*.sh`; a missing one is skipped, saying why). Everything runs on 127.0.0.1:
-//! the scripted model server, a fake orchestrator and the real `Worker` in this process, the
-//! harnesses as child processes (stopped with their process groups). `BENCH_N` = runs per
-//! harness and mode (default 3); the figure is the median.
+//! the scripted model server, the real orchestrator (its worker handlers called in process, see
+//! `tests/support/orchestrator.rs`) and the real `Worker` in this process, the harnesses as child
+//! processes (stopped with their process groups). The lease and the completion are timed where
+//! the worker receives and sends them (the support's recorder), so the orchestrator's own work
+//! (run creation, iterations, journal writes) is outside the worker's figures. `BENCH_N` = runs
+//! per harness and mode (default 3); the figure is the median.
 #![allow(clippy::print_stdout)] // a bench binary: its figures are its output
 
-#[path = "../tests/support/fake_orchestrator.rs"]
-mod fake_orchestrator;
+#[path = "../tests/support/orchestrator.rs"]
+mod orchestrator;
 #[path = "../tests/support/worker.rs"]
 mod worker;
 
@@ -28,6 +31,8 @@ use babysitter_harness_launcher::provider::ProviderConfig;
 use babysitter_transport_proxy::scripted::ScriptedServer;
 use serde_json::json;
 use tokio::time::Instant;
+
+use orchestrator::Orchestrator;
 
 const PROMPT: &str = "Create out.txt containing hello using the shell, then reply DONE";
 
@@ -52,15 +57,33 @@ fn installed(kind: HarnessKind) -> Option<PathBuf> {
     }
 }
 
-/// Seconds from `t0` until the scripted server has seen `n0 + 1` requests (polled every 2 ms).
-async fn first_request(s: &ScriptedServer, n0: usize, t0: Instant, limit: Duration) -> Option<f64> {
+/// When the scripted server had seen `n0 + 1` requests (polled every 2 ms), within `limit`.
+async fn first_request(s: &ScriptedServer, n0: usize, limit: Duration) -> Option<Instant> {
+    let t0 = Instant::now();
     while t0.elapsed() < limit {
         if s.requests().len() > n0 {
-            return Some(t0.elapsed().as_secs_f64());
+            return Some(Instant::now());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     None
+}
+
+/// When the task `name` was handed to the worker (its lease) and when the worker sent its
+/// completion.
+async fn lease_span(orch: &Orchestrator, name: &str) -> anyhow::Result<(Instant, Instant)> {
+    let completed = orch.sent(name).await.at;
+    let t = orch.task(name);
+    let leased = orch
+        .recorder()
+        .read(|l| {
+            l.assigned
+                .iter()
+                .find(|a| a.task.run_id == t.run_id && a.task.effect_id == t.effect_id)
+                .map(|a| a.at)
+        })
+        .ok_or_else(|| anyhow::anyhow!("{name}: no lease recorded"))?;
+    Ok((leased, completed))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -115,8 +138,7 @@ async fn direct(
         .spawn()?;
     let pid = child.id();
     let s2 = s.clone();
-    let first =
-        tokio::spawn(async move { first_request(&s2, n0, t0, Duration::from_secs(120)).await });
+    let first = tokio::spawn(async move { first_request(&s2, n0, Duration::from_secs(120)).await });
     let status = tokio::time::timeout(Duration::from_secs(180), child.wait()).await;
     let total = t0.elapsed().as_secs_f64();
     if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
@@ -124,7 +146,8 @@ async fn direct(
     }
     let ok = matches!(status, Ok(Ok(st)) if st.success());
     anyhow::ensure!(ok, "{kind} failed when run directly");
-    Ok((first.await?.unwrap_or(f64::NAN), total))
+    let first = first.await?.map(|t| t.duration_since(t0).as_secs_f64());
+    Ok((first.unwrap_or(f64::NAN), total))
 }
 
 fn vm_kib(field: &str) -> u64 {
@@ -173,7 +196,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let path = std::env::var("PATH").unwrap_or_default();
     let agents = config.settings(&EnvMap::new().with("PATH", path)).await;
-    let orch = fake_orchestrator::Running::start().await;
+    let orch = Orchestrator::start().await;
     let work = tempfile::tempdir()?;
     let w = worker::start_n(&orch, agents, work.path(), 5);
     orch.capabilities().await;
@@ -189,25 +212,25 @@ async fn main() -> anyhow::Result<()> {
             lease += 1;
             let id = format!("b{lease}");
             let n0 = scripted.requests().len();
-            let t0 = Instant::now();
+            let s2 = scripted.clone();
+            let first =
+                tokio::spawn(async move { first_request(&s2, n0, Duration::from_secs(180)).await });
             orch.push(
                 &id,
                 "agent",
                 json!({"kind": "agent", "execution": {"harness": kind.name()},
                                             "agent": {"prompt": PROMPT, "provider": kind.name()}}),
-            );
-            let first = first_request(&scripted, n0, t0, Duration::from_secs(120)).await;
+            )
+            .await;
             let r = orch.result(&id, Duration::from_secs(180)).await;
-            w_total.push(t0.elapsed().as_secs_f64());
-            w_first.push(first.unwrap_or(f64::NAN));
-            anyhow::ensure!(
-                matches!(
-                    r.outcome,
-                    Some(babysitter_proto::common::v1::task_result::Outcome::ValueJson(_))
-                ),
-                "{kind} failed through the worker: {:?}",
-                r.outcome
-            );
+            if let Err(e) = r.outcome() {
+                first.abort();
+                anyhow::bail!("{kind} failed through the worker: {e}");
+            }
+            let (leased, completed) = lease_span(&orch, &id).await?;
+            w_total.push(completed.duration_since(leased).as_secs_f64());
+            let first = first.await?;
+            w_first.push(first.map_or(f64::NAN, |t| t.duration_since(leased).as_secs_f64()));
         }
         let (df, dt, wf, wt) = (
             median(d_first),
@@ -229,21 +252,20 @@ async fn main() -> anyhow::Result<()> {
     // Five at once, one per harness: the worker's (this process's) memory meanwhile.
     let rss_before = vm_kib("VmRSS:");
     let mut peak = rss_before;
-    let ids: Vec<String> = kinds
-        .iter()
-        .map(|(k, _)| {
-            lease += 1;
-            let id = format!("c{lease}");
-            orch.push(
-                &id,
-                "agent",
-                json!({"kind": "agent", "execution": {"harness": k.name()},
-                                            "agent": {"prompt": PROMPT, "provider": k.name()}}),
-            );
-            id
-        })
-        .collect();
     let t0 = Instant::now();
+    let mut ids = Vec::new();
+    for (k, _) in &kinds {
+        lease += 1;
+        let id = format!("c{lease}");
+        orch.push(
+            &id,
+            "agent",
+            json!({"kind": "agent", "execution": {"harness": k.name()},
+                                        "agent": {"prompt": PROMPT, "provider": k.name()}}),
+        )
+        .await;
+        ids.push(id);
+    }
     {
         let done = async {
             for id in &ids {

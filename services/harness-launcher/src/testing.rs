@@ -4,9 +4,9 @@
 //! and the checks a "one shell call (`echo hello > out.txt`), then `DONE`" run must pass.
 //!
 //! Why it lives here: two suites run that same turn and must hold the CLIs to the same bar —
-//! the launcher's `tests/real_harnesses.rs` (the worker in-process, a fake orchestrator) and the
-//! workspace `tests/tests/agent_end_to_end.rs` (orchestrator, journal and launcher as real
-//! processes, which the launcher's own tests cannot reach without a cargo cycle). The scripted
+//! the launcher's `tests/real_harnesses.rs` (the worker and the real orchestrator in one
+//! process) and the workspace `tests/tests/agent_end_to_end.rs` (orchestrator, journal and
+//! launcher as separate processes, configured as deployed). The scripted
 //! server itself is `babysitter_transport_proxy::scripted`; with no script its built-in harness
 //! rule answers exactly this turn for every protocol.
 

@@ -1,13 +1,14 @@
 //! The admin API (`HarnessLauncherService`) over real gRPC on 127.0.0.1, in front of the real
-//! worker taking real shell tasks from the fake orchestrator: status lists a running task,
-//! cancel kills its process and completes it as cancelled, drain stops leasing and lets running
-//! tasks finish (or cancels them at its deadline), and the installed harnesses are what
-//! detection found on a PATH of stand-in executables.
+//! worker taking real shell tasks from the real orchestrator (in process, see
+//! `support/orchestrator.rs`): status lists a running task, cancel kills its process and
+//! completes it as cancelled, drain stops leasing and lets running tasks finish (or cancels them
+//! at its deadline), and the installed harnesses are what detection found on a PATH of stand-in
+//! executables.
 
 #[path = "support/admin.rs"]
 mod admin;
-#[path = "support/fake_orchestrator.rs"]
-mod fake_orchestrator;
+#[path = "support/orchestrator.rs"]
+mod orchestrator;
 #[path = "support/worker.rs"]
 mod worker;
 
@@ -22,13 +23,12 @@ use babysitter_harness_launcher::admin::LauncherAdmin;
 use babysitter_harness_launcher::config::AgentConfig;
 use babysitter_harness_launcher::harness::{Detector, available};
 use babysitter_harness_launcher::worker::Worker;
-use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::harness_launcher::v1 as pb;
 use babysitter_proto::harness_launcher::v1::harness_launcher_service_client::HarnessLauncherServiceClient;
 use serde_json::json;
 use tonic::Code;
 
-use fake_orchestrator::Running;
+use orchestrator::Orchestrator;
 
 /// Guards against a hung worker or server; never a timing assertion.
 const GUARD: Duration = Duration::from_secs(60);
@@ -94,11 +94,34 @@ fn alive(pid: i32) -> bool {
     rustix::process::test_kill_process(pid).is_ok()
 }
 
-fn task_error(r: &cpb::TaskResult) -> cpb::TaskError {
-    match &r.outcome {
-        Some(cpb::task_result::Outcome::Error(e)) => e.clone(),
+/// The error the worker completed the task `name` with (the orchestrator accepted it).
+async fn sent_error(orch: &Orchestrator, name: &str) -> (String, String) {
+    let result = orch.sent(name).await.request.result.unwrap_or_default();
+    match result.outcome {
+        Some(babysitter_proto::common::v1::task_result::Outcome::Error(e)) => (e.name, e.message),
         other => panic!("expected an error, got {other:?}"),
     }
+}
+
+/// What the journal holds for a shell task that did not succeed: babysitter stores a failed
+/// shell task as a value `{success: false, error, …}` (its F15), so the process sees it fail.
+fn assert_stored_failure(stored: &orchestrator::Stored, message: &str) {
+    let v = stored
+        .outcome()
+        .unwrap_or_else(|e| panic!("a failed shell task is stored as a value, got {e}"));
+    assert_eq!(
+        (&v["success"], &v["error"]),
+        (&json!(false), &json!(message)),
+        "{v}"
+    );
+}
+
+/// The worker's running task from `task`'s run, if it lists one.
+fn running<'a>(
+    s: &'a pb::GetStatusResponse,
+    task: &orchestrator::Task,
+) -> Option<&'a pb::RunningTask> {
+    s.running_tasks.iter().find(|t| t.run_id == task.run_id)
 }
 
 /// A shell task that records its pid, then becomes `sleep 600` (same pid).
@@ -106,33 +129,34 @@ fn sleeper(pid_file: &Path) -> serde_json::Value {
     json!({"shell": {"command": format!("echo $$ > {}; exec sleep 600", pid_file.display())}})
 }
 
-fn admin_for(worker: &Worker, orch: &Running) -> LauncherAdmin {
-    LauncherAdmin::new(worker, &orch.url, no_harnesses(), Vec::new())
+fn admin_for(worker: &Worker, orch: &Orchestrator) -> LauncherAdmin {
+    LauncherAdmin::new(worker, &orch.endpoint, no_harnesses(), Vec::new())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lists_a_running_task_and_cancel_kills_its_process() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let orch = Running::start().await;
+    let orch = Orchestrator::start().await;
     let pid_file = dir.path().join("pid");
-    orch.push("l1", "shell", sleeper(&pid_file));
+    let l1 = orch.push("l1", "shell", sleeper(&pid_file)).await;
     let w = worker::build(&orch, &dir.path().join("work"), 2);
     let server = admin::start(admin_for(&w, &orch)).await;
     let handle = worker::spawn(w);
     let mut client = server.client();
 
     let s = status_when(&mut client, "task l1 running", |s| {
-        s.running_tasks.iter().any(|t| t.lease_id == "l1")
+        running(s, &l1).is_some()
     })
     .await;
     assert_eq!(s.worker_id, "w1");
     assert_eq!(s.state(), pb::WorkerState::Ready);
-    assert_eq!(s.orchestrator_endpoint, orch.url);
+    assert_eq!(s.orchestrator_endpoint, orch.endpoint);
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
     let caps = s.capabilities.clone().unwrap_or_default();
     assert_eq!(caps.task_kinds, vec!["shell".to_owned()]);
     assert_eq!(caps.max_concurrency, 2);
     assert!(s.started_at.is_some());
+    assert_eq!(s.running_tasks.len(), 1);
     let t = &s.running_tasks[0];
     assert_eq!(
         (
@@ -142,15 +166,18 @@ async fn status_lists_a_running_task_and_cancel_kills_its_process() {
             t.attempt,
             t.harness.as_str()
         ),
-        ("shell", "run1", "eff-l1", 1, "")
+        ("shell", l1.run_id.as_str(), l1.effect_id.as_str(), 1, "")
     );
+    // Listed under the lease the orchestrator handed out.
+    assert_eq!(orch.leases("l1"), vec![t.lease_id.clone()]);
     assert!(t.started_at.is_some());
+    let lease = t.lease_id.clone();
 
     let pid = pid_in(&pid_file).await;
     assert!(alive(pid), "the task's process runs before the cancel");
     let r = client
         .cancel_task(pb::CancelTaskRequest {
-            lease_id: "l1".into(),
+            lease_id: lease.clone(),
             reason: "stopped from the admin api".into(),
         })
         .await
@@ -158,10 +185,17 @@ async fn status_lists_a_running_task_and_cancel_kills_its_process() {
         .into_inner();
     assert!(r.was_running);
 
-    // Completed as cancelled, the way a cancel from the orchestrator completes it.
-    let e = task_error(&orch.result("l1", GUARD).await);
-    assert_eq!(e.name, "EffectCancelledError");
-    assert_eq!(e.message, "stopped from the admin api");
+    // Completed as cancelled, the way a cancel from the orchestrator completes it, and
+    // journaled as the shell task's failure.
+    let stored = orch.result("l1", GUARD).await;
+    assert_eq!(
+        sent_error(&orch, "l1").await,
+        (
+            "EffectCancelledError".to_owned(),
+            "stopped from the admin api".to_owned()
+        )
+    );
+    assert_stored_failure(&stored, "stopped from the admin api");
     assert!(!alive(pid), "pid {pid} still exists after the cancel");
 
     status_when(&mut client, "no task running", |s| {
@@ -170,7 +204,7 @@ async fn status_lists_a_running_task_and_cancel_kills_its_process() {
     .await;
     let again = client
         .cancel_task(pb::CancelTaskRequest {
-            lease_id: "l1".into(),
+            lease_id: lease,
             reason: String::new(),
         })
         .await
@@ -202,28 +236,31 @@ async fn status_lists_a_running_task_and_cancel_kills_its_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_stops_leasing_and_lets_the_running_task_finish() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let orch = Running::start().await;
+    let orch = Orchestrator::start().await;
     let go = dir.path().join("go");
     // Runs until the test creates `go` (no clock involved).
     let wait_for_go = format!(
         "while [ ! -e {} ]; do sleep 0.05; done; echo finished",
         go.display()
     );
-    orch.push("l1", "shell", json!({"shell": {"command": wait_for_go}}));
+    let l1 = orch
+        .push("l1", "shell", json!({"shell": {"command": wait_for_go}}))
+        .await;
     // One slot: while l1 runs the worker does not poll, so l2 waits in the queue.
     let w = worker::build(&orch, &dir.path().join("work"), 1);
     let server = admin::start(admin_for(&w, &orch)).await;
     let handle = worker::spawn(w);
     let mut client = server.client();
     status_when(&mut client, "task l1 running", |s| {
-        s.running_tasks.iter().any(|t| t.lease_id == "l1")
+        running(s, &l1).is_some()
     })
     .await;
     orch.push(
         "l2",
         "shell",
         json!({"shell": {"command": "echo leased-after-drain"}}),
-    );
+    )
+    .await;
 
     let r = client
         .drain(pb::DrainRequest { deadline: None })
@@ -231,25 +268,18 @@ async fn drain_stops_leasing_and_lets_the_running_task_finish() {
         .unwrap_or_else(|s| panic!("drain: {s:?}"))
         .into_inner();
     assert_eq!(r.state(), pb::WorkerState::Draining);
-    let leases: Vec<&str> = r
-        .running_tasks
-        .iter()
-        .map(|t| t.lease_id.as_str())
-        .collect();
-    assert_eq!(leases, vec!["l1"]);
+    let leases: Vec<String> = r.running_tasks.iter().map(|t| t.lease_id.clone()).collect();
+    assert_eq!(leases, orch.leases("l1"));
     assert_eq!(status(&mut client).await.state(), pb::WorkerState::Draining);
 
     std::fs::write(&go, "").unwrap_or_else(|e| panic!("{e}"));
-    match orch.result("l1", GUARD).await.outcome {
-        Some(cpb::task_result::Outcome::ValueJson(v)) => {
-            let v: serde_json::Value = serde_json::from_slice(&v).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(v["stdout"], "finished\n");
-        }
-        other => panic!("l1 should have finished, got {other:?}"),
+    match orch.result("l1", GUARD).await.outcome() {
+        Ok(v) => assert_eq!(v["stdout"], "finished\n", "{v}"),
+        Err(e) => panic!("l1 should have finished, got {e}"),
     }
     assert_eq!(
-        orch.next_asked("l1"),
-        Some(0),
+        orch.next_asked("l1").await,
+        0,
         "a draining worker takes no task along with a completion"
     );
 
@@ -260,7 +290,10 @@ async fn drain_stops_leasing_and_lets_the_running_task_finish() {
     assert!(s.running_tasks.is_empty());
     // The loop returned by itself: it polls no more, and l2 was never leased.
     handle.returned(GUARD).await;
-    assert_eq!(orch.queued(), vec!["l2".to_owned()]);
+    assert!(
+        orch.queued_unleased("l2"),
+        "l2 waits in the orchestrator's queue, never leased"
+    );
     let again = client
         .drain(pb::DrainRequest { deadline: None })
         .await
@@ -275,15 +308,15 @@ async fn drain_stops_leasing_and_lets_the_running_task_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_deadline_cancels_the_tasks_left() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let orch = Running::start().await;
+    let orch = Orchestrator::start().await;
     let pid_file = dir.path().join("pid");
-    orch.push("l1", "shell", sleeper(&pid_file));
+    let l1 = orch.push("l1", "shell", sleeper(&pid_file)).await;
     let w = worker::build(&orch, &dir.path().join("work"), 1);
     let server = admin::start(admin_for(&w, &orch)).await;
     let handle = worker::spawn(w);
     let mut client = server.client();
     status_when(&mut client, "task l1 running", |s| {
-        s.running_tasks.iter().any(|t| t.lease_id == "l1")
+        running(s, &l1).is_some()
     })
     .await;
     let pid = pid_in(&pid_file).await;
@@ -295,12 +328,13 @@ async fn a_drain_deadline_cancels_the_tasks_left() {
         })
         .await
         .unwrap_or_else(|s| panic!("drain: {s:?}"));
-    let e = task_error(&orch.result("l1", GUARD).await);
-    assert_eq!(e.name, "EffectCancelledError");
+    let stored = orch.result("l1", GUARD).await;
+    let reason = babysitter_harness_launcher::worker::DRAIN_DEADLINE_REASON;
     assert_eq!(
-        e.message,
-        babysitter_harness_launcher::worker::DRAIN_DEADLINE_REASON
+        sent_error(&orch, "l1").await,
+        ("EffectCancelledError".to_owned(), reason.to_owned())
     );
+    assert_stored_failure(&stored, reason);
     assert!(
         !alive(pid),
         "pid {pid} still exists after the drain deadline"
@@ -348,10 +382,10 @@ async fn installed_harnesses_are_what_detection_found_on_path() {
     let detector = config.detector(&env);
     let checks = detector.check_all().await;
 
-    let orch = Running::start().await;
+    let orch = Orchestrator::start().await;
     let w = worker::build(&orch, &dir.path().join("work"), 1)
         .with_agents(config.settings_with(&env, available(&checks)));
-    let server = admin::start(LauncherAdmin::new(&w, &orch.url, detector, checks)).await;
+    let server = admin::start(LauncherAdmin::new(&w, &orch.endpoint, detector, checks)).await;
     let handle = worker::spawn(w);
     let mut client = server.client();
 

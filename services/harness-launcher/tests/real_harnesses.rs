@@ -1,18 +1,19 @@
 //! The real harness CLIs (pinned npm installs in `<repo>/.ci-work/harness-*`, put there by
 //! `scripts/ensure-{claude-code,codex,gemini-cli,pi,opencode}.sh`, which `.ci/run` calls) run an
-//! agent task through the real worker against the scripted model server: the model asks for one
-//! shell call (`echo hello > out.txt`), then answers `DONE`. Each run must leave `out.txt` in
-//! the task's project, complete the task with `"DONE"`, usage and metadata, and report a
-//! universal event stream with the tool call and result and zero `agent.unparsed`. Two runs go
-//! through the in-process transport proxy: Claude Code to an OpenAI-Chat upstream and Codex to
-//! an Anthropic upstream. A harness that is not installed skips the test, saying why (a failure
+//! agent task through the real worker, taking it from the real orchestrator (in process), against
+//! the scripted model server: the model asks for one shell call (`echo hello > out.txt`), then
+//! answers `DONE`. Each run must leave `out.txt` in the task's project, complete the task with
+//! `"DONE"`, usage and metadata (as the orchestrator journals them), and report a universal event
+//! stream with the tool call and result and zero `agent.unparsed` (as the orchestrator relays it
+//! to the run's watchers). Two runs go through the in-process transport proxy: Claude Code to an
+//! OpenAI-Chat upstream and Codex to an Anthropic upstream. A harness that is not installed skips the test, saying why (a failure
 //! under `BABYSITTER_REQUIRE_ALL=1`, as in CI; see `tests/src/skip.rs`).
 //!
 //! With `BABYSITTER_RECORD_FIXTURES=1` each run's native stdout is written to
 //! `tests/fixtures/native/<harness>.jsonl`, the parser fixtures replayed by the unit tests.
 
-#[path = "support/fake_orchestrator.rs"]
-mod fake_orchestrator;
+#[path = "support/orchestrator.rs"]
+mod orchestrator;
 #[path = "../../../tests/src/skip.rs"]
 mod skip;
 #[path = "support/worker.rs"]
@@ -29,6 +30,8 @@ use babysitter_transport_proxy::protocol::Protocol;
 use babysitter_transport_proxy::scripted::ScriptedServer;
 use serde_json::{Value, json};
 
+use orchestrator::{Orchestrator, Stored};
+
 /// One agent task for `cli` with a scripted provider speaking `upstream`.
 async fn run(cli: RealCli, upstream: Protocol, record: bool) {
     let Some(r) = run_task(cli, upstream, None, None).await else {
@@ -39,7 +42,7 @@ async fn run(cli: RealCli, upstream: Protocol, record: bool) {
 
 /// What one run left behind.
 struct Outcome {
-    r: cpb::TaskResult,
+    r: Stored,
     evs: Vec<cpb::AgentEvent>,
     project: tempfile::TempDir,
     requests: Vec<String>,
@@ -80,14 +83,15 @@ async fn run_task(
 
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let project = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let orch = fake_orchestrator::Running::start().await;
+    let orch = Orchestrator::start().await;
     let w = worker::start(&orch, agents, &tmp.path().join("work"));
     orch.push(
         "t1",
         "agent",
         json!({"kind": "agent", "execution": {"harness": harness, "cwd": project.path()},
                "agent": {"prompt": TOOL_TURN_PROMPT, "outputSchema": output_schema}}),
-    );
+    )
+    .await;
     // A guard against a hung CLI, not a timing assertion.
     let r = orch.result("t1", Duration::from_secs(240)).await;
     let evs = orch.events("t1").await;
@@ -115,8 +119,8 @@ fn check_tool_turn(cli: RealCli, upstream: Protocol, record: bool, o: Outcome) {
         requests,
     } = o;
     let harness = cli.harness;
-    let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
+    let stdout = r.stdout.clone();
+    let stderr = r.stderr.clone();
     if record {
         let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/native")
@@ -126,23 +130,22 @@ fn check_tool_turn(cli: RealCli, upstream: Protocol, record: bool, o: Outcome) {
     let ctx = format!(
         "{harness} via {upstream}\nrequests: {requests:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    match &r.outcome {
-        Some(cpb::task_result::Outcome::ValueJson(v)) => {
-            let v: Value = serde_json::from_slice(v).unwrap_or_default();
-            testing::check_done(&v, &ctx);
-        }
-        other => panic!("{other:?}\n{ctx}"),
+    match r.outcome() {
+        Ok(v) => testing::check_done(v, &ctx),
+        Err(e) => panic!("{e}\n{ctx}"),
     }
     testing::check_out_txt(project.path(), &ctx);
     testing::check_tool_turn_events(&evs, &ctx);
-    let usage = r.usage.clone().unwrap_or_default();
-    assert_eq!(usage.provider, testing::SCRIPTED_PROVIDER);
-    assert_eq!(usage.model, testing::SCRIPTED_MODEL);
+    // The usage the worker reported, journaled as the task's COST_TRACKED.
+    let usage = r.cost.clone().unwrap_or_default();
+    assert_eq!(usage["provider"], testing::SCRIPTED_PROVIDER, "{usage}");
+    assert_eq!(usage["model"], testing::SCRIPTED_MODEL, "{usage}");
+    let tokens = |k: &str| usage[k].as_u64().unwrap_or_default();
     assert!(
-        usage.input_tokens > 0 && usage.output_tokens > 0,
-        "{usage:?}\n{ctx}"
+        tokens("inputTokens") > 0 && tokens("outputTokens") > 0,
+        "{usage}\n{ctx}"
     );
-    let meta: Value = serde_json::from_slice(&r.metadata_json).unwrap_or_default();
+    let meta = r.metadata();
     assert_eq!(
         meta["viaProxy"].is_string(),
         !cli.speaks(upstream),
@@ -198,17 +201,14 @@ async fn structured(cli: RealCli) {
     let Some(o) = run_task(cli, cli.native, Some(script), Some(schema)).await else {
         return; // skipped: run_task recorded why
     };
-    match &o.r.outcome {
-        Some(cpb::task_result::Outcome::ValueJson(v)) => {
-            let v: Value = serde_json::from_slice(v).unwrap_or_default();
-            assert_eq!(
-                v,
-                json!({"ok": true, "files": ["out.txt"]}),
-                "{:?}",
-                o.requests
-            );
-        }
-        other => panic!("{other:?}\n{}", String::from_utf8_lossy(&o.r.stdout)),
+    match o.r.outcome() {
+        Ok(v) => assert_eq!(
+            v,
+            &json!({"ok": true, "files": ["out.txt"]}),
+            "{:?}",
+            o.requests
+        ),
+        Err(e) => panic!("{e}\n{}", o.r.stdout),
     }
 }
 

@@ -1,10 +1,12 @@
-//! The worker runs agent tasks end to end over gRPC with stand-in harness binaries (shell
-//! scripts): it advertises only the harnesses that answer `--version`, reports events while a
-//! task runs, completes with value, usage and metadata, and turns a crash, a hang and garbage
-//! into task errors — then still completes the next task (it stays healthy).
+//! The worker runs agent tasks end to end over gRPC, against the real orchestrator, with
+//! stand-in harness binaries (shell scripts): it advertises only the harnesses that answer
+//! `--version`, reports events while a task runs (relayed to the run's watchers), completes with
+//! value, usage and metadata (journaled), and turns a crash, a hang and garbage into task errors —
+//! then still completes the next task (it stays healthy). A task for a harness it does not
+//! advertise is never routed to it: the run says why instead of hanging silently.
 
-#[path = "support/fake_orchestrator.rs"]
-mod fake_orchestrator;
+#[path = "support/orchestrator.rs"]
+mod orchestrator;
 #[path = "support/worker.rs"]
 mod worker;
 
@@ -15,9 +17,10 @@ use std::time::Duration;
 use babysitter_common::EnvMap;
 use babysitter_harness_launcher::config::AgentConfig;
 use babysitter_harness_launcher::provider::ProviderConfig;
-use babysitter_proto::common::v1 as cpb;
 use babysitter_transport_proxy::protocol::Protocol;
 use serde_json::{Value, json};
+
+use orchestrator::Orchestrator;
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -40,13 +43,6 @@ echo hello > out.txt
 echo '{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"(Bash completed with no output)","is_error":false}]}}'
 echo '{"type":"assistant","message":{"id":"m2","model":"fake-model","content":[{"type":"text","text":"DONE"}]}}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"DONE","usage":{"input_tokens":300,"output_tokens":20}}'"#;
-
-fn err(r: &cpb::TaskResult) -> cpb::TaskError {
-    match &r.outcome {
-        Some(cpb::task_result::Outcome::Error(e)) => e.clone(),
-        other => panic!("expected an error, got {other:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it() {
@@ -72,7 +68,7 @@ async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it
     // PATH without any real harness: only the configured stand-in is detected.
     let env = EnvMap::new().with("PATH", "/usr/bin:/bin");
     let agents = config.settings(&env).await;
-    let orch = fake_orchestrator::Running::start().await;
+    let orch = Orchestrator::start_grpc().await;
     let w = worker::start(&orch, agents, &dir.path().join("work"));
 
     let caps = orch.capabilities().await;
@@ -102,57 +98,62 @@ async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it
         }
         t
     };
-    orch.push("crash", "agent", agent("crash please", json!({})));
+    orch.push("crash", "agent", agent("crash please", json!({})))
+        .await;
     orch.push(
         "hang",
         "agent",
         agent("hang please", json!({"timeoutMs": 1000})),
-    );
-    orch.push("garbage", "agent", agent("garbage please", json!({})));
+    )
+    .await;
+    orch.push("garbage", "agent", agent("garbage please", json!({})))
+        .await;
     let guard = Duration::from_secs(60);
 
-    let e = err(&orch.result("crash", guard).await);
+    // Each result as the orchestrator journaled it (`result.json`, the logs).
+    let r = orch.result("crash", guard).await;
+    let e = r.error();
     assert_eq!(
-        (e.name.as_str(), e.message.as_str()),
+        (&e["name"], &e["message"]),
         (
-            "AgentExitError",
-            "claude-code exited with code 2: fatal: out of credits"
+            &json!("AgentExitError"),
+            &json!("claude-code exited with code 2: fatal: out of credits")
         )
     );
-    let e = err(&orch.result("hang", guard).await);
-    assert_eq!(e.name, "AgentTimeoutError");
+    let r = orch.result("hang", guard).await;
+    assert_eq!(r.error()["name"], "AgentTimeoutError");
     let r = orch.result("garbage", guard).await;
-    let e = err(&r);
-    assert_eq!(e.name, "AgentOutputError");
-    assert_eq!(
-        String::from_utf8_lossy(&r.stdout),
-        "this is not stream-json\n"
-    );
-    let data: Value = serde_json::from_slice(&e.data_json).unwrap_or_default();
-    assert_eq!(data["stdout"], "this is not stream-json\n");
+    let e = r.error();
+    assert_eq!(e["name"], "AgentOutputError");
+    assert_eq!(r.stdout, "this is not stream-json\n");
+    assert_eq!(e["data"]["stdout"], "this is not stream-json\n");
 
     // Healthy afterwards: a good task completes with value, usage and events.
-    orch.push("good", "agent", agent("write the file", json!({})));
+    orch.push("good", "agent", agent("write the file", json!({})))
+        .await;
     let r = orch.result("good", guard).await;
-    match &r.outcome {
-        Some(cpb::task_result::Outcome::ValueJson(v)) => assert_eq!(&v[..], b"\"DONE\""),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(r.outcome(), Ok(&json!("DONE")), "{}", r.doc);
     assert_eq!(
         std::fs::read_to_string(project.join("out.txt")).unwrap_or_default(),
         "hello\n"
     );
-    let usage = r.usage.clone().unwrap_or_default();
+    // The usage the worker reported, journaled as the task's COST_TRACKED.
+    let usage = r.cost.clone().unwrap_or_default();
     assert_eq!(
         (
-            usage.provider.as_str(),
-            usage.model.as_str(),
-            usage.input_tokens,
-            usage.output_tokens
+            &usage["provider"],
+            &usage["model"],
+            &usage["inputTokens"],
+            &usage["outputTokens"]
         ),
-        ("local", "fake-model", 300, 20)
+        (
+            &json!("local"),
+            &json!("fake-model"),
+            &json!(300),
+            &json!(20)
+        )
     );
-    let meta: Value = serde_json::from_slice(&r.metadata_json).unwrap_or_default();
+    let meta = r.metadata();
     assert_eq!(meta["harness"], "claude-code");
     assert_eq!(meta["nativeSessionId"], "s1");
     let evs = orch.events("good").await;
@@ -167,14 +168,21 @@ async fn agent_tasks_run_through_the_worker_and_bad_runs_fail_without_hurting_it
         1
     );
 
-    // A task for a harness this worker does not have is an error, not a hang.
+    // A task for a harness this worker does not have is not a silent hang: the orchestrator
+    // routes by the harnesses the worker advertised, so it never hands the task over and says
+    // why in the run's status. (The worker's own refusal, should such a task reach it anyway,
+    // is `agent::tests::a_harness_that_is_not_installed_or_a_bad_task_fails_clearly`.)
     orch.push(
         "nocodex",
         "agent",
         json!({"kind": "agent", "execution": {"harness": "codex"}, "agent": {"prompt": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        orch.status_reason("nocodex", "no live worker").await,
+        "no live worker can run a `agent` task with harness `codex` in namespace `default`"
     );
-    let e = err(&orch.result("nocodex", guard).await);
-    assert_eq!(e.message, "harness `codex` is not installed on this worker");
+    assert!(orch.queued_unleased("nocodex"));
 
     w.stop().await;
     orch.stop().await;

@@ -1,6 +1,6 @@
-//! Starts the real [`Worker`] against a [`Running`] fake orchestrator; stopped (drained) by
-//! [`WorkerHandle::stop`]. [`build`] + [`spawn`] leave room to take the worker's admin handle
-//! before it runs.
+//! Starts the real [`Worker`] against the real [`Orchestrator`] (through its recorder); stopped
+//! (drained) by [`WorkerHandle::stop`]. [`build`] + [`spawn`] leave room to take the worker's
+//! admin handle before it runs.
 
 #![allow(dead_code)]
 
@@ -8,25 +8,24 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use babysitter_common::client::connect_lazy;
 use babysitter_harness_launcher::agent::AgentSettings;
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use tokio_util::sync::CancellationToken;
 
-use super::fake_orchestrator::Running;
+use super::orchestrator::Orchestrator;
 
 pub struct WorkerHandle {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
-pub fn start(orch: &Running, agents: AgentSettings, work_dir: &Path) -> WorkerHandle {
+pub fn start(orch: &Orchestrator, agents: AgentSettings, work_dir: &Path) -> WorkerHandle {
     start_n(orch, agents, work_dir, 2)
 }
 
 /// As [`start`], running up to `max_concurrency` tasks at once.
 pub fn start_n(
-    orch: &Running,
+    orch: &Orchestrator,
     agents: AgentSettings,
     work_dir: &Path,
     max_concurrency: usize,
@@ -35,8 +34,7 @@ pub fn start_n(
 }
 
 /// A worker `w1` offering `shell` tasks to `orch`, not running yet.
-pub fn build(orch: &Running, work_dir: &Path, max_concurrency: usize) -> Worker {
-    let channel = connect_lazy(&orch.url, None).unwrap_or_else(|e| panic!("{e}"));
+pub fn build(orch: &Orchestrator, work_dir: &Path, max_concurrency: usize) -> Worker {
     let settings = WorkerSettings {
         worker_id: "w1".into(),
         namespaces: vec![],
@@ -46,7 +44,7 @@ pub fn build(orch: &Running, work_dir: &Path, max_concurrency: usize) -> Worker 
         work_dir: work_dir.to_owned(),
         drain_timeout: Duration::from_secs(5),
     };
-    Worker::new(channel, settings)
+    Worker::with_api(orch.api(), settings)
 }
 
 /// Runs `worker` until [`WorkerHandle::stop`].

@@ -73,7 +73,8 @@ fn agent_event_of(e: cpb::AgentEvent) -> AgentEvent {
     }
 }
 
-fn agent_event_pb(e: &AgentEvent) -> cpb::AgentEvent {
+/// An agent event as `WatchRun` sends it (the wire form of the run manager's event).
+pub fn agent_event_pb(e: &AgentEvent) -> cpb::AgentEvent {
     let source = match e.source {
         AgentEventSource::Unspecified => cpb::AgentEventSource::Unspecified,
         AgentEventSource::Agent => cpb::AgentEventSource::Agent,
