@@ -862,7 +862,9 @@ pub mod run_service_client {
             self.inner.unary(req, path, codec).await
         }
         /// Records the result of an effect executed outside the worker protocol (external or
-        /// in-session executors; babysitter's `task:post`). Idempotent for an identical result.
+        /// in-session executors; babysitter's `task:post`). Idempotent for an identical result. Client
+        /// role only (workers complete under their lease); a breakpoint answered here records the caller
+        /// as its `principal`.
         pub async fn post_task_result(
             &mut self,
             request: impl tonic::IntoRequest<super::PostTaskResultRequest>,
@@ -1004,7 +1006,9 @@ pub mod run_service_server {
             tonic::Status,
         >;
         /// Records the result of an effect executed outside the worker protocol (external or
-        /// in-session executors; babysitter's `task:post`). Idempotent for an identical result.
+        /// in-session executors; babysitter's `task:post`). Idempotent for an identical result. Client
+        /// role only (workers complete under their lease); a breakpoint answered here records the caller
+        /// as its `principal`.
         async fn post_task_result(
             &self,
             request: tonic::Request<super::PostTaskResultRequest>,

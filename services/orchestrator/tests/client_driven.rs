@@ -127,6 +127,7 @@ async fn a_client_driven_run_moves_only_when_its_client_iterates_it_across_a_res
                 outcome: Some(Ok(json!("by the client"))),
                 ..Default::default()
             },
+            "a client",
         )
         .await
         .unwrap();
@@ -195,6 +196,7 @@ async fn a_forced_halt_seals_a_run_that_has_already_ended() {
             outcome: Some(Ok(json!(1))),
             ..Default::default()
         },
+        "a client",
     )
     .await
     .unwrap();

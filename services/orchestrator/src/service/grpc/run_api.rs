@@ -404,13 +404,16 @@ impl RunService for RunApi {
         &self,
         req: Request<pb::PostTaskResultRequest>,
     ) -> Result<Response<pb::PostTaskResultResponse>, Status> {
-        let who = authorize(&req, &[Role::Client, Role::Worker])?;
+        // A client's call, as `task:post` is a person's or a CI job's: a worker returns what it
+        // executed under its lease (CompleteTask) and may not settle effects it holds no lease
+        // for — least of all a breakpoint, which is someone's decision.
+        let who = authorize(&req, CLIENT)?;
         let r = req.into_inner();
         let ns = namespace_for(&who, &r.namespace)?;
         let outcome = outcome_of(r.result)?;
         let (seq, already) = self
             .manager
-            .post_result(&ns, &r.run_id, &r.effect_id, outcome)
+            .post_result(&ns, &r.run_id, &r.effect_id, outcome, &who.name)
             .await?;
         Ok(Response::new(pb::PostTaskResultResponse {
             resolved_seq: seq,

@@ -304,9 +304,18 @@ impl RunManager {
         namespace: &str,
         run_id: &str,
         effect_id: &str,
-        outcome: TaskOutcome,
+        mut outcome: TaskOutcome,
+        principal: &str,
     ) -> Result<(u64, bool)> {
-        self.record(namespace, run_id, effect_id).await?;
+        let record = self.record(namespace, run_id, effect_id).await?;
+        // A breakpoint answered this way (babysitter's `task:post` on a breakpoint) records who
+        // answered it, as ResolveBreakpoint does: the authenticated caller, not what the value
+        // claims.
+        if record.kind.as_deref() == Some("breakpoint")
+            && let Some(Ok(Value::Object(value))) = &mut outcome.outcome
+        {
+            value.insert("principal".into(), json!(principal));
+        }
         let settled = self.settle(run_id, effect_id, outcome).await?;
         self.inner.queue.remove(run_id, effect_id);
         if matches!(settled, Settled::New(_)) && self.is_live_client_driven(run_id) {
