@@ -864,7 +864,7 @@ pub mod run_service_client {
         /// Records the result of an effect executed outside the worker protocol (external or
         /// in-session executors; babysitter's `task:post`). Idempotent for an identical result. Client
         /// role only (workers complete under their lease); a breakpoint answered here records the caller
-        /// as its `principal`.
+        /// as `principal` in its result's metadata.
         pub async fn post_task_result(
             &mut self,
             request: impl tonic::IntoRequest<super::PostTaskResultRequest>,
@@ -1008,7 +1008,7 @@ pub mod run_service_server {
         /// Records the result of an effect executed outside the worker protocol (external or
         /// in-session executors; babysitter's `task:post`). Idempotent for an identical result. Client
         /// role only (workers complete under their lease); a breakpoint answered here records the caller
-        /// as its `principal`.
+        /// as `principal` in its result's metadata.
         async fn post_task_result(
             &self,
             request: tonic::Request<super::PostTaskResultRequest>,

@@ -1,7 +1,8 @@
 //! `PostTaskResult` is a client's call (issue 25 item 4): a worker token may not settle an effect
 //! it holds no lease for — not a breakpoint in any namespace, not a task — and a breakpoint
-//! answered through it records the authenticated caller as its principal, as ResolveBreakpoint
-//! does, whatever the posted value claims.
+//! answered through it records the authenticated caller as its principal in `result.json`'s
+//! metadata, whatever the posted value claims (the value itself stays as posted: the process
+//! sees what babysitter's CLI would have recorded).
 
 #[path = "support/service.rs"]
 mod service_support;
@@ -77,13 +78,23 @@ async fn only_clients_post_results_and_a_posted_breakpoint_answer_names_its_prin
         .breakpoints;
     assert_eq!(still.len(), 1, "the breakpoint still waits");
 
-    // The client's answer is journaled with the client as its principal, whatever it claimed.
+    // The client's answer is journaled as posted, with the client as its principal.
     a.post_task_result(post(json!({"approved": true, "principal": "ceo"})))
         .await
         .expect("a client posts");
     let (_, last) = watch_all(&mut a, "a", &run.run_id).await;
     assert_eq!(last.status, pb::RunStatus::Completed as i32);
     let output: Value = serde_json::from_slice(&last.output_json).expect("output is JSON");
-    assert_eq!(output["approved"], true);
-    assert_eq!(output["principal"], "client-a-user", "{output}");
+    assert_eq!(output, json!({"approved": true, "principal": "ceo"}));
+    let result_json = s
+        .dir
+        .path()
+        .join("runs")
+        .join(&run.run_id)
+        .join("tasks")
+        .join(&bp.effect_id)
+        .join("result.json");
+    let result: Value = serde_json::from_slice(&std::fs::read(&result_json).expect("result.json"))
+        .expect("result.json is JSON");
+    assert_eq!(result["metadata"]["principal"], "client-a-user", "{result}");
 }

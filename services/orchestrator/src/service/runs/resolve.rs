@@ -309,12 +309,15 @@ impl RunManager {
     ) -> Result<(u64, bool)> {
         let record = self.record(namespace, run_id, effect_id).await?;
         // A breakpoint answered this way (babysitter's `task:post` on a breakpoint) records who
-        // answered it, as ResolveBreakpoint does: the authenticated caller, not what the value
-        // claims.
-        if record.kind.as_deref() == Some("breakpoint")
-            && let Some(Ok(Value::Object(value))) = &mut outcome.outcome
-        {
-            value.insert("principal".into(), json!(principal));
+        // answered it: the authenticated caller, in the result's metadata. The value stays what
+        // was posted (the process sees it, and must see what babysitter's CLI would record).
+        if record.kind.as_deref() == Some("breakpoint") {
+            let mut metadata = match outcome.metadata.take() {
+                Some(Value::Object(m)) => m,
+                _ => Map::new(),
+            };
+            metadata.insert("principal".into(), json!(principal));
+            outcome.metadata = Some(Value::Object(metadata));
         }
         let settled = self.settle(run_id, effect_id, outcome).await?;
         self.inner.queue.remove(run_id, effect_id);
