@@ -218,6 +218,31 @@ impl RunManager {
         }
     }
 
+    /// What of `req` differs from the request that created `run_id` (its process code, inputs,
+    /// labels, process id), as field names.
+    async fn differences(&self, run_id: &str, req: &NewRun) -> Result<Vec<&'static str>> {
+        let files = self.journal().run_files(run_id).await?;
+        let run = &files.run_json;
+        let mut differs = Vec::new();
+        if run.get("processCodeHash").and_then(Value::as_str)
+            != Some(req.bundle.entry_hash().as_str())
+        {
+            differs.push("process");
+        }
+        if files.inputs_json != req.inputs {
+            differs.push("inputs");
+        }
+        if run.get("labels").cloned().unwrap_or_else(|| json!({})) != json!(req.labels) {
+            differs.push("labels");
+        }
+        if let Some(p) = req.process_id.as_deref().filter(|p| !p.is_empty())
+            && run.get("processId").and_then(Value::as_str) != Some(p)
+        {
+            differs.push("process_id");
+        }
+        Ok(differs)
+    }
+
     pub fn journal(&self) -> &Journal {
         self.inner.engine.journal()
     }
@@ -287,7 +312,16 @@ impl RunManager {
             .idempotency_key
             .as_ref()
             .and_then(|key| lock(&self.inner.runs).idempotent(&namespace, key));
-        if let Some(existing) = existing {
+        if let (Some(existing), Some(key)) = (existing, &req.idempotency_key) {
+            // The same request again gets the same run; a different one under the same key is
+            // a client's mistake, said rather than answered with a run it did not ask for.
+            let differs = self.differences(&existing, &req).await?;
+            if !differs.is_empty() {
+                return Err(ServiceError::AlreadyExists(format!(
+                    "idempotency key `{key}` (run {existing}, created with another {})",
+                    differs.join(", ")
+                )));
+            }
             return self.get(&namespace, &existing).await;
         }
         let run_id = match &req.run_id {

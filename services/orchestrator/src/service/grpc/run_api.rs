@@ -185,6 +185,29 @@ fn page_size(n: u32) -> usize {
     if n == 0 { 100 } else { (n as usize).min(1000) }
 }
 
+/// A page token as this server issues them — `ids` ids joined by `/` (a run id for ListRuns,
+/// `run_id/effect_id` for ListBreakpoints) — or `None` for the first page. Anything else is
+/// refused: read as a cursor, a garbage token silently started again from page one.
+fn page_token(token: &str, ids: usize) -> Result<Option<&str>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = token.split('/').collect();
+    let valid = parts.len() == ids
+        && parts
+            .iter()
+            .all(|p| babysitter_common::ids::validate_path_segment("page token", p).is_ok());
+    if valid {
+        Ok(Some(token))
+    } else {
+        Err(ServiceError::invalid(
+            "page_token",
+            "not a token this server issued (pass the previous page's next_page_token, or none)",
+        )
+        .into())
+    }
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchRunResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -267,7 +290,7 @@ impl RunService for RunApi {
             .map(|s| status_of_pb(*s))
             .collect::<Result<Vec<_>, _>>()?;
         let labels: BTreeMap<String, String> = r.label_selector.into_iter().collect();
-        let token = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
+        let token = page_token(&r.page_token, 1)?;
         let (runs, next) = self
             .manager
             .list(&ns, &statuses, &labels, page_size(r.page_size), token)
@@ -336,7 +359,7 @@ impl RunService for RunApi {
         let r = req.into_inner();
         let ns = namespace_for(&who, &r.namespace)?;
         let run = (!r.run_id.is_empty()).then_some(r.run_id.as_str());
-        let token = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
+        let token = page_token(&r.page_token, 2)?;
         let (found, next) = self
             .manager
             .breakpoints(&ns, run, page_size(r.page_size), token)

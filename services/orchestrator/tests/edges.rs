@@ -1,0 +1,105 @@
+//! Requests a client gets wrong are said to be wrong (issue 25 item 8), instead of being answered
+//! as something else: a page token this server never issued, and an idempotency key reused for
+//! a different request.
+
+#[path = "support/service.rs"]
+mod service_support;
+
+use babysitter_common::auth::AuthConfig;
+use babysitter_proto::orchestrator::v1 as pb;
+use serde_json::json;
+use tonic::Code;
+
+use service_support::*;
+
+const WAIT: &str = r#"
+export async function process(inputs, ctx) {
+  return await ctx.breakpoint({ question: 'go?' }, { label: 'gate' });
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_token_this_server_never_issued_is_refused() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let first = create(&mut c, "", WAIT, json!({})).await;
+    let second = create(&mut c, "", WAIT, json!({})).await;
+    let list = |page_token: &str| pb::ListRunsRequest {
+        page_size: 1,
+        page_token: page_token.into(),
+        ..Default::default()
+    };
+    // Paging with what the server issued walks both runs, newest first.
+    let page = c.list_runs(list("")).await.expect("page 1").into_inner();
+    assert_eq!(page.runs[0].run_id, second.run_id);
+    let next = page.next_page_token;
+    let page = c.list_runs(list(&next)).await.expect("page 2").into_inner();
+    assert_eq!(page.runs[0].run_id, first.run_id);
+
+    for garbage in ["zzz/../x", "a/b", "..", "not a token"] {
+        let e = c
+            .list_runs(list(garbage))
+            .await
+            .expect_err("a garbage token is refused");
+        assert_eq!(e.code(), Code::InvalidArgument, "{garbage}: {e:?}");
+        assert!(e.message().contains("page_token"), "{}", e.message());
+    }
+    let e = c
+        .list_breakpoints(pb::ListBreakpointsRequest {
+            page_token: first.run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a breakpoint token is run/effect");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idempotency_key_reused_for_another_request_is_refused_naming_the_difference() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let request = |inputs: serde_json::Value, src: &str| pb::CreateRunRequest {
+        process: Some(pb::ProcessBundle::single_file(
+            "main.mjs",
+            src.as_bytes().to_vec(),
+        )),
+        inputs_json: Some(serde_json::to_vec(&inputs).expect("json").into()),
+        idempotency_key: "deploy-42".into(),
+        ..Default::default()
+    };
+    let run = c
+        .create_run(request(json!({"n": 1}), WAIT))
+        .await
+        .expect("created")
+        .into_inner()
+        .run
+        .expect("a run");
+    let again = c
+        .create_run(request(json!({"n": 1}), WAIT))
+        .await
+        .expect("the same request again")
+        .into_inner()
+        .run
+        .expect("a run");
+    assert_eq!(
+        again.run_id, run.run_id,
+        "the same request gets the same run"
+    );
+
+    let e = c
+        .create_run(request(json!({"n": 2}), WAIT))
+        .await
+        .expect_err("other inputs under the same key");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("deploy-42"), "{}", e.message());
+    assert!(e.message().contains("inputs"), "{}", e.message());
+    assert!(!e.message().contains("process"), "{}", e.message());
+
+    let other = WAIT.replace("go?", "really go?");
+    let e = c
+        .create_run(request(json!({"n": 1}), &other))
+        .await
+        .expect_err("another process under the same key");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("process"), "{}", e.message());
+}
