@@ -103,3 +103,40 @@ async fn an_idempotency_key_reused_for_another_request_is_refused_naming_the_dif
     assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
     assert!(e.message().contains("process"), "{}", e.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lowercase_copy_of_a_ulid_run_id_is_the_same_run() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let id = "01JTESTRN00000000000000000";
+    let request = |run_id: &str| pb::CreateRunRequest {
+        process: Some(pb::ProcessBundle::single_file(
+            "main.mjs",
+            WAIT.as_bytes().to_vec(),
+        )),
+        run_id: run_id.into(),
+        ..Default::default()
+    };
+    let run = c
+        .create_run(request(&id.to_lowercase()))
+        .await
+        .expect("created")
+        .into_inner()
+        .run
+        .expect("a run");
+    assert_eq!(run.run_id, id, "a ULID is kept in its canonical spelling");
+    let e = c
+        .create_run(request(id))
+        .await
+        .expect_err("the same id in another case is the same run");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    // An id that is not a ULID is kept as given.
+    let named = c
+        .create_run(request("nightly-build"))
+        .await
+        .expect("created")
+        .into_inner()
+        .run
+        .expect("a run");
+    assert_eq!(named.run_id, "nightly-build");
+}

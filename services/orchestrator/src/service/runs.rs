@@ -328,7 +328,12 @@ impl RunManager {
             Some(id) if !id.is_empty() => {
                 babysitter_common::ids::validate_path_segment("run id", id)
                     .map_err(|e| ServiceError::invalid("run_id", e.to_string()))?;
-                id.clone()
+                // A ULID is one id in any case (Crockford base 32): its canonical spelling, so a
+                // lowercase copy of an existing run's id is that run, not a second one.
+                match ulid::Ulid::from_string(id) {
+                    Ok(u) if id.len() == ulid::ULID_LEN => u.to_string(),
+                    _ => id.clone(),
+                }
             }
             _ => ulid::Ulid::generate().to_string(),
         };
