@@ -46,13 +46,18 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A worker's lease expired or belongs to another worker: drop the task. `FailedPrecondition`.
     LeaseLost,
+    /// Stored data failed verification (checksum, hash chain, sequence): retrying cannot help.
+    /// `DataLoss`.
+    Corrupt,
+    /// Cancelled by its caller or by a cancel request. `Cancelled`.
+    Cancelled,
     /// A bug. `Internal`.
     Internal,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::InvalidArgument,
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
@@ -63,6 +68,8 @@ impl ErrorKind {
         ErrorKind::Unauthenticated,
         ErrorKind::PermissionDenied,
         ErrorKind::LeaseLost,
+        ErrorKind::Corrupt,
+        ErrorKind::Cancelled,
         ErrorKind::Internal,
     ];
 
@@ -78,6 +85,8 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => Code::ResourceExhausted,
             ErrorKind::Unauthenticated => Code::Unauthenticated,
             ErrorKind::PermissionDenied => Code::PermissionDenied,
+            ErrorKind::Corrupt => Code::DataLoss,
+            ErrorKind::Cancelled => Code::Cancelled,
             ErrorKind::Internal => Code::Internal,
         }
     }
@@ -94,24 +103,28 @@ impl ErrorKind {
             Code::ResourceExhausted => ErrorKind::ResourceExhausted,
             Code::Unauthenticated => ErrorKind::Unauthenticated,
             Code::PermissionDenied => ErrorKind::PermissionDenied,
-            Code::Internal | Code::DataLoss => ErrorKind::Internal,
-            Code::Ok | Code::Cancelled | Code::Unknown | Code::Unimplemented => return None,
+            Code::DataLoss => ErrorKind::Corrupt,
+            Code::Cancelled => ErrorKind::Cancelled,
+            Code::Internal => ErrorKind::Internal,
+            Code::Ok | Code::Unknown | Code::Unimplemented => return None,
         })
     }
 
-    /// The kebab-case name sent in [`ERROR_KIND_KEY`].
+    /// The kebab-case name sent in [`ERROR_KIND_KEY`]: `common.proto`'s `ErrorKind` spellings.
     pub fn as_str(self) -> &'static str {
         match self {
-            ErrorKind::InvalidArgument => "invalid-argument",
+            ErrorKind::InvalidArgument => "invalid",
             ErrorKind::NotFound => "not-found",
             ErrorKind::AlreadyExists => "already-exists",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Unavailable => "unavailable",
-            ErrorKind::DeadlineExceeded => "deadline-exceeded",
+            ErrorKind::DeadlineExceeded => "timeout",
             ErrorKind::ResourceExhausted => "resource-exhausted",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission-denied",
             ErrorKind::LeaseLost => "lease-lost",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Cancelled => "cancelled",
             ErrorKind::Internal => "internal",
         }
     }
@@ -247,6 +260,31 @@ mod tests {
         assert_eq!(ErrorKind::Conflict.code(), Code::FailedPrecondition);
     }
 
+    /// The names on the wire are `common.proto`'s: each `ERROR_KIND_*` value's comment starts
+    /// with its spelling, and every kind here is one of them (the contract is the proto file).
+    #[test]
+    fn the_names_are_common_protos() {
+        let proto = include_str!("../../../proto/babysitter/common/v1/common.proto");
+        let enum_body = proto
+            .split("enum ErrorKind {")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .expect("common.proto declares ErrorKind");
+        let spelled: Vec<&str> = enum_body
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("// `"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        assert_eq!(spelled.len(), ErrorKind::ALL.len(), "{spelled:?}");
+        for kind in ErrorKind::ALL {
+            assert!(
+                spelled.contains(&kind.as_str()),
+                "{kind:?} is sent as `{}`, which common.proto does not name ({spelled:?})",
+                kind.as_str()
+            );
+        }
+    }
+
     #[test]
     fn status_carries_kind_retry_hint_and_extra_metadata() {
         let s = status(
@@ -295,7 +333,11 @@ mod tests {
         );
         assert!(retryable(&Status::unavailable("x")));
         assert!(!retryable(&Status::invalid_argument("x")));
-        assert_eq!(error_kind(&Status::cancelled("x")), None);
+        assert_eq!(
+            error_kind(&Status::cancelled("x")),
+            Some(ErrorKind::Cancelled)
+        );
+        assert_eq!(error_kind(&Status::unknown("x")), None);
         assert!(!retryable(&Status::unknown("x")));
         let mut s = Status::not_found("x");
         s.metadata_mut().insert(

@@ -47,7 +47,7 @@ pub struct ServerConfig {
     pub listen_addr: SocketAddr,
     /// Largest request message accepted, in bytes (per service, after decompression). A bigger
     /// one is answered `OutOfRange` by tonic (with [`ERROR_KIND_KEY`](crate::error::ERROR_KIND_KEY)
-    /// `invalid-argument` added by [`add_error_kind`]). Applied to each service with
+    /// `invalid` added by [`add_error_kind`]). Applied to each service with
     /// [`tune_grpc_service!`](crate::tune_grpc_service).
     pub max_decoding_message_size: usize,
     /// Largest response message sent, in bytes. A bigger one ends the call with `OutOfRange`

@@ -106,12 +106,7 @@ impl From<JournalError> for Status {
             | JournalError::UlidOrder { .. }
             | JournalError::HashChain { .. }
             | JournalError::BadFileName { .. }
-            | JournalError::Replay { .. } => status(
-                ErrorKind::Conflict,
-                format!("data loss: {msg}"),
-                false,
-                &[("babysitter-journal-corrupt", "true".into())],
-            ),
+            | JournalError::Replay { .. } => status(ErrorKind::Corrupt, msg, false, &[]),
             JournalError::UnsafeStore { .. } | JournalError::ShuttingDown => {
                 status(ErrorKind::Unavailable, msg, true, &[])
             }

@@ -116,7 +116,7 @@ mod tests {
         );
         assert_eq!(
             resp.headers().get("babysitter-error-kind").unwrap(),
-            "deadline-exceeded"
+            "timeout"
         );
         assert_eq!(resp.body(), "");
 

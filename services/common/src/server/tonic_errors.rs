@@ -8,7 +8,7 @@
 //! protobuf gets `Internal`. Those answers are trailers-only (the status is in the response
 //! headers), so a response mapper can add the metadata cheaply:
 //!
-//! - a message over a size limit (`OutOfRange`, `ResourceExhausted`) is `invalid-argument`: the
+//! - a message over a size limit (`OutOfRange`, `ResourceExhausted`) is `invalid`: the
 //!   caller sent too much, the same way with or without compression, and it is
 //!   not worth sending again unchanged;
 //! - any other code (a handler's bare `Status`, tonic's `Internal` for a malformed message) gets
@@ -72,7 +72,7 @@ mod tests {
         let response = answer(Status::out_of_range(
             "Error, decoded message length too large: found 2097157 bytes, the limit is: 1048576 bytes",
         ));
-        assert_eq!(response.headers()[ERROR_KIND_KEY], "invalid-argument");
+        assert_eq!(response.headers()[ERROR_KIND_KEY], "invalid");
         let status = back(&response);
         assert_eq!(status.code(), Code::OutOfRange, "tonic's code is kept");
         assert_eq!(error_kind(&status), Some(ErrorKind::InvalidArgument));

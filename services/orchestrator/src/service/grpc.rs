@@ -42,8 +42,8 @@ impl From<ServiceError> for Status {
             ServiceError::Engine(e) => match e {
                 EngineError::Journal(j) => Status::from(j),
                 EngineError::InvalidRun { .. } => status(ErrorKind::Conflict, msg, false, &[]),
+                EngineError::Corrupt { .. } => status(ErrorKind::Corrupt, msg, false, &[]),
                 EngineError::MissingResult { .. }
-                | EngineError::Corrupt { .. }
                 | EngineError::Host(_)
                 | EngineError::Engine(_) => status(ErrorKind::Internal, msg, false, &[]),
             },
