@@ -7,8 +7,6 @@
 #[path = "support/service.rs"]
 mod service_support;
 
-use std::time::Duration;
-
 use babysitter_common::auth::{AuthConfig, Role};
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -35,21 +33,7 @@ async fn only_clients_post_results_and_a_posted_breakpoint_answer_names_its_prin
     let s = start(fast_queue(), auth).await;
     let mut a = client(&s, Some("client-a"));
     let run = create(&mut a, "a", ASK, json!({})).await;
-    let bp = loop {
-        let found = a
-            .list_breakpoints(pb::ListBreakpointsRequest {
-                namespace: "a".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("list breakpoints")
-            .into_inner()
-            .breakpoints;
-        if let Some(b) = found.into_iter().next() {
-            break b;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let bp = first_breakpoint(&mut a, "a").await;
     let post = |value: Value| pb::PostTaskResultRequest {
         namespace: "a".into(),
         run_id: run.run_id.clone(),
@@ -67,15 +51,7 @@ async fn only_clients_post_results_and_a_posted_breakpoint_answer_names_its_prin
         .await
         .expect_err("a worker may not post a result");
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
-    let still = a
-        .list_breakpoints(pb::ListBreakpointsRequest {
-            namespace: "a".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list breakpoints")
-        .into_inner()
-        .breakpoints;
+    let still = breakpoints(&mut a, "a").await;
     assert_eq!(still.len(), 1, "the breakpoint still waits");
 
     // The client's answer is journaled as posted, with the client as its principal.

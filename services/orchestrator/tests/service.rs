@@ -155,21 +155,7 @@ async fn breakpoints_external_results_and_sleeps() {
     let mut c = client(&s, None);
     let run = create(&mut c, "team-a", GATED, json!({})).await;
     // The breakpoint shows up for approvers.
-    let bp = loop {
-        let found = c
-            .list_breakpoints(pb::ListBreakpointsRequest {
-                namespace: "team-a".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .breakpoints;
-        if let Some(b) = found.into_iter().next() {
-            break b;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let bp = first_breakpoint(&mut c, "team-a").await;
     assert_eq!(bp.run_id, run.run_id);
     assert_eq!(bp.label, "Ship gate");
     let decide = |c: &mut RunServiceClient<AuthedChannel>, decision: pb::BreakpointDecision| {

@@ -141,28 +141,9 @@ impl Seen {
     /// one's metadata taken on the open file before the read, so a change during it shows at the
     /// next check). Once per read, not per event: one lock and one key for a whole replay.
     pub(crate) fn record(&self, run_id: &str, first: u64, metas: &[std::fs::Metadata]) {
-        let Some(from) = first.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
-            return;
-        };
-        if metas.is_empty() {
-            return;
-        }
-        let mut runs = self.lock();
-        let stamps = match runs.get_mut(run_id) {
-            Some(seen) => &mut seen.stamps,
-            None => &mut runs.entry(run_id.to_owned()).or_default().stamps,
-        };
-        let end = from + metas.len();
-        if stamps.len() < end {
-            stamps.resize(end, None);
-        }
-        for (slot, meta) in stamps[from..end].iter_mut().zip(metas) {
-            *slot = Some(Stamp::of_meta(meta));
-        }
+        self.put_stamps(run_id, first, metas.iter().map(|m| Some(Stamp::of_meta(m))));
     }
-}
 
-impl Seen {
     /// Records the identities of the event files this process just named, from seq `first` on,
     /// as verified: their bytes are the ones it sealed. One `statat` each on the journal
     /// directory; a file that cannot be stat'ed stays unknown (read and verified at the next
@@ -188,20 +169,30 @@ impl Seen {
                     .map(|st| Stamp::of(&st))
             })
             .collect();
+        self.put_stamps(run_id, first, stamps);
+    }
+
+    /// Sets the stamps of seq `first` on, under one lock.
+    fn put_stamps(
+        &self,
+        run_id: &str,
+        first: u64,
+        stamps: impl IntoIterator<Item = Option<Stamp>>,
+    ) {
         let Some(from) = first.checked_sub(1).and_then(|i| usize::try_from(i).ok()) else {
             return;
         };
         let mut runs = self.lock();
-        let seen = match runs.get_mut(run_id) {
-            Some(seen) => seen,
-            None => runs.entry(run_id.to_owned()).or_default(),
+        let known = match runs.get_mut(run_id) {
+            Some(seen) => &mut seen.stamps,
+            None => &mut runs.entry(run_id.to_owned()).or_default().stamps,
         };
-        let end = from + stamps.len();
-        if seen.stamps.len() < end {
-            seen.stamps.resize(end, None);
-        }
-        for (slot, stamp) in seen.stamps[from..end].iter_mut().zip(stamps) {
-            *slot = stamp;
+        for (i, stamp) in stamps.into_iter().enumerate() {
+            let at = from + i;
+            if known.len() <= at {
+                known.resize(at + 1, None);
+            }
+            known[at] = stamp;
         }
     }
 }
@@ -283,14 +274,11 @@ mod tests {
         )
     }
 
-    /// Writes a run of 20 events (with a snapshot when `snapshot`), then edits event 3's file
-    /// so its checksum no longer matches; the run's id.
-    async fn run_with_an_edited_event(root: &std::path::Path, snapshot: bool) -> String {
-        let writer = journal(root);
-        let id = run_id("seen");
+    /// A run `id` of 20 requested events written through `writer`.
+    async fn twenty_events(writer: &Journal, id: &str) {
         writer
             .create_run(
-                &id,
+                id,
                 RunFiles {
                     run_json: serde_json::json!({"runId": id, "processId": "p"}),
                     inputs_json: None,
@@ -300,12 +288,20 @@ mod tests {
             .unwrap();
         writer
             .append(
-                &id,
+                id,
                 1,
                 (0..20).map(|i| requested(&format!("e{i}"))).collect(),
             )
             .await
             .unwrap();
+    }
+
+    /// Writes a run of 20 events (with a snapshot when `snapshot`), then edits event 3's file
+    /// so its checksum no longer matches; the run's id.
+    async fn run_with_an_edited_event(root: &std::path::Path, snapshot: bool) -> String {
+        let writer = journal(root);
+        let id = run_id("seen");
+        twenty_events(&writer, &id).await;
         if snapshot {
             assert_eq!(writer.snapshot(&id).await.unwrap(), 20);
         }
@@ -334,24 +330,7 @@ mod tests {
         let store = Arc::new(FsStore::new(&root));
         let writer = Journal::new(store.clone(), JournalOptions::default());
         let id = run_id("wrote");
-        writer
-            .create_run(
-                &id,
-                RunFiles {
-                    run_json: serde_json::json!({"runId": id, "processId": "p"}),
-                    inputs_json: None,
-                },
-            )
-            .await
-            .unwrap();
-        writer
-            .append(
-                &id,
-                1,
-                (0..20).map(|i| requested(&format!("e{i}"))).collect(),
-            )
-            .await
-            .unwrap();
+        twenty_events(&writer, &id).await;
         {
             let runs = store.seen.lock();
             let stamps = &runs.get(&id).expect("the run is known").stamps;

@@ -309,3 +309,25 @@ pub fn completion(
         ..Default::default()
     }
 }
+
+/// The waiting breakpoints of namespace `ns`.
+pub async fn breakpoints(c: &mut RunServiceClient<AuthedChannel>, ns: &str) -> Vec<pb::Breakpoint> {
+    c.list_breakpoints(pb::ListBreakpointsRequest {
+        namespace: ns.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("list breakpoints")
+    .into_inner()
+    .breakpoints
+}
+
+/// The first breakpoint of namespace `ns`, once one waits.
+pub async fn first_breakpoint(c: &mut RunServiceClient<AuthedChannel>, ns: &str) -> pb::Breakpoint {
+    loop {
+        if let Some(b) = breakpoints(c, ns).await.into_iter().next() {
+            return b;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
