@@ -483,6 +483,7 @@ impl Driver<'_> {
                     kind: &kind,
                     def: &a["taskDef"],
                     work_dir: &run_dir,
+                    attempt: None,
                 };
                 let out = exec::execute(task, &stop).await;
                 (a, out)

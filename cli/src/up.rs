@@ -194,7 +194,7 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
             "babysitter up: worker {} runs {:?}, harnesses {harnesses:?}",
             settings.worker_id, settings.task_kinds
         );
-        let mut worker = Worker::with_api(Arc::new(in_process), settings);
+        let mut worker = Worker::with_api(Arc::new(in_process), settings)?;
         if !agents.harnesses.is_empty() {
             worker = worker.with_agents(agents);
         }
@@ -211,8 +211,10 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
 
     signal.cancelled().await;
     worker_stop.cancel();
-    if let Some(t) = worker_task {
-        let _ = t.await;
+    if let Some(t) = worker_task
+        && let Ok(Err(e)) = t.await
+    {
+        eprintln!("babysitter up: the worker stopped: {e}");
     }
     shutdown.cancel();
     orchestrator_task.await??;

@@ -1,7 +1,8 @@
 //! The distributed setup as separate OS processes on 127.0.0.1: SeaweedFS, the `journal` service
 //! on it, the `orchestrator` using that journal remotely, and `harness-launcher` workers running
 //! shell tasks. Crashes are real: `kill -9` of a worker mid-task and of the orchestrator at
-//! random points while 20 runs are in flight.
+//! random points while 20 runs are in flight. Tasks append to a ledger, so a side effect run
+//! twice shows even where the journal looks right.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -357,9 +358,17 @@ export async function process(inputs, ctx) {
     let mut c = cluster.client();
     let run_id = create(&mut c, ONE, json!({"cmd": cmd})).await;
     wait_for_file(&marks.join("started"), &cluster).await;
+    let first = std::fs::read_to_string(marks.join("pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .expect("the first attempt wrote its pid");
     cluster.workers[0].kill9();
-    // The killed worker's shell keeps running in its own process group: end it too.
-    kill_group(&marks.join("pid"));
+    // The killed worker's task dies with it: nothing of the first attempt is left to overlap
+    // the second.
+    assert!(
+        gone(first).await,
+        "the killed worker's task process {first} kept running"
+    );
     cluster.start_worker("survivor");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let run = loop {
@@ -401,23 +410,27 @@ export async function process(inputs, ctx) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_orchestrator_killed_at_random_points_during_20_runs_loses_and_repeats_nothing() {
+    // Every task appends its effect's idempotency key to the ledger before it works.
     const STEPS: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
-const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: `sleep 0.2; echo ${a.t}` } }));
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t,
+  shell: { command: `echo "$BABYSITTER_IDEMPOTENCY_KEY $BABYSITTER_ATTEMPT" >> ${a.ledger}; sleep 0.2; echo ${a.t}` } }));
 export async function process(inputs, ctx) {
-  const a = await ctx.task(sh, { t: 'a' });
-  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}` }, { label: `f${i}` }));
-  const b = await ctx.task(sh, { t: 'b' });
+  const l = inputs.ledger;
+  const a = await ctx.task(sh, { t: 'a', ledger: l });
+  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}`, ledger: l }, { label: `f${i}` }));
+  const b = await ctx.task(sh, { t: 'b', ledger: l });
   return { n: inputs.n, a: a.stdout.trim(), fan: fan.map((f) => f.stdout.trim()), b: b.stdout.trim() };
 }
 "#;
     let mut cluster = Cluster::start().await;
+    let ledger = cluster.dir.path().join("ledger");
     cluster.start_worker("w1");
     cluster.start_worker("w2");
     let mut c = cluster.client();
     let mut runs = Vec::new();
     for n in 0..20 {
-        runs.push(create(&mut c, STEPS, json!({"n": n})).await);
+        runs.push(create(&mut c, STEPS, json!({"n": n, "ledger": ledger})).await);
     }
     // A reproducible "random" schedule of kills (the seed is printed for replays).
     let seed = std::time::SystemTime::now()
@@ -426,15 +439,21 @@ export async function process(inputs, ctx) {
         .unwrap_or(7) as u64;
     eprintln!("kill schedule seed {seed}");
     let mut x = seed | 1;
-    for kill in 0..4 {
+    // Four kill -9 and two SIGTERM, interleaved.
+    for kill in 0..6 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         let wait = Duration::from_millis(150 + x % 700);
         tokio::time::sleep(wait).await;
-        eprintln!("kill -9 orchestrator #{kill} after {wait:?}");
+        let graceful = kill % 3 == 2;
+        eprintln!("stop orchestrator #{kill} after {wait:?} (SIGTERM: {graceful})");
         if let Some(o) = cluster.orchestrator.as_mut() {
-            o.kill9();
+            if graceful {
+                o.terminate();
+            } else {
+                o.kill9();
+            }
         }
         cluster.start_orchestrator();
     }
@@ -495,6 +514,16 @@ export async function process(inputs, ctx) {
             json!({"n": n, "a": "a", "fan": ["f1", "f2", "f3"], "b": "b"})
         );
     }
+    // No worker died, so every task ran exactly once: one ledger line per effect.
+    let ran = std::fs::read_to_string(&ledger).unwrap();
+    let mut per_effect: HashMap<&str, usize> = HashMap::new();
+    for line in ran.lines() {
+        let key = line.split(' ').next().unwrap_or_default();
+        *per_effect.entry(key).or_default() += 1;
+    }
+    let twice: Vec<_> = per_effect.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "tasks ran more than once: {twice:?}");
+    assert_eq!(per_effect.len(), 100, "20 runs × 5 tasks, each once");
 }
 
 async fn wait_for_file(path: &Path, cluster: &Cluster) {
@@ -510,14 +539,21 @@ async fn wait_for_file(path: &Path, cluster: &Cluster) {
     }
 }
 
-fn kill_group(pid_file: &Path) {
-    let pid = std::fs::read_to_string(pid_file)
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .and_then(rustix::process::Pid::from_raw);
-    if let Some(pid) = pid {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+/// Whether `pid` is gone (dead or a zombie) within ten seconds; never a timing assertion.
+async fn gone(pid: i32) -> bool {
+    for _ in 0..500 {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            })
+            .unwrap_or(false);
+        if !alive {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

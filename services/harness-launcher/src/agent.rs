@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Envelope, Ev};
-use crate::exec::Done;
+use crate::exec::{Attempt, Done, read_capped};
+use crate::group;
 use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
 use crate::outcome::{self, Price};
 use crate::parse::LineParser;
@@ -142,12 +143,13 @@ impl Events<'_> {
     }
 }
 
-/// Runs an agent task in `work_dir`; `session_id` names its universal event stream.
+/// Runs an agent task (one attempt at it) in `work_dir`; `<effect id>-<attempt>` names its
+/// universal event stream, and the harness gets the attempt's environment.
 pub async fn run(
     settings: &AgentSettings,
     def: &Value,
     work_dir: &Path,
-    session_id: &str,
+    attempt: Attempt<'_>,
     events: &mpsc::Sender<cpb::AgentEvent>,
     assignment_timeout: Option<Duration>,
     cancel: &CancellationToken,
@@ -215,6 +217,7 @@ pub async fn run(
         Ok(r) => r,
         Err(e) => return no_usage(fail("ProviderError", e.to_string(), Value::Null)),
     };
+    let session_id = &format!("{}-{}", attempt.effect_id, attempt.number);
     let prepared = match workspace::prepare(&spec.workspace, work_dir, session_id).await {
         Ok(p) => p,
         Err(e) => return no_usage(fail("WorkspaceError", e, Value::Null)),
@@ -260,18 +263,17 @@ pub async fn run(
         .timeout
         .or(assignment_timeout)
         .unwrap_or(settings.default_timeout);
-    let mut cmd = tokio::process::Command::new(&detected.path);
+    let mut cmd = group::command(&detected.path);
     cmd.args(&plan.args)
         .current_dir(&project)
         .env_clear()
         .env("PATH", &settings.path_env)
         .envs(&settings.extra_env)
+        .envs(attempt.env())
         .envs(&plan.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let ran = supervise(cmd, detected.kind, timeout, cancel, &mut evs).await;
     if let Some(g) = routed.guard {
         g.stop().await;
@@ -428,12 +430,6 @@ struct Ran {
     cancelled: bool,
 }
 
-fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-}
-
 /// Starts `cmd`, parses stdout line by line into events as they come, and stops the whole
 /// process group on timeout, cancellation, or after the harness exits.
 async fn supervise(
@@ -443,8 +439,8 @@ async fn supervise(
     cancel: &CancellationToken,
     evs: &mut Events<'_>,
 ) -> std::io::Result<(Ran, LineParser)> {
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
+    let mut group = group::spawn(&mut cmd)?;
+    let child = group.child();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
     let mut parser = LineParser::new(kind);
@@ -480,16 +476,18 @@ async fn supervise(
         None
     } else {
         tokio::select! {
-            s = child.wait() => Some(s?),
+            s = group.wait() => Some(s?),
             () = tokio::time::sleep_until(deadline) => { timed_out = true; None }
             () = cancel.cancelled() => { cancelled = true; None }
         }
     };
     // The whole group: the harness and everything it started (tool shells, MCP servers).
-    kill_group(pid);
     let status = match status {
-        Some(s) => s,
-        None => child.wait().await?,
+        Some(s) => {
+            group.kill();
+            s
+        }
+        None => group.kill_and_wait().await?,
     };
     parser.finish();
     let stderr = match stderr {
@@ -506,21 +504,6 @@ async fn supervise(
         },
         parser,
     ))
-}
-
-async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let take = n.min(MAX_OUTPUT.saturating_sub(buf.len()));
-                buf.extend_from_slice(&chunk[..take]);
-            }
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 #[cfg(test)]

@@ -67,7 +67,13 @@ async fn run_task(
     cancel: &CancellationToken,
 ) -> (AgentDone, Vec<babysitter_proto::common::v1::AgentEvent>) {
     let (tx, mut rx) = mpsc::channel(4096);
-    let done = run(s, def, dir, "sess", &tx, None, cancel).await;
+    let attempt = Attempt {
+        run_id: "run",
+        effect_id: "sess",
+        number: 1,
+        home_marker: "",
+    };
+    let done = run(s, def, dir, attempt, &tx, None, cancel).await;
     drop(tx);
     let mut evs = Vec::new();
     while let Some(e) = rx.recv().await {

@@ -1,8 +1,8 @@
 //! Executes the task kinds a worker runs itself: shell commands, node scripts, hooks. Shared by
 //! the worker loop and `babysitter run` (which executes locally).
 //!
-//! Each command runs in its own process group, killed as a whole on timeout or cancellation;
-//! output is captured (bounded) and handed back with the result, the way `task:post` would post
+//! Each command runs in its own process group ([`crate::group`]), killed as a whole on timeout,
+//! cancellation or the worker's death; output is captured (bounded, [`MAX_OUTPUT`] per stream) and handed back with the result, the way `task:post` would post
 //! it. A command that fails is a task error (a value for the process), not an [`ExecError`]:
 //! those are for tasks that could not be started at all.
 
@@ -13,10 +13,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
+
+use crate::group;
 use tokio_util::sync::CancellationToken;
 
-/// Largest output kept per stream.
-const MAX_OUTPUT: usize = 1024 * 1024;
+/// Largest output kept per stream (the rest is read and dropped, and the text says so). A
+/// result carries stdout and stderr twice (as the task's output and in its value), so 1 MiB
+/// each keeps a completion well inside the default 16 MiB message limit.
+pub const MAX_OUTPUT: usize = 1024 * 1024;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// A task that could not be executed at all.
@@ -58,8 +62,44 @@ pub struct Task<'a> {
     pub effect_id: &'a str,
     pub kind: &'a str,
     pub def: &'a Value,
-    /// Working directory (and where `io.outputJsonPath` is resolved).
+    /// The task's own directory: `BABYSITTER_RUN_DIR`, where `io.outputJsonPath` is resolved,
+    /// and, for a worker's attempt, its working directory unless the task names one.
     pub work_dir: &'a Path,
+    /// Set by a worker: which attempt this is (in the command's environment) — and the command
+    /// then runs in `work_dir`. `None` for `babysitter run`, whose commands run where it was
+    /// started, as babysitter's do.
+    pub attempt: Option<Attempt<'a>>,
+}
+
+/// One attempt at a task on a worker: what its commands are told about themselves, so a task
+/// with outside side effects can deduplicate them (attempts are at least once, never
+/// overlapping; exactly one result is journaled).
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub run_id: &'a str,
+    pub effect_id: &'a str,
+    /// 1 for the first attempt.
+    pub number: u32,
+    /// The worker home's marker ([`crate::home::HOME_ENV`]), for its reaper.
+    pub home_marker: &'a str,
+}
+
+impl Attempt<'_> {
+    /// The attempt's environment: `BABYSITTER_RUN_ID`, `BABYSITTER_EFFECT_ID`,
+    /// `BABYSITTER_ATTEMPT`, `BABYSITTER_IDEMPOTENCY_KEY` (the same for every attempt of one
+    /// effect: `<run id>/<effect id>`) and the home marker.
+    pub fn env(&self) -> [(&'static str, String); 5] {
+        [
+            ("BABYSITTER_RUN_ID", self.run_id.to_owned()),
+            ("BABYSITTER_EFFECT_ID", self.effect_id.to_owned()),
+            ("BABYSITTER_ATTEMPT", self.number.to_string()),
+            (
+                "BABYSITTER_IDEMPOTENCY_KEY",
+                format!("{}/{}", self.run_id, self.effect_id),
+            ),
+            (crate::home::HOME_ENV, self.home_marker.to_owned()),
+        ]
+    }
 }
 
 /// What an executed effect produced.
@@ -81,7 +121,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
                 .map(Duration::from_millis)
                 .unwrap_or(DEFAULT_TIMEOUT);
             let expected = def["shell"]["expectedExitCode"].as_i64().unwrap_or(0);
-            let mut cmd = Command::new("sh");
+            let mut cmd = group::command("sh");
             cmd.arg("-c").arg(command);
             set_env(&mut cmd, &def["shell"]["env"]);
             if let Some(cwd) = def["shell"]["cwd"].as_str() {
@@ -96,7 +136,7 @@ pub async fn execute(task: Task<'_>, stop: &CancellationToken) -> Result<Done> {
                 .as_u64()
                 .map(Duration::from_millis)
                 .unwrap_or(DEFAULT_TIMEOUT);
-            let mut cmd = Command::new("node");
+            let mut cmd = group::command("node");
             cmd.arg(entry);
             if let Some(args) = def["node"]["args"].as_array() {
                 cmd.args(args.iter().map(|a| {
@@ -206,7 +246,8 @@ fn finish(r: Ran, expected: i64, what: &str) -> Done {
     }
 }
 
-async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
+/// Reads a stream to its end, keeping the first [`MAX_OUTPUT`] bytes (marked when cut).
+pub(crate) async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let mut truncated = false;
@@ -240,17 +281,39 @@ async fn run(
 ) -> Result<Ran> {
     cmd.env("BABYSITTER_RUN_DIR", task.work_dir)
         .env("BABYSITTER_EFFECT_ID", task.effect_id);
-    run_command(cmd, what, None, timeout, stop).await
+    if let Some(attempt) = task.attempt {
+        cmd.envs(attempt.env());
+        // A cwd the task names was set by the caller and wins.
+        if cmd.as_std().get_current_dir().is_none() {
+            cmd.current_dir(task.work_dir);
+        }
+    }
+    // On a worker, the task's processes end with it; `babysitter run` leaves what a command
+    // started in the background alone, as babysitter does.
+    let leftovers = if task.attempt.is_some() {
+        Leftovers::Kill
+    } else {
+        Leftovers::Keep
+    };
+    run_command(cmd, what, None, timeout, stop, leftovers).await
 }
 
-/// Runs `cmd` in a process group of its own with `input` on its stdin (else none), its output
-/// captured (bounded); the group is killed at `timeout` or on `stop`.
+/// What happens to processes a command leaves running in its group when it exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leftovers {
+    Kill,
+    Keep,
+}
+
+/// Runs `cmd` (built by [`group::command`]) with `input` on its stdin (else none), its output
+/// captured (bounded); the group is killed at `timeout`, on `stop`, or if this is dropped.
 pub(crate) async fn run_command(
     mut cmd: Command,
     what: &str,
     input: Option<Vec<u8>>,
     timeout: Duration,
     stop: &CancellationToken,
+    leftovers: Leftovers,
 ) -> Result<Ran> {
     cmd.stdin(if input.is_some() {
         Stdio::piped()
@@ -258,13 +321,12 @@ pub(crate) async fn run_command(
         Stdio::null()
     })
     .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .process_group(0)
-    .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+    .stderr(Stdio::piped());
+    let mut group = group::spawn(&mut cmd).map_err(|source| ExecError::Spawn {
         what: what.to_owned(),
         source,
     })?;
+    let child = group.child();
     if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
         // A command that never reads its input must not hold us: written aside, and a closed
         // pipe is its business.
@@ -273,28 +335,30 @@ pub(crate) async fn run_command(
             let _ = stdin.write_all(&bytes).await;
         });
     }
-    let pid = child.id();
     let out = child.stdout.take().map(|s| tokio::spawn(read_capped(s)));
     let err = child.stderr.take().map(|s| tokio::spawn(read_capped(s)));
     let mut timed_out = false;
-    let status = tokio::select! {
-        s = child.wait() => Some(s.map_err(|source| ExecError::Wait { what: what.to_owned(), source })?),
+    let waited = tokio::select! {
+        s = group.wait() => Some(s),
         _ = tokio::time::sleep(timeout) => { timed_out = true; None }
         _ = stop.cancelled() => None,
     };
-    let status = match status {
-        Some(s) => s,
-        None => {
-            // The whole process group: the shell and everything it started.
-            if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    // The whole process group: the command and everything it started.
+    let status = match waited {
+        Some(s) => {
+            if leftovers == Leftovers::Kill {
+                group.kill();
+            } else {
+                group.disarm();
             }
-            child.wait().await.map_err(|source| ExecError::Wait {
-                what: what.to_owned(),
-                source,
-            })?
+            s
         }
-    };
+        None => group.kill_and_wait().await,
+    }
+    .map_err(|source| ExecError::Wait {
+        what: what.to_owned(),
+        source,
+    })?;
     let stdout = match out {
         Some(h) => h.await.unwrap_or_default(),
         None => String::new(),

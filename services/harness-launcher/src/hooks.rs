@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::run_command;
+use crate::exec::{Leftovers, run_command};
 
 const EXTENSIONS: &[&str] = &["sh", "js", "ts", "py", "bash"];
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -258,7 +258,7 @@ impl Hooks {
 
     /// A `bash` running `script` from the hooks' directory, with their environment.
     fn bash(&self, script: &Path) -> Command {
-        let mut cmd = Command::new("bash");
+        let mut cmd = crate::group::command("bash");
         cmd.arg(script).current_dir(&self.cwd);
         if let Some(env) = &self.env {
             cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
@@ -362,7 +362,16 @@ impl Hooks {
             cmd.arg(hook_type);
             let what = format!("{} {hook_type}", dispatcher.display());
             return Some(
-                match run_command(cmd, &what, Some(input), self.timeout, &stop).await {
+                match run_command(
+                    cmd,
+                    &what,
+                    Some(input),
+                    self.timeout,
+                    &stop,
+                    Leftovers::Keep,
+                )
+                .await
+                {
                     Err(e) => HookResult::failed(
                         hook_type,
                         format!("Failed to spawn hook dispatcher: {e}"),
@@ -393,7 +402,15 @@ impl Hooks {
         let mut executed = Vec::with_capacity(scripts.len());
         for (path, name, location) in scripts {
             let cmd = self.bash(&path);
-            let ran = run_command(cmd, &name, Some(input.clone()), self.timeout, &stop).await;
+            let ran = run_command(
+                cmd,
+                &name,
+                Some(input.clone()),
+                self.timeout,
+                &stop,
+                Leftovers::Keep,
+            )
+            .await;
             let (success, exit_code) = match ran {
                 Ok(r) if !r.timed_out => (r.code == Some(0), r.code),
                 _ => (false, None),

@@ -13,15 +13,15 @@
 //! The admin API (`HarnessLauncherService`: status, installed harnesses, running tasks, cancel,
 //! drain) is [`admin`] over the worker's own state, served by [`grpc`] when configured.
 
-#![forbid(unsafe_code)]
-
 pub mod admin;
 pub mod agent;
 pub mod config;
 pub mod events;
 pub mod exec;
+pub mod group;
 pub mod grpc;
 pub mod harness;
+pub mod home;
 pub mod hooks;
 pub mod outcome;
 pub mod parse;

@@ -89,7 +89,8 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
         .map(|h| format!("{} {}", h.kind, h.version))
         .collect();
     eprintln!("harness-launcher: harnesses {names:?}");
-    let mut worker = Worker::new(channel, settings);
+    let mut worker = Worker::new(channel, settings)?;
+    eprintln!("harness-launcher: home {}", worker.home_dir().display());
     if !agents.harnesses.is_empty() {
         worker = worker.with_agents(agents);
     }
@@ -122,13 +123,16 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
         }
         None => None,
     };
-    worker.run(stop.clone()).await;
-    // After a drain the process idles (the admin API keeps answering) until it is stopped.
-    stop.cancelled().await;
+    let ran = worker.run(stop.clone()).await;
+    // After a drain the process idles (the admin API keeps answering) until it is stopped; a
+    // worker that stopped on its own (refused credentials) exits with the reason.
+    if ran.is_ok() {
+        stop.cancelled().await;
+    }
     admin_stop.cancel();
     if let Some(server) = admin_server {
         server.await??;
     }
     telemetry.shutdown().await?;
-    Ok(())
+    Ok(ran?)
 }

@@ -9,6 +9,8 @@
 //! launcher as separate processes, configured as deployed). The scripted
 //! server itself is `babysitter_transport_proxy::scripted`; with no script its built-in harness
 //! rule answers exactly this turn for every protocol.
+//!
+//! [`processes`]: whether a task's process still runs, for the tests that kill workers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -155,4 +157,45 @@ pub fn check_done(value: &Value, ctx: &str) {
         Some("DONE"),
         "{value}\n{ctx}"
     );
+}
+
+/// Whether processes a test started are alive, waiting with guard bounds (never timing
+/// assertions: a kill takes microseconds where the bound is ten seconds).
+pub mod processes {
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// Alive and not a zombie (a zombie is dead for every purpose here).
+    pub fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
+
+    /// Whether `pid` is gone within ten seconds.
+    pub async fn gone(pid: i32) -> bool {
+        for _ in 0..500 {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// The pid a command wrote to `file`, once it has (panics after ten seconds).
+    pub async fn wait_for_pid(file: &Path) -> i32 {
+        for _ in 0..500 {
+            if let Ok(s) = std::fs::read_to_string(file)
+                && let Ok(p) = s.trim().parse()
+            {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{} never got a pid", file.display());
+    }
 }

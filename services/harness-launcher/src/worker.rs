@@ -1,13 +1,20 @@
 //! The worker loop: register with the orchestrator, long-poll for tasks up to the free slots,
 //! run each under its lease (heartbeats keep it alive and bring cancellations), and complete it.
 //!
-//! Failure handling follows the worker protocol (`worker.proto`):
-//! - an RPC answering NotFound for the worker (the orchestrator restarted) → register again with
-//!   the same id and keep running; completions are retried under their lease ids, which the new
-//!   orchestrator adopts;
-//! - `Unavailable` / transport errors → retry with capped backoff (the lease may still be live);
+//! Failure handling follows the worker protocol (`worker.proto`), and its guarantee — attempts
+//! at least once, never overlapping, exactly one journaled result:
+//! - a finished result is kept until the orchestrator answers it ([`deliver`]): spooled to the
+//!   worker's home ([`crate::home`]) before it is reported, retried across `Unavailable`,
+//!   `Cancelled`, transport errors and `NotFound` for the worker (the orchestrator restarted:
+//!   register again with the same id, complete under the same lease id, which the new
+//!   orchestrator adopts), and delivered by the next worker on this home if this one dies;
+//! - a task is stopped before its lease can lapse unrenewed ([`heartbeat`]), so the attempt the
+//!   orchestrator starts after the lapse never overlaps it; a worker's death kills its tasks'
+//!   process groups ([`crate::group`]);
 //! - a lease reported lost → the task is killed and its result dropped; cancelled → killed and
-//!   completed with an `EffectCancelledError`.
+//!   completed with an `EffectCancelledError`;
+//! - credentials the orchestrator refuses: retried with growing backoff a few times, then the
+//!   worker exits with the error (a restart loop an operator sees, not a silent spin).
 //!
 //! Agent tasks ([`crate::agent`]) also stream universal events while they run: one
 //! `ReportEvents` client stream per task, fed in batches, so a slow orchestrator applies
@@ -19,6 +26,8 @@
 //! loop returns once they are done, leaving the process up.
 
 mod control;
+mod deliver;
+mod heartbeat;
 
 pub use control::{
     DRAIN_DEADLINE_REASON, DrainError, DrainStatus, TaskInfo, WorkerControl, WorkerState,
@@ -36,7 +45,6 @@ use babysitter_common::worker_api::WorkerApi;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient;
-use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -44,12 +52,25 @@ use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
 use crate::agent::{self, AgentSettings, AgentSpec};
-use crate::exec::{self, Done, Task};
+use crate::exec::{self, Attempt, Done, Task};
 use crate::harness::{Detected, HarnessKind};
+use crate::home::{Home, HomeError, Spooled};
 use control::Running;
 
-/// How long a completion waits for an eagerly dispatched next task.
-const EAGER_WAIT: Duration = Duration::from_secs(1);
+/// Consecutive registrations refused for credentials before the worker gives up.
+const MAX_REFUSALS: u32 = 5;
+
+/// Why a worker stopped before it was asked to.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    #[error(
+        "the orchestrator refused this worker's credentials {MAX_REFUSALS} times ({code:?}: {message}); check orchestrator.token-file"
+    )]
+    Refused { code: Code, message: String },
+}
 
 /// Worker settings.
 #[derive(Debug, Clone)]
@@ -59,7 +80,8 @@ pub struct WorkerSettings {
     pub labels: HashMap<String, String>,
     pub task_kinds: Vec<String>,
     pub max_concurrency: usize,
-    /// Per-task working directories are created under it.
+    /// The worker's home is a slot under it ([`crate::home`]): task working directories, the
+    /// completion spool.
     pub work_dir: PathBuf,
     /// How long running tasks may finish after shutdown is asked before they are killed.
     pub drain_timeout: Duration,
@@ -102,6 +124,12 @@ pub struct Worker {
     control: WorkerControl,
     timing: Arc<Mutex<Timing>>,
     agents: Option<Arc<AgentSettings>>,
+    home: Arc<Home>,
+    /// What the home's previous owner spooled, delivered once registered.
+    inherited: Arc<Mutex<Vec<Spooled>>>,
+    /// Cancelled when the worker lets go of what it still holds (the drain timeout passed at
+    /// shutdown): deliveries stop, their results staying spooled for the next worker.
+    abandon: CancellationToken,
 }
 
 /// What one executed task produced, with what the completion carries besides the value.
@@ -125,6 +153,17 @@ impl From<Done> for Executed {
 struct Timing {
     heartbeat: Duration,
     max_poll_wait: Duration,
+    lease: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(10),
+            max_poll_wait: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
+        }
+    }
 }
 
 fn dur(d: Option<prost_types::Duration>, default: Duration) -> Duration {
@@ -144,25 +183,39 @@ fn is_lease_lost(s: &Status) -> bool {
 impl Worker {
     /// A worker calling the orchestrator over `channel` (its connection settings are the
     /// caller's, e.g. `babysitter_common::client::connect_lazy`), with the default
-    /// [`ClientOptions`] message sizes and compression.
-    pub fn new(channel: AuthedChannel, settings: WorkerSettings) -> Self {
+    /// [`ClientOptions`] message sizes and compression. Takes its home under the work dir.
+    pub fn new(channel: AuthedChannel, settings: WorkerSettings) -> Result<Self, WorkerError> {
         let client: WorkerServiceClient<AuthedChannel> = ClientOptions::default().client(channel);
         Self::with_api(Arc::new(client), settings)
     }
 
     /// A worker calling the orchestrator through `api`: gRPC ([`Worker::new`]) or the
-    /// orchestrator's handlers in the same process (`babysitter up`).
-    pub fn with_api(api: Arc<dyn WorkerApi>, settings: WorkerSettings) -> Self {
-        Self {
+    /// orchestrator's handlers in the same process (`babysitter up`). Takes its home under the
+    /// work dir: what a previous worker left running there is killed, what it spooled is
+    /// delivered once this one registers.
+    pub fn with_api(
+        api: Arc<dyn WorkerApi>,
+        settings: WorkerSettings,
+    ) -> Result<Self, WorkerError> {
+        let (home, inherited) = Home::take(&settings.work_dir)?;
+        if !inherited.spooled.is_empty() {
+            tracing::info!(count = inherited.spooled.len(), home = %home.dir().display(), "completions a previous worker spooled will be delivered");
+        }
+        Ok(Self {
             api,
             settings: Arc::new(settings),
             control: WorkerControl::default(),
-            timing: Arc::new(Mutex::new(Timing {
-                heartbeat: Duration::from_secs(10),
-                max_poll_wait: Duration::from_secs(30),
-            })),
+            timing: Arc::new(Mutex::new(Timing::default())),
             agents: None,
-        }
+            home: Arc::new(home),
+            inherited: Arc::new(Mutex::new(inherited.spooled)),
+            abandon: CancellationToken::new(),
+        })
+    }
+
+    /// The directory this worker owns under its work dir.
+    pub fn home_dir(&self) -> &std::path::Path {
+        self.home.dir()
     }
 
     /// Runs `agent` tasks with these harnesses and providers (advertised at registration).
@@ -199,9 +252,11 @@ impl Worker {
         *self.timing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers until it succeeds or `stop` is cancelled.
-    async fn register(&self, stop: &CancellationToken) -> bool {
+    /// Registers until it succeeds (true) or `stop` is cancelled (false); an error when the
+    /// orchestrator keeps refusing the credentials.
+    async fn register(&self, stop: &CancellationToken) -> Result<bool, WorkerError> {
         let mut backoff = Duration::from_millis(100);
+        let mut refusals = 0;
         loop {
             let req = pb::RegisterWorkerRequest {
                 worker_id: self.settings.worker_id.clone(),
@@ -211,9 +266,11 @@ impl Worker {
             };
             match self.api.register_worker(req).await {
                 Ok(r) => {
+                    let d = Timing::default();
                     *self.timing.lock().unwrap_or_else(|p| p.into_inner()) = Timing {
-                        heartbeat: dur(r.heartbeat_interval, Duration::from_secs(10)),
-                        max_poll_wait: dur(r.max_poll_wait, Duration::from_secs(30)),
+                        heartbeat: dur(r.heartbeat_interval, d.heartbeat),
+                        max_poll_wait: dur(r.max_poll_wait, d.max_poll_wait),
+                        lease: dur(r.lease_duration, d.lease),
                     };
                     tracing::info!(worker_id = %r.worker_id, "registered with the orchestrator");
                     self.control.registered(if r.worker_id.is_empty() {
@@ -221,56 +278,80 @@ impl Worker {
                     } else {
                         &r.worker_id
                     });
-                    return true;
+                    return Ok(true);
+                }
+                Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                    refusals += 1;
+                    if refusals >= MAX_REFUSALS {
+                        return Err(WorkerError::Refused {
+                            code: s.code(),
+                            message: s.message().to_owned(),
+                        });
+                    }
+                    tracing::error!(error = %s.message(), code = ?s.code(), refusals, "the orchestrator refused this worker's credentials; retrying");
+                    backoff = Duration::from_secs(1 << refusals);
                 }
                 Err(s) => {
                     tracing::warn!(error = %s.message(), code = ?s.code(), "registration failed; retrying");
-                    if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) {
-                        backoff = Duration::from_secs(5);
-                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                () = stop.cancelled() => return false,
+                () = stop.cancelled() => return Ok(false),
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 
     /// Runs until `stop` is cancelled, then drains: running tasks get the drain timeout to finish
-    /// and are killed after it. Also returns when drained through [`WorkerControl::drain`], once
-    /// nothing runs any more.
-    pub async fn run(self, stop: CancellationToken) {
-        // Ends registration and polling on `stop` or on a drain.
+    /// (and their results to be delivered) and are killed after it. Also returns when drained
+    /// through [`WorkerControl::drain`], once nothing runs any more. An error when the
+    /// orchestrator refused the worker's credentials (after the same drain).
+    pub async fn run(self, stop: CancellationToken) -> Result<(), WorkerError> {
+        // Ends registration and polling on `stop`, on a drain, or on refused credentials.
         let halt = self.control.halt_token(&stop);
-        // The tasks (each with the tasks eagerly handed over after it), and the heartbeats.
+        // The tasks (each with the tasks eagerly handed over after it), and the heartbeats and
+        // inherited deliveries.
         let tasks = TaskTracker::new();
         let background = TaskTracker::new();
         let hb_stop = CancellationToken::new();
-        if self.register(&halt).await {
-            background.spawn(self.clone().heartbeats(hb_stop.clone(), stop.clone()));
-            self.poll_loop(&halt, &stop, &tasks).await;
+        let mut failed = None;
+        match self.register(&halt).await {
+            Ok(true) => {
+                background.spawn(self.clone().heartbeats(hb_stop.clone(), stop.clone()));
+                tasks.spawn(self.clone().deliver_inherited());
+                if let Err(e) = self.poll_loop(&halt, &stop, &tasks).await {
+                    failed = Some(e);
+                }
+            }
+            Ok(false) => {}
+            Err(e) => failed = Some(e),
         }
         tasks.close();
         background.close();
-        if !stop.is_cancelled() && self.control.wait_drained(&stop, &tasks).await {
+        if failed.is_none()
+            && !stop.is_cancelled()
+            && self.control.wait_drained(&stop, &tasks).await
+        {
             hb_stop.cancel();
             background.wait().await;
             self.control.drained();
-            return;
+            return Ok(());
         }
-        // Shutdown: running tasks finish (and complete) within the drain timeout, else are killed.
+        // Shutdown: running tasks finish (and complete) within the drain timeout, else are
+        // killed, and undelivered results stay spooled for the next worker on this home.
         self.control.stopping();
         if tokio::time::timeout(self.settings.drain_timeout, tasks.wait())
             .await
             .is_err()
         {
             self.control.kill_all();
+            self.abandon.cancel();
             tasks.wait().await;
         }
         hb_stop.cancel();
         background.wait().await;
+        failed.map_or(Ok(()), Err)
     }
 
     /// Long-polls for tasks up to the free slots and spawns each on `tracker`, until `halt`.
@@ -279,7 +360,7 @@ impl Worker {
         halt: &CancellationToken,
         stop: &CancellationToken,
         tracker: &TaskTracker,
-    ) {
+    ) -> Result<(), WorkerError> {
         let slots = Arc::new(Semaphore::new(self.settings.max_concurrency.max(1)));
         let mut backoff = Duration::from_millis(100);
         while !halt.is_cancelled() {
@@ -320,7 +401,7 @@ impl Worker {
                     }
                 }
                 Err(s) if is_unknown_worker(&s) => {
-                    if !self.register(halt).await {
+                    if !self.register(halt).await? {
                         break;
                     }
                 }
@@ -335,41 +416,7 @@ impl Worker {
                 }
             }
         }
-    }
-
-    async fn heartbeats(self, done: CancellationToken, stop: CancellationToken) {
-        loop {
-            let every = self.timing().heartbeat;
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                () = done.cancelled() => return,
-            }
-            let leases = self.control.lease_ids();
-            if leases.is_empty() {
-                continue;
-            }
-            let req = pb::HeartbeatRequest {
-                worker_id: self.settings.worker_id.clone(),
-                lease_ids: leases,
-            };
-            match self.api.heartbeat(req).await {
-                Ok(r) => {
-                    for l in r.leases {
-                        let state = pb::LeaseState::try_from(l.state).unwrap_or_default();
-                        let lost = match state {
-                            pb::LeaseState::Lost => true,
-                            pb::LeaseState::Cancelled => false,
-                            _ => continue,
-                        };
-                        self.control.stop_lease(&l.lease_id, lost, l.reason);
-                    }
-                }
-                Err(s) if is_unknown_worker(&s) => {
-                    self.register(&stop).await;
-                }
-                Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
-            }
-        }
+        Ok(())
     }
 
     /// Runs one task and completes it; returns a task handed over with the completion.
@@ -395,12 +442,9 @@ impl Worker {
                 attempt: a.attempt,
             },
             events: events.clone(),
+            renewed: tokio::time::Instant::now(),
         });
-        let work_dir = self
-            .settings
-            .work_dir
-            .join(&a.run_id)
-            .join(format!("{}-{}", a.effect_id, a.attempt));
+        let work_dir = self.home.task_dir(&a.run_id, &a.effect_id, a.attempt);
         let started = SystemTime::now();
         let done = self.execute(&a, &work_dir, &cancel, &events).await;
         let finished = SystemTime::now();
@@ -428,6 +472,16 @@ impl Worker {
         let _ = tokio::fs::remove_dir_all(&work_dir).await;
         self.control.remove(&a.lease_id);
         next
+    }
+
+    /// The attempt `a` is, as its commands are told.
+    fn attempt<'a>(&'a self, a: &'a pb::TaskAssignment) -> Attempt<'a> {
+        Attempt {
+            run_id: &a.run_id,
+            effect_id: &a.effect_id,
+            number: a.attempt,
+            home_marker: self.home.marker(),
+        }
     }
 
     /// The harness adapter an agent task runs: the one it names, else the worker's default.
@@ -490,6 +544,7 @@ impl Worker {
             kind: &a.kind,
             def: &def,
             work_dir,
+            attempt: Some(self.attempt(a)),
         };
         match exec::execute(task, cancel).await {
             Ok(done) => done.into(),
@@ -515,12 +570,12 @@ impl Worker {
             rx,
             events.clone(),
         ));
-        let session_id = format!("{}-{}", a.effect_id, a.attempt);
         let timeout = a
             .timeout
             .and_then(|d| Duration::try_from(d).ok())
             .filter(|d| !d.is_zero());
-        let r = agent::run(agents, def, work_dir, &session_id, &tx, timeout, cancel).await;
+        let attempt = self.attempt(a);
+        let r = agent::run(agents, def, work_dir, attempt, &tx, timeout, cancel).await;
         drop(tx);
         if let Ok(Err(s)) = reporter.await {
             tracing::warn!(lease_id = %a.lease_id, error = %s.message(), "reporting agent events failed; the task goes on");
@@ -530,83 +585,6 @@ impl Worker {
             usage: r.usage,
             metadata: r.metadata,
         }
-    }
-
-    /// Completes under the lease, retrying transient failures while the lease may be live; with
-    /// `take_next`, asks for the next task in the same call (eager dispatch).
-    async fn complete(
-        &self,
-        a: &pb::TaskAssignment,
-        executed: Executed,
-        started: SystemTime,
-        finished: SystemTime,
-        take_next: bool,
-    ) -> Option<pb::TaskAssignment> {
-        let Executed {
-            done,
-            usage,
-            metadata,
-        } = executed;
-        let outcome = match done.outcome {
-            Ok(v) => cpb::task_result::Outcome::ValueJson(Bytes::from(
-                serde_json::to_vec(&v).unwrap_or_default(),
-            )),
-            Err(e) => cpb::task_result::Outcome::Error(cpb::TaskError {
-                name: e["name"].as_str().unwrap_or("Error").to_owned(),
-                message: e["message"].as_str().unwrap_or_default().to_owned(),
-                stack: String::new(),
-                data_json: e
-                    .get("data")
-                    .map(|d| Bytes::from(serde_json::to_vec(d).unwrap_or_default()))
-                    .unwrap_or_default(),
-            }),
-        };
-        let req = pb::CompleteTaskRequest {
-            worker_id: self.settings.worker_id.clone(),
-            lease_id: a.lease_id.clone(),
-            effect_id: a.effect_id.clone(),
-            result: Some(cpb::TaskResult {
-                outcome: Some(outcome),
-                stdout: done.stdout.map(Bytes::from).unwrap_or_default(),
-                stderr: done.stderr.map(Bytes::from).unwrap_or_default(),
-                started_at: Some(started.into()),
-                finished_at: Some(finished.into()),
-                metadata_json: if metadata.is_null() {
-                    Bytes::new()
-                } else {
-                    Bytes::from(serde_json::to_vec(&metadata).unwrap_or_default())
-                },
-                usage,
-            }),
-            next_max_tasks: u32::from(take_next),
-            next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),
-        };
-        let mut backoff = Duration::from_millis(50);
-        for _ in 0..60 {
-            match self.api.complete_task(req.clone()).await {
-                Ok(r) => return r.next_tasks.into_iter().next(),
-                Err(s) if is_lease_lost(&s) => {
-                    tracing::info!(lease_id = %a.lease_id, reason = %s.message(), "completion refused: lease lost");
-                    return None;
-                }
-                Err(s)
-                    if matches!(
-                        s.code(),
-                        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded
-                    ) =>
-                {
-                    tracing::warn!(lease_id = %a.lease_id, error = %s.message(), "completion failed; retrying");
-                }
-                Err(s) => {
-                    tracing::error!(lease_id = %a.lease_id, code = ?s.code(), error = %s.message(), "completion refused");
-                    return None;
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
-        }
-        tracing::error!(lease_id = %a.lease_id, "gave up completing the task; its lease will expire and it will run again");
-        None
     }
 }
 

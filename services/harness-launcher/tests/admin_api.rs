@@ -12,6 +12,7 @@ mod orchestrator;
 #[path = "support/worker.rs"]
 mod worker;
 
+use babysitter_harness_launcher::testing::processes::{alive, gone};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -87,11 +88,6 @@ async fn pid_in(file: &Path) -> i32 {
     tokio::time::timeout(GUARD, wait)
         .await
         .unwrap_or_else(|_| panic!("the task never wrote {}", file.display()))
-}
-
-fn alive(pid: i32) -> bool {
-    let pid = rustix::process::Pid::from_raw(pid).unwrap_or_else(|| panic!("pid {pid}"));
-    rustix::process::test_kill_process(pid).is_ok()
 }
 
 /// The error the worker completed the task `name` with (the orchestrator accepted it).
@@ -196,7 +192,7 @@ async fn status_lists_a_running_task_and_cancel_kills_its_process() {
         )
     );
     assert_stored_failure(&stored, "stopped from the admin api");
-    assert!(!alive(pid), "pid {pid} still exists after the cancel");
+    assert!(gone(pid).await, "pid {pid} still exists after the cancel");
 
     status_when(&mut client, "no task running", |s| {
         s.running_tasks.is_empty()
@@ -336,7 +332,7 @@ async fn a_drain_deadline_cancels_the_tasks_left() {
     );
     assert_stored_failure(&stored, reason);
     assert!(
-        !alive(pid),
+        gone(pid).await,
         "pid {pid} still exists after the drain deadline"
     );
     status_when(&mut client, "drained", |s| {

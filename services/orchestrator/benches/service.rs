@@ -308,7 +308,8 @@ async fn many_runs(runs: usize) {
             work_dir: work.path().to_owned(),
             drain_timeout: Duration::from_secs(5),
         },
-    );
+    )
+    .unwrap();
     tokio::spawn(worker.run(stop.clone()));
     let mut c = runs_client(&s);
     let t0 = Instant::now();

@@ -196,6 +196,7 @@ export async function process(inputs, ctx) { const r = await ctx.task(ag, {}); r
             drain_timeout: Duration::from_secs(5),
         },
     )
+    .unwrap()
     .with_agents(agents);
     tokio::spawn(worker.run(stop.clone()));
 

@@ -102,6 +102,11 @@ async fn start_core(
         stop,
         dir,
         in_process,
+        manager: manager.clone(),
+        queue: QueueConfig::default(),
+        config: ServerConfig::default(),
+        secrets: Default::default(),
+        server: None,
     };
     (service, manager, server)
 }

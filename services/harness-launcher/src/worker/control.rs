@@ -78,6 +78,10 @@ pub(super) struct Running {
     pub(super) stopped: Option<(bool, String)>,
     pub(super) info: TaskInfo,
     pub(super) events: Arc<AtomicU64>,
+    /// When the orchestrator last had the lease renewed at the latest: the assignment's arrival,
+    /// then the sending of each heartbeat it answered `ACTIVE`. The task is stopped before the
+    /// lease can lapse unrenewed ([`WorkerControl::overdue`]).
+    pub(super) renewed: tokio::time::Instant,
 }
 
 #[derive(Debug)]
@@ -291,6 +295,31 @@ impl WorkerControl {
         }
     }
 
+    /// The heartbeat sent at `sent` renewed these leases.
+    pub(super) fn renewed(&self, lease_id: &str, sent: tokio::time::Instant) {
+        if let Some(task) = lock(&self.inner.running).get_mut(lease_id) {
+            task.renewed = task.renewed.max(sent);
+        }
+    }
+
+    /// The oldest renewal among tasks still running (not stopped).
+    pub(super) fn oldest_renewal(&self) -> Option<tokio::time::Instant> {
+        lock(&self.inner.running)
+            .values()
+            .filter(|r| r.stopped.is_none())
+            .map(|r| r.renewed)
+            .min()
+    }
+
+    /// Leases of running tasks last renewed before `before`.
+    pub(super) fn overdue(&self, before: tokio::time::Instant) -> Vec<String> {
+        lock(&self.inner.running)
+            .iter()
+            .filter(|(_, r)| r.stopped.is_none() && r.renewed < before)
+            .map(|(l, _)| l.clone())
+            .collect()
+    }
+
     /// Kills every running task without a reason (their results are whatever the kill left).
     pub(super) fn kill_all(&self) {
         for r in lock(&self.inner.running).values() {
@@ -353,6 +382,7 @@ mod tests {
                 attempt: 1,
             },
             events: Arc::new(AtomicU64::new(7)),
+            renewed: tokio::time::Instant::now(),
         };
         (running, cancel)
     }

@@ -136,7 +136,7 @@ pub struct Orchestrator {
 impl Orchestrator {
     /// The worker calls the handlers in this process (no token, no network).
     pub async fn start() -> Self {
-        let (manager, dir) = manager().await;
+        let (manager, dir) = manager(OrchestratorConfig::default()).await;
         let shutdown = CancellationToken::new();
         let services = Services::new(manager.clone(), shutdown.clone());
         let api: Arc<dyn WorkerApi> = Arc::new(services.workers.in_process());
@@ -146,7 +146,12 @@ impl Orchestrator {
     /// The worker calls `WorkerService` over gRPC on 127.0.0.1:0, served as the binary serves it
     /// (the shared server builder, a default `[server]` config: its limits and compression).
     pub async fn start_grpc() -> Self {
-        let (manager, dir) = manager().await;
+        Self::start_grpc_with(OrchestratorConfig::default()).await
+    }
+
+    /// [`Orchestrator::start_grpc`] with this config (its journal store set here).
+    pub async fn start_grpc_with(config: OrchestratorConfig) -> Self {
+        let (manager, dir) = manager(config).await;
         let shutdown = CancellationToken::new();
         let server =
             Services::new(manager.clone(), shutdown.clone()).into_server(&ServerConfig::default());
@@ -409,13 +414,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The run manager as the `orchestrator` binary starts it with its default config, over a
-/// filesystem journal (`file://<tempdir>/runs`, babysitter's layout).
-async fn manager() -> (RunManager, tempfile::TempDir) {
+/// The run manager as the `orchestrator` binary starts it with `config`, over a filesystem
+/// journal (`file://<tempdir>/runs`, babysitter's layout).
+async fn manager(mut config: OrchestratorConfig) -> (RunManager, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let runs = dir.path().join("runs");
     std::fs::create_dir_all(&runs).unwrap_or_else(|e| panic!("{e}"));
-    let mut config = OrchestratorConfig::default();
     config.journal.store.url = format!("file://{}", runs.display());
     let store = config
         .open_journal_store(&EnvMap::new())

@@ -44,13 +44,18 @@ pub fn build(orch: &Orchestrator, work_dir: &Path, max_concurrency: usize) -> Wo
         work_dir: work_dir.to_owned(),
         drain_timeout: Duration::from_secs(5),
     };
-    Worker::with_api(orch.api(), settings)
+    Worker::with_api(orch.api(), settings).expect("the worker takes a home under the work dir")
 }
 
 /// Runs `worker` until [`WorkerHandle::stop`].
 pub fn spawn(worker: Worker) -> WorkerHandle {
     let stop = CancellationToken::new();
-    let task = tokio::spawn(worker.run(stop.clone()));
+    let stop_run = stop.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = worker.run(stop_run).await {
+            panic!("the worker stopped: {e}");
+        }
+    });
     WorkerHandle { stop, task }
 }
 

@@ -44,6 +44,13 @@ pub struct Service {
     pub dir: tempfile::TempDir,
     /// The `WorkerService` handlers as a worker in this process calls them (no network).
     pub in_process: InProcess,
+    pub manager: RunManager,
+    /// What [`Service::restart`] starts the next one with.
+    pub queue: QueueConfig,
+    pub config: ServerConfig,
+    pub secrets: Arc<Redactor>,
+    /// The server's task, awaited by [`Service::restart`] so the port is free again.
+    pub server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Service {
@@ -80,9 +87,62 @@ pub async fn start_with_server(
     config: ServerConfig,
     secrets: Redactor,
 ) -> Service {
-    let dir = tempfile::tempdir().unwrap();
+    let addr = "127.0.0.1:0".parse().unwrap();
+    start_in(
+        tempfile::tempdir().unwrap(),
+        addr,
+        queue,
+        config,
+        Arc::new(secrets),
+    )
+    .await
+}
+
+impl Service {
+    /// Stops this orchestrator: its server (the port freed) and its runs; nothing more is
+    /// written. [`Stopped::start`] starts the next one.
+    pub async fn halt(mut self) -> Stopped {
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        self.manager.shutdown().await;
+        let addr = self.url.trim_start_matches("http://").parse().unwrap();
+        Stopped {
+            dir: std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap()),
+            addr,
+            queue: self.queue.clone(),
+            config: self.config.clone(),
+            secrets: self.secrets.clone(),
+        }
+    }
+}
+
+/// An orchestrator [`Service::halt`] stopped: its journal and address.
+pub struct Stopped {
+    pub dir: tempfile::TempDir,
+    addr: std::net::SocketAddr,
+    queue: QueueConfig,
+    config: ServerConfig,
+    secrets: Arc<Redactor>,
+}
+
+impl Stopped {
+    /// A new orchestrator over the same journal on the same address, started as the binary
+    /// starts: every unfinished run recovered before it serves.
+    pub async fn start(self) -> Service {
+        start_in(self.dir, self.addr, self.queue, self.config, self.secrets).await
+    }
+}
+
+async fn start_in(
+    dir: tempfile::TempDir,
+    addr: std::net::SocketAddr,
+    queue: QueueConfig,
+    config: ServerConfig,
+    secrets: Arc<Redactor>,
+) -> Service {
     let runs = dir.path().join("runs");
-    let secrets = Arc::new(secrets);
     let journal = Journal::new(
         Arc::new(FsStore::new(&runs)),
         JournalOptions {
@@ -95,11 +155,11 @@ pub async fn start_with_server(
     let engine = Engine::new(journal, engine_options).unwrap();
     let manager = RunManager::new(
         engine,
-        TaskQueue::new(queue, ulid::Ulid::generate().to_string()),
+        TaskQueue::new(queue.clone(), ulid::Ulid::generate().to_string()),
         ManagerConfig {
             sweep_interval: Duration::from_millis(50),
             retry_delay: Duration::from_millis(100),
-            secrets,
+            secrets: secrets.clone(),
             ..ManagerConfig::default()
         },
     );
@@ -109,15 +169,22 @@ pub async fn start_with_server(
     let services = Services::new(manager.clone(), stop.clone());
     let in_process = services.workers.in_process();
     let server = services.into_server(&config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
-    tokio::spawn(async move { server.serve_with_listener(listener, token).await });
+    let server = tokio::spawn(async move {
+        let _ = server.serve_with_listener(listener, token).await;
+    });
     Service {
         url,
         stop,
         dir,
         in_process,
+        manager,
+        queue,
+        config,
+        secrets,
+        server: Some(server),
     }
 }
 
@@ -144,16 +211,13 @@ pub fn spawn_worker(
     dir: &std::path::Path,
 ) -> CancellationToken {
     let channel = connect_lazy(&s.url, tok.map(Secret::new).as_ref()).unwrap();
-    spawn(Worker::new(channel, shell_worker(id, dir)))
+    spawn(Worker::new(channel, shell_worker(id, dir)).unwrap())
 }
 
 /// The real worker loop calling the orchestrator's handlers in this process (as `babysitter up`
 /// runs its worker): no channel, no token.
 pub fn spawn_in_process_worker(s: &Service, id: &str, dir: &std::path::Path) -> CancellationToken {
-    spawn(Worker::with_api(
-        Arc::new(s.in_process.clone()),
-        shell_worker(id, dir),
-    ))
+    spawn(Worker::with_api(Arc::new(s.in_process.clone()), shell_worker(id, dir)).unwrap())
 }
 
 fn shell_worker(id: &str, dir: &std::path::Path) -> WorkerSettings {

@@ -40,6 +40,14 @@ impl RunManager {
         }
     }
 
+    /// Drives a run recovered at start in the calling task, until it waits for something.
+    pub(super) async fn resume(&self, run_id: &str) {
+        if self.claim_driver(run_id, true) {
+            let _running = self.inner.tracker.token();
+            self.drive(run_id, true).await;
+        }
+    }
+
     /// Registers the run's driver; false when one is active (it was asked to go again), the run
     /// is not live, or its client drives it.
     fn claim_driver(&self, run_id: &str, recovered: bool) -> bool {

@@ -1,6 +1,10 @@
 //! Start-up recovery: every unfinished run in the journal gets a live entry back and is iterated
 //! again, which re-queues its requested-but-unresolved effects (held for adoption by the workers
-//! that were running them) and re-arms its sleep timers. The most recently created finished runs
+//! that were running them) and re-arms its sleep timers. [`RunManager::recover`] returns only
+//! once every resumed run has been iterated: the server starts after it, so a worker's
+//! heartbeat or completion under a lease of the previous incarnation always finds its task
+//! queued and adoptable, never "unknown" (which would drop a finished result and run the task
+//! again). The most recently created finished runs
 //! fill the finished-run cache; older ones are read from the journal when asked for.
 
 use babysitter_journal::{EventType, NewEvent};
@@ -12,7 +16,8 @@ use crate::engine::lifecycle;
 use crate::service::{Result, ServiceError};
 
 impl RunManager {
-    /// Loads every run from the journal and resumes the unfinished ones. Call once at start.
+    /// Loads every run from the journal and resumes the unfinished ones, returning once each
+    /// has been iterated (its pending effects queued). Call once at start, before serving.
     pub async fn recover(&self) -> Result<usize> {
         use futures::StreamExt;
         let journal = self.journal();
@@ -58,10 +63,14 @@ impl RunManager {
                 }
             }
         }
-        for id in &resumed {
-            self.schedule(id, true);
-        }
-        Ok(resumed.len())
+        let count = resumed.len();
+        futures::stream::iter(resumed)
+            .for_each_concurrent(16, |id| {
+                let this = self.clone();
+                async move { this.resume(&id).await }
+            })
+            .await;
+        Ok(count)
     }
 
     /// A run as the journal has it, finishing its creation if `RUN_CREATED` never landed.
