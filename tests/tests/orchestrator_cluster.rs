@@ -19,6 +19,7 @@ use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
 use cluster::{create, data};
 use serde_json::{Value, json};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 struct Cluster {
     dir: tempfile::TempDir,
@@ -537,6 +538,62 @@ async fn wait_for_file(path: &Path, cluster: &Cluster) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The overall health status of the server at `addr` (`host:port`), or `None` when it does not
+/// answer within two seconds.
+async fn health(addr: &str) -> Option<i32> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .connect_lazy();
+    let r = HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .ok()?;
+    Some(r.into_inner().status)
+}
+
+/// Waits (guard: 60 s) until the server at `addr` reports `status`.
+async fn health_becomes(addr: &str, status: ServingStatus, cluster: &Cluster) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while health(addr).await != Some(status as i32) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{addr} never reported {status:?}:\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_is_not_serving_while_the_store_hangs_and_serving_once_it_is_back() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let cluster = Cluster::start().await;
+    let journal = cluster.journal.ready.clone();
+    let orchestrator = format!("127.0.0.1:{}", cluster.orchestrator_port);
+    health_becomes(&journal, ServingStatus::Serving, &cluster).await;
+    health_becomes(&orchestrator, ServingStatus::Serving, &cluster).await;
+
+    // SeaweedFS stops answering (stopped, not gone: requests hang, as in a real outage).
+    let weed = Pid::from_raw(cluster._weed.pid() as i32).expect("seaweedfs pid");
+    kill_process(weed, Signal::STOP).expect("SIGSTOP seaweedfs");
+    health_becomes(&journal, ServingStatus::NotServing, &cluster).await;
+    health_becomes(&orchestrator, ServingStatus::NotServing, &cluster).await;
+    assert!(
+        cluster.journal.log_tail(50).contains("unreachable"),
+        "the journal logged nothing about the outage:\n{}",
+        cluster.logs()
+    );
+
+    kill_process(weed, Signal::CONT).expect("SIGCONT seaweedfs");
+    health_becomes(&journal, ServingStatus::Serving, &cluster).await;
+    health_becomes(&orchestrator, ServingStatus::Serving, &cluster).await;
+    assert!(cluster.journal.log_tail(50).contains("reachable again"));
 }
 
 /// Whether `pid` is gone (dead or a zombie) within ten seconds; never a timing assertion.

@@ -9,6 +9,11 @@
 //! before draining), then connections drain with `serve_with_incoming_shutdown`, then the
 //! builder's [`TaskTracker`] is awaited so work that handlers spawned (journal appends) finishes.
 //!
+//! Readiness also follows what the process depends on: a [`Probe`] (the journal's store, the
+//! orchestrator's journal) is checked while serving, and while it fails every service reports
+//! `NOT_SERVING`, with one log line when the outage starts and one when it ends. Reflection
+//! lists only the services this port serves (the descriptor sets hold every babysitter service).
+//!
 //! Per-service transport settings (message sizes, zstd + gzip) are applied with
 //! [`tune_grpc_service!`](crate::tune_grpc_service), the `into_server` helper.
 
@@ -170,6 +175,27 @@ pub enum ServerError {
     },
 }
 
+/// A check of something the server needs to do its work (its store, its journal): `Err` names
+/// what failed. Called every [`Probe::every`] while serving.
+#[derive(Clone)]
+pub struct Probe {
+    /// What is probed, for the logs: `store`, `journal`.
+    pub what: &'static str,
+    pub every: Duration,
+    pub check: std::sync::Arc<
+        dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync,
+    >,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("what", &self.what)
+            .field("every", &self.every)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Builds and runs one gRPC server: services, health, reflection, layers, shutdown.
 pub struct ServerBuilder {
     service_name: String,
@@ -180,6 +206,7 @@ pub struct ServerBuilder {
     service_names: Vec<&'static str>,
     health: HealthReporter,
     tracker: TaskTracker,
+    probe: Option<Probe>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -204,7 +231,14 @@ impl ServerBuilder {
             service_names: Vec::new(),
             health: HealthReporter::new(),
             tracker: TaskTracker::new(),
+            probe: None,
         }
+    }
+
+    /// Readiness follows `probe` while serving (see the module doc).
+    pub fn with_probe(mut self, probe: Probe) -> Self {
+        self.probe = Some(probe);
+        self
     }
 
     /// Uses `authenticator` instead of the one built from `config.auth` at serve time.
@@ -277,6 +311,7 @@ impl ServerBuilder {
             service_names,
             health,
             tracker,
+            probe,
         } = self;
         let local_addr = listener.local_addr().ok();
 
@@ -297,6 +332,16 @@ impl ServerBuilder {
         for set in &descriptor_sets {
             reflection_v1 = reflection_v1.register_encoded_file_descriptor_set(set);
             reflection_v1alpha = reflection_v1alpha.register_encoded_file_descriptor_set(set);
+        }
+        // Only what this port serves: the sets describe every babysitter service.
+        for name in
+            service_names
+                .iter()
+                .copied()
+                .chain([HEALTH_SERVICE, REFLECTION_V1, REFLECTION_V1ALPHA])
+        {
+            reflection_v1 = reflection_v1.with_service_name(name);
+            reflection_v1alpha = reflection_v1alpha.with_service_name(name);
         }
         routes
             .add_service(tune_grpc_service!(
@@ -360,6 +405,14 @@ impl ServerBuilder {
             services = ?service_names,
             "grpc server listening"
         );
+        if let Some(probe) = probe {
+            tokio::spawn(follow_probe(
+                probe,
+                health.clone(),
+                service_names.clone(),
+                shutdown.clone(),
+            ));
+        }
 
         let serve = router.serve_with_incoming_shutdown(incoming, drain);
         let drain_deadline = async {
@@ -392,6 +445,47 @@ impl ServerBuilder {
         }
         tracing::info!(service = %service_name, "grpc server stopped");
         Ok(())
+    }
+}
+
+const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
+const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
+const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
+
+/// Sets health from `probe` until `shutdown` (which owns health from then on).
+async fn follow_probe(
+    probe: Probe,
+    health: HealthReporter,
+    names: Vec<&'static str>,
+    shutdown: CancellationToken,
+) {
+    let mut down_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(probe.every) => {}
+            () = shutdown.cancelled() => return,
+        }
+        // A store that hangs is as down as one that refuses.
+        let limit = probe.every * 2;
+        let checked = tokio::select! {
+            r = tokio::time::timeout(limit, (probe.check)()) => {
+                r.unwrap_or_else(|_| Err(format!("no answer within {limit:?}")))
+            }
+            () = shutdown.cancelled() => return,
+        };
+        match (checked, down_since) {
+            (Err(error), None) => {
+                tracing::error!(what = probe.what, %error, "unreachable: health is not_serving until it is back");
+                down_since = Some(tokio::time::Instant::now());
+                set_all(&health, &names, ServingStatus::NotServing).await;
+            }
+            (Ok(()), Some(since)) if !shutdown.is_cancelled() => {
+                tracing::info!(what = probe.what, down_for = ?since.elapsed(), "reachable again: health is serving");
+                down_since = None;
+                set_all(&health, &names, ServingStatus::Serving).await;
+            }
+            _ => {}
+        }
     }
 }
 

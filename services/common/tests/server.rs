@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use babysitter_common::auth::{AuthConfig, Role, Secret, TokenEntry, caller_role};
 use babysitter_common::error::{self, ErrorKind};
-use babysitter_common::server::{ServerBuilder, ServerConfig, ServerError};
+use babysitter_common::server::{Probe, ServerBuilder, ServerConfig, ServerError};
 use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -145,10 +145,14 @@ struct Running {
 }
 
 async fn start(config: ServerConfig) -> Running {
+    start_builder(ServerBuilder::new("test", &config).add_service(Echo, echo_descriptor_set()))
+        .await
+}
+
+async fn start_builder(builder: ServerBuilder) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = CancellationToken::new();
-    let builder = ServerBuilder::new("test", &config).add_service(Echo, echo_descriptor_set());
     let handle = tokio::spawn(builder.serve_with_listener(listener, token.clone()));
     Running {
         addr,
@@ -321,6 +325,101 @@ async fn reflection_lists_registered_services() {
 
     server.token.cancel();
     drop((reflection, v1_responses, alpha, responses));
+    server.handle.await.unwrap().unwrap();
+}
+
+/// The service names reflection lists.
+async fn listed(addr: std::net::SocketAddr) -> Vec<String> {
+    let mut reflection = ServerReflectionClient::new(channel(addr).await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    match responses.message().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            list.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("expected a list of services, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_lists_only_the_services_this_port_serves() {
+    // The descriptor set every babysitter service registers describes all four services.
+    let server = start_builder(
+        ServerBuilder::new("test", &ServerConfig::default())
+            .add_service(Echo, babysitter_proto::FILE_DESCRIPTOR_SET),
+    )
+    .await;
+    let mut names = listed(server.addr).await;
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ECHO,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ],
+        "a service this port does not serve is listed"
+    );
+    server.token.cancel();
+    server.handle.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_probe_of_what_the_server_depends_on() {
+    let up = Arc::new(AtomicBool::new(true));
+    let probed = up.clone();
+    let probe = Probe {
+        what: "store",
+        every: Duration::from_millis(20),
+        check: Arc::new(move || {
+            let up = probed.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if up {
+                    Ok(())
+                } else {
+                    Err("connection refused".to_owned())
+                }
+            })
+        }),
+    };
+    let server = start_builder(
+        ServerBuilder::new("test", &ServerConfig::default())
+            .add_service(Echo, echo_descriptor_set())
+            .with_probe(probe),
+    )
+    .await;
+    let mut health = HealthClient::new(channel(server.addr).await);
+    let mut watch = health.watch(health_request("")).await.unwrap().into_inner();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("a health change")
+            .unwrap()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(next().await, ServingStatus::Serving);
+    up.store(false, Ordering::SeqCst);
+    assert_eq!(next().await, ServingStatus::NotServing, "the store is down");
+    let echo = health
+        .check(health_request(ECHO))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(echo.status(), ServingStatus::NotServing);
+    up.store(true, Ordering::SeqCst);
+    assert_eq!(next().await, ServingStatus::Serving, "the store is back");
+    server.token.cancel();
+    assert_eq!(next().await, ServingStatus::NotServing, "shutting down");
+    drop((health, watch));
     server.handle.await.unwrap().unwrap();
 }
 

@@ -161,6 +161,14 @@ pub async fn open_store_on(
     open(cfg, limits, env, Some(fs)).await
 }
 
+/// Environment variables of credential sources other than keys and the instance metadata
+/// endpoint (web identity, ECS container credentials).
+const AMBIENT_CREDENTIALS: [&str; 3] = [
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+];
+
 async fn open(
     cfg: &StoreConfig,
     limits: &LimitsConfig,
@@ -215,12 +223,44 @@ async fn open(
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(region);
-        if let Some(key) = pick(&cfg.access_key_id, &["AWS_ACCESS_KEY_ID"]) {
-            b = b.with_access_key_id(key);
-        }
-        if let Some(secret) = pick(&cfg.secret_access_key, &["AWS_SECRET_ACCESS_KEY"]) {
-            b = b.with_secret_access_key(secret);
-        }
+        let key = pick(&cfg.access_key_id, &["AWS_ACCESS_KEY_ID"]);
+        let secret = pick(&cfg.secret_access_key, &["AWS_SECRET_ACCESS_KEY"]);
+        let ambient = AMBIENT_CREDENTIALS
+            .iter()
+            .any(|k| env.get_non_empty(k).is_some());
+        let asks_metadata = match (key, secret) {
+            (Some(key), Some(secret)) => {
+                b = b.with_access_key_id(key).with_secret_access_key(secret);
+                false
+            }
+            (Some(_), None) => {
+                return Err(JournalError::invalid(
+                    "store.secret-access-key",
+                    format!(
+                        "{url}: an access key id is set but no secret access key: set store.secret-access-key or AWS_SECRET_ACCESS_KEY"
+                    ),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(JournalError::invalid(
+                    "store.access-key-id",
+                    format!(
+                        "{url}: a secret access key is set but no access key id: set store.access-key-id or AWS_ACCESS_KEY_ID"
+                    ),
+                ));
+            }
+            // A store other than AWS has no instance role to ask for credentials.
+            (None, None) if endpoint.is_some() && !ambient => {
+                return Err(JournalError::invalid(
+                    "store.access-key-id",
+                    format!(
+                        "{url} at {}: no S3 credentials: set store.access-key-id and store.secret-access-key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                        endpoint.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+            (None, None) => !ambient,
+        };
         if let Some(token) = env.get_non_empty("AWS_SESSION_TOKEN") {
             b = b.with_token(token);
         }
@@ -254,7 +294,19 @@ async fn open(
             Some(ep) => format!("{url} at {ep}"),
             None => url.to_owned(),
         };
-        return object_journal(Arc::new(s3), prefix, &described, limits).await;
+        return object_journal(Arc::new(s3), prefix, &described, limits)
+            .await
+            .map_err(|e| {
+                if asks_metadata {
+                    JournalError::UnsafeStore {
+                        reason: format!(
+                            "{e} (no S3 credentials are configured, so they were asked of the EC2 instance metadata endpoint: set store.access-key-id and store.secret-access-key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run with an instance or web-identity role)"
+                        ),
+                    }
+                } else {
+                    e
+                }
+            });
     }
     Err(JournalError::invalid(
         "store.url",
@@ -278,4 +330,42 @@ pub async fn object_journal(
         description,
         limits.blob_threshold_bytes,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn refused(url: &str, env: &[(&str, &str)]) -> String {
+        let mut e = EnvMap::new();
+        for (k, v) in env {
+            e = e.with(*k, *v);
+        }
+        let cfg = StoreConfig {
+            url: url.into(),
+            ..StoreConfig::default()
+        };
+        match open(&cfg, &LimitsConfig::default(), &e, None).await {
+            Ok(_) => panic!("{url} with {env:?} opened"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_s3_credentials_are_named_not_blamed_on_the_metadata_endpoint() {
+        let endpoint = ("AWS_ENDPOINT_URL", "http://127.0.0.1:9");
+        let none = refused("s3://b/p", &[endpoint]).await;
+        assert!(none.contains("no S3 credentials"), "{none}");
+        assert!(none.contains("AWS_ACCESS_KEY_ID"), "{none}");
+        assert!(!none.to_lowercase().contains("metadata"), "{none}");
+        let half = refused("s3://b/p", &[endpoint, ("AWS_ACCESS_KEY_ID", "AKIA")]).await;
+        assert!(half.contains("no secret access key"), "{half}");
+        assert!(!half.contains("AKIA"), "the key id is not echoed: {half}");
+        let other = refused("s3://b/p", &[endpoint, ("AWS_SECRET_ACCESS_KEY", "s3cret")]).await;
+        assert!(other.contains("no access key id"), "{other}");
+        assert!(
+            !other.contains("s3cret"),
+            "the secret is not echoed: {other}"
+        );
+    }
 }

@@ -23,6 +23,7 @@ pub mod index;
 pub mod journal;
 pub mod node_json;
 pub mod object;
+pub mod readiness;
 pub mod redact;
 pub mod remote;
 pub mod state_cache;

@@ -61,16 +61,19 @@ async fn serve(config: JournalServiceConfig, env: EnvMap, fs: FsRuntime) -> anyh
         .await
         .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.store.url))?;
     tracing::info!(store = %store.describe(), "journal store ready");
+    let probe = babysitter_journal::readiness::probe(store.clone(), "store");
     let journal = Journal::new(store, config.limits.journal_options());
     let background = journal.clone();
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
-    let server = ServerBuilder::new("journal", &config.server).add_service(
-        JournalGrpcServer::new(journal)
-            .with_shutdown(shutdown.clone())
-            .into_service(&config.server),
-        babysitter_proto::FILE_DESCRIPTOR_SET,
-    );
+    let server = ServerBuilder::new("journal", &config.server)
+        .with_probe(probe)
+        .add_service(
+            JournalGrpcServer::new(journal)
+                .with_shutdown(shutdown.clone())
+                .into_service(&config.server),
+            babysitter_proto::FILE_DESCRIPTOR_SET,
+        );
     let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;

@@ -23,6 +23,9 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// How long a start waits for its journal to answer.
+const JOURNAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The babysitter-rs orchestrator service.
 #[derive(Debug, Parser)]
 #[command(name = "orchestrator", version)]
@@ -69,7 +72,13 @@ fn main() -> ExitCode {
 async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("orchestrator", &config.telemetry, &env)?;
     let store = config.open_journal_store(&env).await?;
+    // "Ready" only once it answers: a journal still starting gets a while, a wrong address
+    // fails the start naming it.
+    babysitter_journal::readiness::wait_reachable(store.as_ref(), "journal", JOURNAL_WAIT)
+        .await
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(store = %store.describe(), "journal ready");
+    let probe = babysitter_journal::readiness::probe(store.clone(), "journal");
     let secrets = std::sync::Arc::new(config.secrets.redactor(&env)?);
     let mut journal_options = config.journal.limits.journal_options();
     journal_options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
@@ -84,7 +93,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let services = Services::new(manager.clone(), shutdown.clone());
-    let server = services.into_server(&config.server);
+    let server = services.into_server(&config.server).with_probe(probe);
     let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;
