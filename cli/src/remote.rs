@@ -167,6 +167,35 @@ fn run_json(r: &pb::Run) -> Value {
     Value::Object(m)
 }
 
+/// An output too large to come inside the `Run`: streamed by `ReadRunOutput`, its size and
+/// SHA-256 checked against what the `Run` said.
+async fn read_output(c: &mut RunServiceClient<AuthedChannel>, r: &pb::Run) -> Result<Value> {
+    use sha2::Digest as _;
+    let mut stream = c
+        .read_run_output(pb::ReadRunOutputRequest {
+            namespace: r.namespace.clone(),
+            run_id: r.run_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let mut bytes = Vec::with_capacity(usize::try_from(r.output_size_bytes).unwrap_or(0));
+    while let Some(part) = stream.message().await? {
+        bytes.extend_from_slice(&part.chunk);
+    }
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    if bytes.len() as u64 != r.output_size_bytes || digest != r.output_sha256 {
+        bail!(
+            "the output of run {} arrived as {} bytes with SHA-256 {digest}; the run says {} bytes, {}",
+            r.run_id,
+            bytes.len(),
+            r.output_size_bytes,
+            r.output_sha256
+        );
+    }
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("the output of run {} is not JSON", r.run_id))
+}
+
 async fn run(command: &str, url: &str, a: &Args, env: &EnvMap) -> Result<Value> {
     let mut c = client(url, env)?;
     let ns = a
@@ -396,7 +425,13 @@ impl Follow<'_> {
             .into_inner()
             .run
             .context("no run in the answer")?;
-        let summary = run_json(&r);
+        let mut summary = run_json(&r);
+        if r.output_json.is_empty()
+            && r.output_size_bytes > 0
+            && let Value::Object(m) = &mut summary
+        {
+            m.insert("output".into(), read_output(c, &r).await?);
+        }
         self.say(
             json!({"type": "run.finished", "run": summary}),
             format!("run {}: {}", self.run_id, status_name(r.status)),

@@ -60,7 +60,9 @@ pub struct Run {
     /// why the run is waiting, halted, failed or cancelled (e.g. "breakpoint-waiting"); empty otherwise.
     #[prost(string, tag = "11")]
     pub status_reason: ::prost::alloc::string::String,
-    /// the process's return value (state/output.json) as UTF-8 JSON, once COMPLETED.
+    /// the process's return value (state/output.json) as UTF-8 JSON, once COMPLETED — inline only
+    /// when at most 1 MiB and never in ListRuns (a list stays small whatever the outputs); otherwise
+    /// empty, with output_size_bytes and output_sha256 set: read it with ReadRunOutput.
     #[prost(bytes = "bytes", tag = "12")]
     pub output_json: ::prost::bytes::Bytes,
     /// set once FAILED.
@@ -69,6 +71,27 @@ pub struct Run {
     /// the run is iterated by its client (IterateRun), not by the orchestrator (see CreateRunRequest).
     #[prost(bool, tag = "14")]
     pub client_driven: bool,
+    /// the size and lowercase hex SHA-256 of the output's JSON, whenever the run has an output
+    /// (inline or not).
+    #[prost(uint64, tag = "15")]
+    pub output_size_bytes: u64,
+    #[prost(string, tag = "16")]
+    pub output_sha256: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReadRunOutputRequest {
+    /// empty = "default".
+    #[prost(string, tag = "1")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub run_id: ::prost::alloc::string::String,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReadRunOutputResponse {
+    #[prost(bytes = "bytes", tag = "1")]
+    pub chunk: ::prost::bytes::Bytes,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -925,6 +948,39 @@ pub mod run_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Streams a COMPLETED run's output (state/output.json) in chunks of at most 1 MiB: how a client
+        /// reads an output too large to travel inside a Run (see Run.output_json). Server-streamed so
+        /// no message grows with the output; the chunks joined are the JSON whose size and SHA-256 the
+        /// Run carries. NOT_FOUND for a run without output.
+        pub async fn read_run_output(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ReadRunOutputRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::ReadRunOutputResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.orchestrator.v1.RunService/ReadRunOutput",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.orchestrator.v1.RunService",
+                        "ReadRunOutput",
+                    ),
+                );
+            self.inner.server_streaming(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1023,6 +1079,23 @@ pub mod run_service_server {
             request: tonic::Request<super::IterateRunRequest>,
         ) -> std::result::Result<
             tonic::Response<super::IterateRunResponse>,
+            tonic::Status,
+        >;
+        /// Server streaming response type for the ReadRunOutput method.
+        type ReadRunOutputStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::ReadRunOutputResponse, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// Streams a COMPLETED run's output (state/output.json) in chunks of at most 1 MiB: how a client
+        /// reads an output too large to travel inside a Run (see Run.output_json). Server-streamed so
+        /// no message grows with the output; the chunks joined are the JSON whose size and SHA-256 the
+        /// Run carries. NOT_FOUND for a run without output.
+        async fn read_run_output(
+            &self,
+            request: tonic::Request<super::ReadRunOutputRequest>,
+        ) -> std::result::Result<
+            tonic::Response<Self::ReadRunOutputStream>,
             tonic::Status,
         >;
     }
@@ -1547,6 +1620,52 @@ pub mod run_service_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.orchestrator.v1.RunService/ReadRunOutput" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReadRunOutputSvc<T: RunService>(pub Arc<T>);
+                    impl<
+                        T: RunService,
+                    > tonic::server::ServerStreamingService<super::ReadRunOutputRequest>
+                    for ReadRunOutputSvc<T> {
+                        type Response = super::ReadRunOutputResponse;
+                        type ResponseStream = T::ReadRunOutputStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ReadRunOutputRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RunService>::read_run_output(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReadRunOutputSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.server_streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

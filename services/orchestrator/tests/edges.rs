@@ -140,3 +140,92 @@ async fn a_lowercase_copy_of_a_ulid_run_id_is_the_same_run() {
         .expect("a run");
     assert_eq!(named.run_id, "nightly-build");
 }
+
+const BIG: &str = r#"
+export async function process(inputs) {
+  return { big: 'x'.repeat(inputs.n) };
+}
+"#;
+
+/// A client with tonic's own defaults (4 MiB per message received), as a user's would be.
+async fn default_client(
+    s: &Service,
+) -> pb::run_service_client::RunServiceClient<tonic::transport::Channel> {
+    pb::run_service_client::RunServiceClient::connect(s.url.clone())
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_outputs_travel_by_reference_so_runs_stay_readable_and_listable() {
+    use sha2::Digest as _;
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    // Four 6 MB outputs: each alone over a default client's 4 MiB, together over any page.
+    let n = 6_000_000;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(create(&mut c, "", BIG, json!({ "n": n })).await.run_id);
+    }
+    let mut plain = default_client(&s).await;
+    for id in &ids {
+        let run = loop {
+            let r = plain
+                .get_run(pb::GetRunRequest {
+                    run_id: id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("GetRun of a run with a large output")
+                .into_inner()
+                .run
+                .unwrap();
+            if r.status == pb::RunStatus::Completed as i32 {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert!(run.output_json.is_empty(), "a 6 MB output is not inline");
+        let mut stream = plain
+            .read_run_output(pb::ReadRunOutputRequest {
+                namespace: String::new(),
+                run_id: id.clone(),
+            })
+            .await
+            .expect("ReadRunOutput")
+            .into_inner();
+        let mut bytes = Vec::new();
+        while let Some(part) = stream.message().await.expect("a chunk") {
+            assert!(part.chunk.len() <= 1024 * 1024);
+            bytes.extend_from_slice(&part.chunk);
+        }
+        assert_eq!(run.output_size_bytes, bytes.len() as u64);
+        assert_eq!(run.output_sha256, hex::encode(sha2::Sha256::digest(&bytes)));
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["big"].as_str().map(str::len), Some(n));
+    }
+    let listed = plain
+        .list_runs(pb::ListRunsRequest::default())
+        .await
+        .expect("the default page lists runs with large outputs")
+        .into_inner()
+        .runs;
+    assert_eq!(listed.len(), 4);
+    assert!(
+        listed
+            .iter()
+            .all(|r| r.output_json.is_empty() && r.output_size_bytes > 0)
+    );
+
+    // A small output still comes inline, with its digest.
+    let small = create(&mut c, "", BIG, json!({ "n": 3 })).await.run_id;
+    let (_, last) = watch_all(&mut c, "", &small).await;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&last.output_json).unwrap(),
+        json!({"big": "xxx"})
+    );
+    assert_eq!(
+        last.output_sha256,
+        hex::encode(sha2::Sha256::digest(&last.output_json))
+    );
+}

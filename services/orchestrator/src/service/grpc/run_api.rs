@@ -113,7 +113,43 @@ fn status_of_pb(v: i32) -> Result<RunStatus, Status> {
     })
 }
 
+/// Largest output sent inside a `Run` (larger ones go by `ReadRunOutput`).
+pub const INLINE_OUTPUT_MAX: usize = 1024 * 1024;
+/// Chunk size of `ReadRunOutput`.
+const OUTPUT_CHUNK: usize = 1024 * 1024;
+
+/// Whether a `Run` may carry its output inline (lists never do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    InlineIfSmall,
+    DigestOnly,
+}
+
+/// A run's output as JSON bytes with their SHA-256.
+fn output_bytes(r: &RunSummary) -> Option<(bytes::Bytes, String)> {
+    use sha2::Digest as _;
+    let bytes = json_bytes(r.output.as_ref()?);
+    let digest = hex::encode(sha2::Sha256::digest(&bytes));
+    Some((bytes, digest))
+}
+
 pub(crate) fn run_pb(r: &RunSummary) -> pb::Run {
+    run_pb_with(r, Output::InlineIfSmall)
+}
+
+pub(crate) fn run_pb_with(r: &RunSummary, output: Output) -> pb::Run {
+    let (output_json, output_size_bytes, output_sha256) = match output_bytes(r) {
+        Some((bytes, digest)) => {
+            let size = bytes.len() as u64;
+            let inline = output == Output::InlineIfSmall && bytes.len() <= INLINE_OUTPUT_MAX;
+            (
+                if inline { bytes } else { bytes::Bytes::new() },
+                size,
+                digest,
+            )
+        }
+        None => Default::default(),
+    };
     let error = r.error.as_ref().map(|e| cpb::TaskError {
         name: e
             .get("name")
@@ -144,9 +180,11 @@ pub(crate) fn run_pb(r: &RunSummary) -> pb::Run {
         pending_effects: r.pending(),
         pending_effects_by_kind: r.pending_by_kind.clone().into_iter().collect(),
         status_reason: r.status_reason.clone(),
-        output_json: r.output.as_ref().map(json_bytes).unwrap_or_default(),
+        output_json,
         error,
         client_driven: r.client_driven,
+        output_size_bytes,
+        output_sha256,
     }
 }
 
@@ -296,12 +334,39 @@ impl RunService for RunApi {
             .list(&ns, &statuses, &labels, page_size(r.page_size), token)
             .await?;
         Ok(Response::new(pb::ListRunsResponse {
-            runs: runs.iter().map(run_pb).collect(),
+            runs: runs
+                .iter()
+                .map(|r| run_pb_with(r, Output::DigestOnly))
+                .collect(),
             next_page_token: next.unwrap_or_default(),
         }))
     }
 
     type WatchRunStream = WatchStream;
+    type ReadRunOutputStream =
+        futures::stream::Iter<std::vec::IntoIter<Result<pb::ReadRunOutputResponse, Status>>>;
+
+    async fn read_run_output(
+        &self,
+        req: Request<pb::ReadRunOutputRequest>,
+    ) -> Result<Response<Self::ReadRunOutputStream>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        let r = req.into_inner();
+        let ns = namespace_for(&who, &r.namespace)?;
+        let run = self.manager.get(&ns, &r.run_id).await?;
+        let Some((bytes, _)) = output_bytes(&run) else {
+            return Err(ServiceError::NotFound(format!("run {} has no output", r.run_id)).into());
+        };
+        let chunks: Vec<Result<pb::ReadRunOutputResponse, Status>> = (0..bytes.len())
+            .step_by(OUTPUT_CHUNK)
+            .map(|at| {
+                Ok(pb::ReadRunOutputResponse {
+                    chunk: bytes.slice(at..(at + OUTPUT_CHUNK).min(bytes.len())),
+                })
+            })
+            .collect();
+        Ok(Response::new(futures::stream::iter(chunks)))
+    }
 
     async fn watch_run(
         &self,
