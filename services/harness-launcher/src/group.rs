@@ -5,49 +5,85 @@
 //! if the first attempt's processes were still running, the two would overlap. So every command
 //! a worker starts (shell, node, hook, harness CLI) runs in a process group of its own, led by a
 //! small guard shell, and three things end that group:
-//! - **the worker's death**: the guard asks the kernel for `SIGTERM` when its parent dies
-//!   (`PR_SET_PDEATHSIG`, checked against a parent that died before the call), and its trap
-//!   kills the whole group with `SIGKILL` — within milliseconds of the worker's death;
+//! - **the worker's death**: the process holds the write end of a pipe (close-on-exec, so only
+//!   it holds it) whose read end every guard inherits; a watcher the guard forks blocks reading
+//!   it, gets end-of-file when the worker is gone — however it died — and kills the whole group
+//!   with `SIGKILL`;
 //! - **the worker letting go**: a [`GroupChild`] kills its group when stopped, timed out or
 //!   dropped (a cancelled future), so nothing outlives the task that started it;
 //! - **a reaper at start** ([`crate::home`]): what a guard could not cover (the guard itself
 //!   killed, a process that left the group) carries the worker home's marker in its
 //!   environment and is killed when the next worker takes that home.
 //!
+//! Why a pipe and not `PR_SET_PDEATHSIG`: setting a death signal needs a `pre_exec` hook, which
+//! makes the standard library fork the whole worker instead of using `posix_spawn` — measured,
+//! it halved a worker's task throughput in a process as large as `babysitter up`. The pipe
+//! needs nothing in the child, follows the process (not the spawning thread), and works where
+//! there is no `prctl`.
+//!
 //! The guard is `/bin/sh`, not a helper binary, so `babysitter run`, `babysitter up` and the
 //! `harness-launcher` share it with nothing to install. It runs the command in the background
-//! (its stdin handed over explicitly), waits, and exits as the command did: with its status,
-//! or re-raising the signal that killed it, so "killed by a signal" stays visible.
-//!
-//! The death signal follows the thread that spawned the guard: commands are spawned from the
-//! runtime's worker threads (which live as long as the runtime) or from a thread that waits for
-//! the command, never from a short-lived thread that could exit first.
+//! (its stdin handed over explicitly), waits, and exits as the command did: with
+//! its status, or re-raising the signal that killed it, so "killed by a signal" stays visible.
 //!
 //! Limits (documented in the launcher's OVERVIEW): a process that calls `setsid()` leaves the
 //! group, and one that also clears its environment escapes the reaper; cgroups would close that
 //! gap and are not used yet.
 
 use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::ExitStatus;
+use std::sync::OnceLock;
 
 use rustix::process::{Pid, Signal};
 use tokio::process::{Child, Command};
 
-/// The guard: kills its group when told the worker died; otherwise runs `"$@"` and exits as it
-/// did. `3<&0`: an asynchronous command's stdin would be `/dev/null` without an explicit
-/// redirection.
+/// The environment variable naming the read end of the worker-alive pipe (the guard's only).
+const ALIVE_FD_ENV: &str = "BABYSITTER_ALIVE_FD";
+
+/// The guard. With the pipe: a watcher (reopening it by `/dev/fd`, as `dash` redirects only
+/// descriptors 0-9 and the pipe's is any number) waits for its end-of-file and kills the group;
+/// a watcher that cannot open it kills nothing. The command inherits the read end (holding a
+/// read end changes nothing: end-of-file follows the write end alone), not the variable.
+/// The watcher holds none of the command's output pipes (a reader waiting for their end must
+/// not wait for it) and is ended with `SIGKILL` (a `SIGTERM` arriving before the forked shell
+/// resets the guard's trap would be lost). `3<&0`: an asynchronous command's stdin would be
+/// `/dev/null` without an explicit redirection.
 const GUARD: &str = r#"trap 'kill -KILL 0' TERM HUP
+if [ -n "$BABYSITTER_ALIVE_FD" ]; then
+  ( exec < "/dev/fd/$BABYSITTER_ALIVE_FD" || exit 0
+    while read -r _; do :; done; kill -KILL 0 ) >/dev/null 2>&1 &
+  watcher=$!
+  unset BABYSITTER_ALIVE_FD
+fi
 exec 3<&0
 "$@" <&3 3<&- &
 exec 3<&-
 wait $!
 st=$?
+[ -n "$watcher" ] && kill -KILL "$watcher" 2>/dev/null
 if [ "$st" -gt 128 ] && [ "$st" -lt 192 ]; then
   trap - TERM HUP
   kill -$((st - 128)) $$
 fi
 exit "$st"
 "#;
+
+/// The read end of this process's worker-alive pipe (not close-on-exec, so guards inherit it);
+/// the write end is kept open, close-on-exec, for the life of the process. `None` if the pipe
+/// could not be made: then only the other two ways end a group.
+fn alive_fd() -> Option<RawFd> {
+    static ALIVE: OnceLock<Option<(OwnedFd, OwnedFd)>> = OnceLock::new();
+    ALIVE
+        .get_or_init(|| {
+            let (read, write) = std::io::pipe().ok()?;
+            let read = OwnedFd::from(read);
+            rustix::io::fcntl_setfd(&read, rustix::io::FdFlags::empty()).ok()?;
+            Some((read, OwnedFd::from(write)))
+        })
+        .as_ref()
+        .map(|(read, _)| read.as_raw_fd())
+}
 
 /// `program args…` under the guard, in a process group of its own that dies with this process.
 /// Callers add the environment, working directory and stdio, then [`spawn`] it.
@@ -59,27 +95,21 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
         .arg(program)
         .process_group(0)
         .kill_on_drop(true);
-    let parent = rustix::process::getpid();
-    // SAFETY: the closure runs in the forked child before exec and makes only two raw system
-    // calls (prctl, getppid): async-signal-safe, no allocation, no locks.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(Signal::TERM))?;
-            // The worker died between fork and prctl: the signal will never come, so stop now.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::other(
-                    "the worker exited while starting a task",
-                ));
-            }
-            Ok(())
-        });
-    }
     cmd
 }
 
-/// Starts a command built by [`command`].
+/// Starts a command built by [`command`] (the pipe's variable is set here, after whatever
+/// environment the caller set or cleared).
 pub fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
+    match alive_fd() {
+        Some(fd) => cmd.env(ALIVE_FD_ENV, fd.to_string()),
+        None => {
+            tracing::warn!(
+                "no worker-alive pipe: a task outlives a worker killed with -9 until the next worker starts"
+            );
+            cmd.env_remove(ALIVE_FD_ENV)
+        }
+    };
     let child = cmd.spawn()?;
     let group = child.id().and_then(|p| Pid::from_raw(p as i32));
     Ok(GroupChild { child, group })
