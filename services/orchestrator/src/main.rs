@@ -23,9 +23,6 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long a start waits for its journal to answer.
-const JOURNAL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// The babysitter-rs orchestrator service.
 #[derive(Debug, Parser)]
 #[command(name = "orchestrator", version)]
@@ -72,11 +69,15 @@ fn main() -> ExitCode {
 async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("orchestrator", &config.telemetry, &env)?;
     let store = config.open_journal_store(&env).await?;
-    // "Ready" only once it answers: a journal still starting gets a while, a wrong address
-    // fails the start naming it.
-    babysitter_journal::readiness::wait_reachable(store.as_ref(), "journal", JOURNAL_WAIT)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    // "Ready" only once it answers: a journal still starting gets a while
+    // (`journal.ready-timeout-secs`), a wrong address fails the start naming it.
+    babysitter_journal::readiness::wait_reachable(
+        store.as_ref(),
+        "journal",
+        config.journal.ready_timeout(),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     tracing::info!(store = %store.describe(), "journal ready");
     let probe = babysitter_journal::readiness::probe(store.clone(), "journal");
     let secrets = std::sync::Arc::new(config.secrets.redactor(&env)?);

@@ -104,6 +104,16 @@ pub struct JournalConfig {
     pub store: StoreConfig,
     /// Journal limits. Since v0.1.
     pub limits: LimitsConfig,
+    /// How long a start waits for the journal to answer before failing, seconds (unset: 30).
+    /// Since v0.1.
+    pub ready_timeout_secs: Option<u64>,
+}
+
+impl JournalConfig {
+    /// How long a start waits for the journal to answer.
+    pub fn ready_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.ready_timeout_secs.unwrap_or(30))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
