@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use babysitter_common::client::{AuthedChannel, ClientOptions};
+use babysitter_harness_launcher::testing::processes::gone;
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -594,23 +595,6 @@ async fn health_is_not_serving_while_the_store_hangs_and_serving_once_it_is_back
     health_becomes(&journal, ServingStatus::Serving, &cluster).await;
     health_becomes(&orchestrator, ServingStatus::Serving, &cluster).await;
     assert!(cluster.journal.log_tail(50).contains("reachable again"));
-}
-
-/// Whether `pid` is gone (dead or a zombie) within ten seconds; never a timing assertion.
-async fn gone(pid: i32) -> bool {
-    for _ in 0..500 {
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit_once(") ")
-                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
-            })
-            .unwrap_or(false);
-        if !alive {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
