@@ -448,9 +448,10 @@ impl ServerBuilder {
     }
 }
 
-const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
-const REFLECTION_V1: &str = "grpc.reflection.v1.ServerReflection";
-const REFLECTION_V1ALPHA: &str = "grpc.reflection.v1alpha.ServerReflection";
+const HEALTH_SERVICE: &str = tonic_health::pb::health_server::SERVICE_NAME;
+const REFLECTION_V1: &str = tonic_reflection::pb::v1::server_reflection_server::SERVICE_NAME;
+const REFLECTION_V1ALPHA: &str =
+    tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME;
 
 /// Sets health from `probe` until `shutdown` (which owns health from then on).
 async fn follow_probe(

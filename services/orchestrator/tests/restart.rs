@@ -126,51 +126,31 @@ async fn a_completion_and_a_heartbeat_right_after_a_restart_are_adopted() {
         s.manager.queue().is_known(&task.run_id, &task.effect_id),
         "the recovered task is queued before the orchestrator serves"
     );
-    // At once, with no registration first: the restarted orchestrator knows the task.
-    let mut w = raw_worker_unregistered(&s);
+    // At once: the worker registers again (as on NotFound) and its heartbeat keeps the lease
+    // of the previous incarnation alive.
+    let mut w = raw_worker(&s, "w1").await;
     let hb = w
         .heartbeat(pb::HeartbeatRequest {
             worker_id: "w1".into(),
             lease_ids: vec![task.lease_id.clone()],
         })
-        .await;
-    // An unregistered worker is told to register (NotFound) or the lease is adopted; never lost.
-    if let Ok(hb) = hb {
-        assert_eq!(
-            hb.into_inner().leases[0].state,
-            pb::LeaseState::Active as i32
-        );
-    }
+        .await
+        .unwrap_or_else(|e| panic!("heartbeat: {e:?}"))
+        .into_inner();
+    assert_eq!(
+        hb.leases[0].state,
+        pb::LeaseState::Active as i32,
+        "the recovered lease is adopted, not lost: {hb:?}"
+    );
     let done = w
         .complete_task(completion("w1", &task, br#"{"stdout":"hi\n"}"#))
         .await
         .unwrap_or_else(|e| panic!("the completion under the old lease was refused: {e:?}"))
         .into_inner();
     assert!(!done.already_completed);
-    let (events, last) = watch_all(&mut c_for(&s), "", &run.run_id).await;
+    let (events, last) = watch_all(&mut client(&s, None), "", &run.run_id).await;
     assert_eq!(last.status, pb::RunStatus::Completed as i32);
     assert_eq!(effects_of(&events, "EFFECT_RESOLVED"), vec![task.effect_id]);
-}
-
-fn c_for(
-    s: &Service,
-) -> babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
-    babysitter_common::client::AuthedChannel,
-> {
-    client(s, None)
-}
-
-fn raw_worker_unregistered(
-    s: &Service,
-) -> babysitter_proto::orchestrator::v1::worker_service_client::WorkerServiceClient<
-    babysitter_common::client::AuthedChannel,
-> {
-    babysitter_common::client::client(
-        &s.url,
-        None,
-        &babysitter_common::client::ClientOptions::default(),
-    )
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
