@@ -96,6 +96,7 @@ async fn journal_binary_on_seaweedfs_via_aws_env() {
     use babysitter_proto::journal::v1 as pb;
     client
         .create_run(pb::CreateRunRequest {
+            fence: None,
             run_id: "r".into(),
             run_json: b"{\"runId\":\"r\"}".to_vec().into(),
             inputs_json: None,
@@ -111,6 +112,7 @@ async fn journal_binary_on_seaweedfs_via_aws_env() {
     };
     let r = client
         .append(pb::AppendRequest {
+            fence: None,
             run_id: "r".into(),
             expected_next_seq: 1,
             events: vec![ev.clone(), ev],

@@ -194,6 +194,9 @@ pub enum ErrorKind {
     LeaseLost = 12,
     /// `internal`: a bug; the message says where (Internal).
     Internal = 13,
+    /// `fenced`: the writer's leadership term was superseded (another orchestrator holds the
+    /// journal's lease with a newer epoch); the writer must step down, not retry (FailedPrecondition).
+    Fenced = 14,
 }
 impl ErrorKind {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -216,6 +219,7 @@ impl ErrorKind {
             Self::Cancelled => "ERROR_KIND_CANCELLED",
             Self::LeaseLost => "ERROR_KIND_LEASE_LOST",
             Self::Internal => "ERROR_KIND_INTERNAL",
+            Self::Fenced => "ERROR_KIND_FENCED",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -235,6 +239,7 @@ impl ErrorKind {
             "ERROR_KIND_CANCELLED" => Some(Self::Cancelled),
             "ERROR_KIND_LEASE_LOST" => Some(Self::LeaseLost),
             "ERROR_KIND_INTERNAL" => Some(Self::Internal),
+            "ERROR_KIND_FENCED" => Some(Self::Fenced),
             _ => None,
         }
     }

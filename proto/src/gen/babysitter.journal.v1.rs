@@ -64,6 +64,9 @@ pub struct CreateRunRequest {
     /// inputs.json as UTF-8 JSON bytes; absent when the run has no inputs.
     #[prost(bytes = "bytes", optional, tag = "3")]
     pub inputs_json: ::core::option::Option<::prost::bytes::Bytes>,
+    /// The writer's leadership term; when set, refused (`fenced`) unless it is the current one.
+    #[prost(message, optional, tag = "4")]
+    pub fence: ::core::option::Option<WriterFence>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -97,6 +100,11 @@ pub struct AppendRequest {
     pub expected_next_seq: u64,
     #[prost(message, repeated, tag = "3")]
     pub events: ::prost::alloc::vec::Vec<NewEvent>,
+    /// The writer's leadership term; when set, refused (`fenced`) unless it is the current one,
+    /// checked and held for the whole write: a takeover waits for it, later writes of the old
+    /// term are refused.
+    #[prost(message, optional, tag = "4")]
+    pub fence: ::core::option::Option<WriterFence>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -215,6 +223,9 @@ pub struct PutRunFileRequest {
     pub path: ::prost::alloc::string::String,
     #[prost(bytes = "bytes", tag = "3")]
     pub content: ::prost::bytes::Bytes,
+    /// The writer's leadership term (as for AppendRequest.fence).
+    #[prost(message, optional, tag = "4")]
+    pub fence: ::core::option::Option<WriterFence>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -279,6 +290,82 @@ pub struct GetSnapshotResponse {
     #[prost(bytes = "bytes", tag = "1")]
     pub snapshot_json: ::prost::bytes::Bytes,
 }
+/// A writer's leadership term: the lease group and the epoch it was granted.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WriterFence {
+    #[prost(string, tag = "1")]
+    pub group: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "2")]
+    pub epoch: u64,
+}
+/// Who holds a leadership lease.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Leadership {
+    #[prost(string, tag = "1")]
+    pub group: ::prost::alloc::string::String,
+    /// empty when nobody holds it (released, or never taken).
+    #[prost(string, tag = "2")]
+    pub holder: ::prost::alloc::string::String,
+    /// where the holder serves its clients (<http://host:port>), for standbys to forward to.
+    #[prost(string, tag = "3")]
+    pub address: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "4")]
+    pub epoch: u64,
+    #[prost(uint64, tag = "5")]
+    pub ttl_ms: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AcquireLeadershipRequest {
+    /// the lease's name: one per set of orchestrators sharing this journal (`orchestrator`).
+    #[prost(string, tag = "1")]
+    pub group: ::prost::alloc::string::String,
+    /// the candidate's unique id (one per process lifetime).
+    #[prost(string, tag = "2")]
+    pub holder: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub address: ::prost::alloc::string::String,
+    /// how long the lease lasts without a renewal, 500 ms to 10 minutes.
+    #[prost(uint64, tag = "4")]
+    pub ttl_ms: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct AcquireLeadershipResponse {
+    #[prost(bool, tag = "1")]
+    pub granted: bool,
+    /// the lease after the call: the caller's new term when granted, the holder's otherwise.
+    #[prost(message, optional, tag = "2")]
+    pub current: ::core::option::Option<Leadership>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RenewLeadershipRequest {
+    #[prost(string, tag = "1")]
+    pub group: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub holder: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RenewLeadershipResponse {}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReleaseLeadershipRequest {
+    #[prost(string, tag = "1")]
+    pub group: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub holder: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "3")]
+    pub epoch: u64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReleaseLeadershipResponse {}
 /// Generated client implementations.
 #[cfg(feature = "client")]
 pub mod journal_service_client {
@@ -754,6 +841,99 @@ pub mod journal_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Leadership: one active writer (orchestrator) per journal. The lease is a control document in
+        /// the store, written only by conditional writes; this service arbitrates it on its own clock.
+        /// Grants the lease when it is free, released, or unchanged for its whole ttl (the holder
+        /// stopped renewing), each grant with a new, higher epoch; otherwise answers who holds it.
+        pub async fn acquire_leadership(
+            &mut self,
+            request: impl tonic::IntoRequest<super::AcquireLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::AcquireLeadershipResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/AcquireLeadership",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "AcquireLeadership",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Extends the holder's term. FailedPrecondition (`fenced`) once another epoch holds the lease.
+        pub async fn renew_leadership(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RenewLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RenewLeadershipResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/RenewLeadership",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "RenewLeadership",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Gives the lease up (a standby takes over at once). Idempotent; a stale epoch is a no-op.
+        pub async fn release_leadership(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ReleaseLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReleaseLeadershipResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.journal.v1.JournalService/ReleaseLeadership",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.journal.v1.JournalService",
+                        "ReleaseLeadership",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -878,6 +1058,33 @@ pub mod journal_service_server {
             request: tonic::Request<super::GetSnapshotRequest>,
         ) -> std::result::Result<
             tonic::Response<super::GetSnapshotResponse>,
+            tonic::Status,
+        >;
+        /// Leadership: one active writer (orchestrator) per journal. The lease is a control document in
+        /// the store, written only by conditional writes; this service arbitrates it on its own clock.
+        /// Grants the lease when it is free, released, or unchanged for its whole ttl (the holder
+        /// stopped renewing), each grant with a new, higher epoch; otherwise answers who holds it.
+        async fn acquire_leadership(
+            &self,
+            request: tonic::Request<super::AcquireLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::AcquireLeadershipResponse>,
+            tonic::Status,
+        >;
+        /// Extends the holder's term. FailedPrecondition (`fenced`) once another epoch holds the lease.
+        async fn renew_leadership(
+            &self,
+            request: tonic::Request<super::RenewLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RenewLeadershipResponse>,
+            tonic::Status,
+        >;
+        /// Gives the lease up (a standby takes over at once). Idempotent; a stale epoch is a no-op.
+        async fn release_leadership(
+            &self,
+            request: tonic::Request<super::ReleaseLeadershipRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReleaseLeadershipResponse>,
             tonic::Status,
         >;
     }
@@ -1575,6 +1782,144 @@ pub mod journal_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = GetSnapshotSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/AcquireLeadership" => {
+                    #[allow(non_camel_case_types)]
+                    struct AcquireLeadershipSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::AcquireLeadershipRequest>
+                    for AcquireLeadershipSvc<T> {
+                        type Response = super::AcquireLeadershipResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::AcquireLeadershipRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::acquire_leadership(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = AcquireLeadershipSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/RenewLeadership" => {
+                    #[allow(non_camel_case_types)]
+                    struct RenewLeadershipSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::RenewLeadershipRequest>
+                    for RenewLeadershipSvc<T> {
+                        type Response = super::RenewLeadershipResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RenewLeadershipRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::renew_leadership(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RenewLeadershipSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.journal.v1.JournalService/ReleaseLeadership" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReleaseLeadershipSvc<T: JournalService>(pub Arc<T>);
+                    impl<
+                        T: JournalService,
+                    > tonic::server::UnaryService<super::ReleaseLeadershipRequest>
+                    for ReleaseLeadershipSvc<T> {
+                        type Response = super::ReleaseLeadershipResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ReleaseLeadershipRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as JournalService>::release_leadership(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReleaseLeadershipSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -46,6 +46,9 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A worker's lease expired or belongs to another worker: drop the task. `FailedPrecondition`.
     LeaseLost,
+    /// A writer's leadership term was superseded (another orchestrator took over the journal):
+    /// the writer must step down, not retry. `FailedPrecondition`.
+    Fenced,
     /// Stored data failed verification (checksum, hash chain, sequence): retrying cannot help.
     /// `DataLoss`.
     Corrupt,
@@ -57,7 +60,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::InvalidArgument,
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
@@ -68,6 +71,7 @@ impl ErrorKind {
         ErrorKind::Unauthenticated,
         ErrorKind::PermissionDenied,
         ErrorKind::LeaseLost,
+        ErrorKind::Fenced,
         ErrorKind::Corrupt,
         ErrorKind::Cancelled,
         ErrorKind::Internal,
@@ -79,7 +83,9 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => Code::InvalidArgument,
             ErrorKind::NotFound => Code::NotFound,
             ErrorKind::AlreadyExists => Code::AlreadyExists,
-            ErrorKind::Conflict | ErrorKind::LeaseLost => Code::FailedPrecondition,
+            ErrorKind::Conflict | ErrorKind::LeaseLost | ErrorKind::Fenced => {
+                Code::FailedPrecondition
+            }
             ErrorKind::Unavailable => Code::Unavailable,
             ErrorKind::DeadlineExceeded => Code::DeadlineExceeded,
             ErrorKind::ResourceExhausted => Code::ResourceExhausted,
@@ -123,6 +129,7 @@ impl ErrorKind {
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission-denied",
             ErrorKind::LeaseLost => "lease-lost",
+            ErrorKind::Fenced => "fenced",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Internal => "internal",
@@ -247,7 +254,7 @@ mod tests {
         for kind in ErrorKind::ALL {
             assert_eq!(kind.as_str().parse::<ErrorKind>(), Ok(kind));
             // lease-lost shares FailedPrecondition with conflict: only its metadata tells them apart.
-            let expected = if kind == ErrorKind::LeaseLost {
+            let expected = if matches!(kind, ErrorKind::LeaseLost | ErrorKind::Fenced) {
                 ErrorKind::Conflict
             } else {
                 kind

@@ -189,7 +189,13 @@ async fn open(
                 reason: format!("cannot open {path}: {e}"),
             }
         })?;
-        return object_journal(Arc::new(local), "", url, limits).await;
+        probe_conditional_create(&local, "").await?;
+        // LocalFileSystem has no compare-and-swap on update: control documents take the
+        // filesystem store's own (flock) path under the same directory.
+        return Ok(Arc::new(
+            ObjectJournal::new(Arc::new(local), "", url, limits.blob_threshold_bytes)
+                .with_local_control(path),
+        ));
     }
     if url == "memory://" || url == "memory:" {
         return object_journal(

@@ -181,6 +181,19 @@ pub enum JournalError {
     #[error("journal is shutting down")]
     ShuttingDown,
 
+    /// A conditional write of a control document (a leadership lease) lost: it changed since it
+    /// was read, or it exists when it was to be created.
+    #[error("control document {name} changed since it was read")]
+    ControlConflict { name: String },
+
+    /// A write under a leadership term that is not (or no longer) the current one.
+    #[error("writes of {group} epoch {epoch} are fenced: {reason}")]
+    Fenced {
+        group: String,
+        epoch: u64,
+        reason: String,
+    },
+
     /// A remote journal service refused or failed a call (see [`crate::remote`]).
     #[error("journal service at {url}: {call} failed ({kind}): {message}")]
     Remote {

@@ -30,9 +30,11 @@ use crate::index::ChainCheck;
 use crate::node_json;
 use crate::store::{
     BlobRef, JournalStore, Layout, RunFile, RunFileWriter, RunFiles, SNAPSHOT_FORMAT, Snapshot,
+    Versioned,
 };
 use crate::{Head, validate_id};
 
+pub(crate) mod control;
 mod lock;
 mod read;
 mod runtime;
@@ -751,6 +753,25 @@ impl JournalStore for FsStore {
             let sdir = dir.join("state");
             fs::create_dir_all(&sdir).map_err(|e| JournalError::io(sdir.display(), e))?;
             write_derived(&sdir.join("state.json"), &content)
+        })
+        .await
+    }
+
+    async fn read_control(&self, name: &str) -> Result<Option<Versioned>> {
+        let name = name.to_owned();
+        self.blocking(move |this| control::read_control(&this.root, &name))
+            .await
+    }
+
+    async fn write_control(
+        &self,
+        name: &str,
+        content: Bytes,
+        expected: Option<&str>,
+    ) -> Result<String> {
+        let (name, expected) = (name.to_owned(), expected.map(str::to_owned));
+        self.blocking(move |this| {
+            control::write_control(&this.root, &name, &content, expected.as_deref())
         })
         .await
     }

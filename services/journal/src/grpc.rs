@@ -2,6 +2,7 @@
 //! Nothing else lives here; prost types do not leave this module.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use babysitter_common::error::{ErrorKind, status};
 use babysitter_common::server::ServerConfig;
@@ -15,7 +16,8 @@ use tonic::{Request, Response, Status};
 use crate::Head;
 use crate::error::{JournalError, Location};
 use crate::event::{EventBody, EventType, StoredEvent};
-use crate::journal::{Journal, NewEvent};
+use crate::journal::{Journal, NewEvent, spawn_whole};
+use crate::leadership::{Acquired, Arbiter, Candidate, LeaseKeeper, Pass, Term};
 use crate::store::{BlobRef, RunFile, RunFiles};
 
 /// Most events per streamed `Read` / `Watch` message.
@@ -32,13 +34,27 @@ pub const MISSING_KEY: &str = "babysitter-journal-missing";
 pub struct JournalGrpcServer {
     journal: Journal,
     shutdown: CancellationToken,
+    /// Arbitrates the writers' leadership leases and fences their writes: the one arbiter every
+    /// orchestrator of this journal goes through, so the fence is exact (see [`crate::leadership`]).
+    arbiter: Arc<Arbiter>,
 }
 
 impl JournalGrpcServer {
     pub fn new(journal: Journal) -> Self {
+        let arbiter = Arc::new(Arbiter::new(journal.store().clone()));
         Self {
             journal,
             shutdown: CancellationToken::new(),
+            arbiter,
+        }
+    }
+
+    /// Admits a write under `fence` (none: an unfenced writer, such as a single orchestrator
+    /// without leadership or a tool); the pass must be held until the write is done.
+    async fn admit(&self, fence: Option<pb::WriterFence>) -> Result<Option<Pass>, Status> {
+        match fence {
+            None => Ok(None),
+            Some(f) => Ok(Some(self.arbiter.admit(&f.group, f.epoch).await?)),
         }
     }
 
@@ -98,6 +114,8 @@ impl From<JournalError> for Status {
                 ],
             ),
             JournalError::Locked { .. } => status(ErrorKind::Unavailable, msg, true, &[]),
+            JournalError::ControlConflict { .. } => status(ErrorKind::Conflict, msg, true, &[]),
+            JournalError::Fenced { .. } => status(ErrorKind::Fenced, msg, false, &[]),
             // Damage to stored data: the caller can do nothing about it; report it precisely.
             JournalError::Corrupt { .. }
             | JournalError::ChecksumMismatch { .. }
@@ -121,6 +139,17 @@ impl From<JournalError> for Status {
                 _ => status(ErrorKind::Unavailable, msg, true, &[]),
             },
         }
+    }
+}
+
+/// The term a renewal or release names (ttl and address play no part in either).
+fn term_of((group, holder, epoch): (String, String, u64)) -> Term {
+    Term {
+        group,
+        holder,
+        address: String::new(),
+        epoch,
+        ttl: std::time::Duration::ZERO,
     }
 }
 
@@ -218,16 +247,21 @@ impl JournalService for JournalGrpcServer {
             .as_deref()
             .map(|b| parse_json("inputs_json", b))
             .transpose()?;
-        let head = self
-            .journal
-            .create_run(
-                &r.run_id,
-                RunFiles {
-                    run_json,
-                    inputs_json,
-                },
-            )
-            .await?;
+        let pass = self.admit(r.fence).await?;
+        let journal = self.journal.clone();
+        let head = spawn_whole(async move {
+            let _pass = pass;
+            journal
+                .create_run(
+                    &r.run_id,
+                    RunFiles {
+                        run_json,
+                        inputs_json,
+                    },
+                )
+                .await
+        })
+        .await?;
         Ok(Response::new(pb::CreateRunResponse {
             head: Some(to_head(&head)),
         }))
@@ -265,10 +299,22 @@ impl JournalService for JournalGrpcServer {
             .enumerate()
             .map(|(i, e)| from_pb(i, e))
             .collect::<Result<Vec<_>, _>>()?;
-        let committed = self
-            .journal
-            .append(&r.run_id, r.expected_next_seq, events)
-            .await?;
+        let committed = match self.admit(r.fence).await? {
+            None => {
+                self.journal
+                    .append(&r.run_id, r.expected_next_seq, events)
+                    .await?
+            }
+            Some(pass) => {
+                // The pass lives as long as the write, even if this caller goes away.
+                let journal = self.journal.clone();
+                spawn_whole(async move {
+                    let _pass = pass;
+                    journal.append(&r.run_id, r.expected_next_seq, events).await
+                })
+                .await?
+            }
+        };
         let head = committed
             .last()
             .map(|e| Head {
@@ -389,10 +435,64 @@ impl JournalService for JournalGrpcServer {
     ) -> Result<Response<pb::PutRunFileResponse>, Status> {
         let r = req.into_inner();
         let file = RunFile::parse(&r.path)?;
-        self.journal
-            .put_run_file(&r.run_id, &file, r.content)
-            .await?;
+        let pass = self.admit(r.fence).await?;
+        let journal = self.journal.clone();
+        spawn_whole(async move {
+            let _pass = pass;
+            journal.put_run_file(&r.run_id, &file, r.content).await
+        })
+        .await?;
         Ok(Response::new(pb::PutRunFileResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(group = %req.get_ref().group, holder = %req.get_ref().holder))]
+    async fn acquire_leadership(
+        &self,
+        req: Request<pb::AcquireLeadershipRequest>,
+    ) -> Result<Response<pb::AcquireLeadershipResponse>, Status> {
+        let r = req.into_inner();
+        let candidate = Candidate {
+            group: r.group,
+            holder: r.holder,
+            address: r.address,
+            ttl: std::time::Duration::from_millis(r.ttl_ms),
+        };
+        let (granted, term) = match self.arbiter.acquire(&candidate).await? {
+            Acquired::Granted(t) => (true, t),
+            Acquired::Held(t) => (false, t),
+        };
+        Ok(Response::new(pb::AcquireLeadershipResponse {
+            granted,
+            current: Some(pb::Leadership {
+                group: term.group,
+                holder: term.holder,
+                address: term.address,
+                epoch: term.epoch,
+                ttl_ms: term.ttl.as_millis() as u64,
+            }),
+        }))
+    }
+
+    async fn renew_leadership(
+        &self,
+        req: Request<pb::RenewLeadershipRequest>,
+    ) -> Result<Response<pb::RenewLeadershipResponse>, Status> {
+        let r = req.into_inner();
+        self.arbiter
+            .renew(&term_of((r.group, r.holder, r.epoch)))
+            .await?;
+        Ok(Response::new(pb::RenewLeadershipResponse {}))
+    }
+
+    async fn release_leadership(
+        &self,
+        req: Request<pb::ReleaseLeadershipRequest>,
+    ) -> Result<Response<pb::ReleaseLeadershipResponse>, Status> {
+        let r = req.into_inner();
+        self.arbiter
+            .release(&term_of((r.group, r.holder, r.epoch)))
+            .await?;
+        Ok(Response::new(pb::ReleaseLeadershipResponse {}))
     }
 
     async fn get_run_file(

@@ -29,7 +29,7 @@ mod stream;
 mod whole;
 pub use run_files::RunFileContent;
 pub use stream::RunFileStream;
-use whole::spawn_whole;
+pub(crate) use whole::spawn_whole;
 
 /// Tunables of the journal service.
 #[derive(Debug, Clone)]

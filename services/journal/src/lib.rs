@@ -21,6 +21,7 @@ pub mod fs;
 pub mod grpc;
 pub mod index;
 pub mod journal;
+pub mod leadership;
 pub mod node_json;
 pub mod object;
 pub mod readiness;

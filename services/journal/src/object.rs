@@ -7,6 +7,7 @@
 //! runs/<runId>/snapshots/<seq:020>.json       derived state at a commit boundary
 //! runs/<runId>/blobs/<sha256 hex>             content-addressed payloads
 //! runs/<runId>/state/state.json               babysitter's state cache (derived, overwritable)
+//! control/<name>.json                         leadership leases (compare-and-swap on the ETag)
 //! ```
 //! A batch's key is the sequence number of its first event and is written with
 //! `PutMode::Create`, so of two writers that saw the same head exactly one wins and the other is
@@ -32,7 +33,7 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::{EventBody, StoredEvent};
 use crate::fs::parse_snapshot;
 use crate::index::ChainCheck;
-use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot};
+use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot, Versioned};
 use crate::{Head, validate_id};
 
 const BATCH_FORMAT: &str = "babysitter-rs/journal-batch/v1";
@@ -141,6 +142,12 @@ struct BatchEntry {
     data_blob: Option<String>,
 }
 
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| JournalError::io("blocking task", std::io::Error::other(e.to_string())))?
+}
+
 /// Journals stored in an object store under a prefix.
 #[derive(Debug, Clone)]
 pub struct ObjectJournal {
@@ -148,6 +155,9 @@ pub struct ObjectJournal {
     prefix: Path,
     description: String,
     blob_threshold: usize,
+    /// Control documents go to this directory by the filesystem's compare-and-swap instead
+    /// (a local directory as an object store: `LocalFileSystem` cannot update conditionally).
+    local_control: Option<std::path::PathBuf>,
 }
 
 impl ObjectJournal {
@@ -164,7 +174,14 @@ impl ObjectJournal {
             prefix,
             description: description.into(),
             blob_threshold,
+            local_control: None,
         }
+    }
+
+    /// Keeps control documents under `root` on the local filesystem (see `local_control`).
+    pub fn with_local_control(mut self, root: impl Into<std::path::PathBuf>) -> Self {
+        self.local_control = Some(root.into());
+        self
     }
 
     fn run_path(&self, run_id: &str, rest: &str) -> Path {
@@ -173,6 +190,16 @@ impl ObjectJournal {
             p = p.join(part);
         }
         p
+    }
+
+    /// `control/<name>.json`, beside `runs/` (never listed as a run).
+    fn control_path(&self, name: &str) -> Result<Path> {
+        validate_id("control document name", name)?;
+        Ok(self
+            .prefix
+            .clone()
+            .join("control")
+            .join(format!("{name}.json")))
     }
 
     fn batch_path(&self, run_id: &str, first: u64) -> Path {
@@ -743,5 +770,75 @@ impl JournalStore for ObjectJournal {
             .await
             .map(|_| ())
             .map_err(|e| JournalError::object(key, e))
+    }
+
+    async fn read_control(&self, name: &str) -> Result<Option<Versioned>> {
+        if let Some(root) = &self.local_control {
+            let (root, name) = (root.clone(), name.to_owned());
+            return blocking(move || crate::fs::control::read_control(&root, &name)).await;
+        }
+        let key = self.control_path(name)?;
+        let got = match self.store.get(&key).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(JournalError::object(key, e)),
+        };
+        let version = got
+            .meta
+            .e_tag
+            .clone()
+            .ok_or_else(|| JournalError::UnsafeStore {
+                reason: format!("{} returned {key} without an ETag", self.description),
+            })?;
+        let content = got
+            .bytes()
+            .await
+            .map_err(|e| JournalError::object(&key, e))?;
+        Ok(Some(Versioned { content, version }))
+    }
+
+    async fn write_control(
+        &self,
+        name: &str,
+        content: Bytes,
+        expected: Option<&str>,
+    ) -> Result<String> {
+        if let Some(root) = &self.local_control {
+            let (root, name, expected) =
+                (root.clone(), name.to_owned(), expected.map(str::to_owned));
+            return blocking(move || {
+                crate::fs::control::write_control(&root, &name, &content, expected.as_deref())
+            })
+            .await;
+        }
+        let key = self.control_path(name)?;
+        let mode = match expected {
+            None => PutMode::Create,
+            Some(etag) => PutMode::Update(object_store::UpdateVersion {
+                e_tag: Some(etag.to_owned()),
+                version: None,
+            }),
+        };
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&key, PutPayload::from(content), opts)
+            .await
+        {
+            Ok(put) => put.e_tag.ok_or_else(|| JournalError::UnsafeStore {
+                reason: format!("{} wrote {key} without returning an ETag", self.description),
+            }),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::NotFound { .. },
+            ) => Err(JournalError::ControlConflict {
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(JournalError::object(key, e)),
+        }
     }
 }

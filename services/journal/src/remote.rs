@@ -13,6 +13,8 @@
 //! (checksums, contiguous sequence numbers, ULID order) but carry no chain links: the remote view
 //! is the filesystem-style [`Layout::Babysitter`].
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use babysitter_common::auth::Secret;
 use babysitter_common::client::{AuthedChannel, ClientOptions, client};
@@ -27,14 +29,19 @@ use crate::error::{JournalError, Location, Result};
 use crate::event::StoredEvent;
 use crate::grpc::{HEAD_SEQ_KEY, HEAD_ULID_KEY, MISSING_KEY};
 use crate::index::ChainCheck;
+use crate::leadership::WriterTerm;
 use crate::store::{BlobRef, JournalStore, Layout, RunFile, RunFiles, Snapshot};
 use crate::{Head, node_json};
+
+mod leases;
 
 /// A journal store that is a `JournalService` elsewhere.
 #[derive(Clone)]
 pub struct RemoteStore {
     client: JournalServiceClient<AuthedChannel>,
     url: String,
+    /// The writer's term, sent with every write when set (see [`RemoteStore::with_fence`]).
+    fence: Option<(Arc<WriterTerm>, String)>,
 }
 
 impl std::fmt::Debug for RemoteStore {
@@ -60,7 +67,49 @@ impl RemoteStore {
         Ok(Self {
             client,
             url: url.to_owned(),
+            fence: None,
         })
+    }
+
+    /// Every write (create, append, run file) carries `term`'s epoch of `group`, and is refused
+    /// here without a term; a write the service fences deposes the term.
+    pub fn with_fence(mut self, term: Arc<WriterTerm>, group: &str) -> Self {
+        self.fence = Some((term, group.to_owned()));
+        self
+    }
+
+    fn fence(&self) -> Result<Option<pb::WriterFence>> {
+        let Some((term, group)) = &self.fence else {
+            return Ok(None);
+        };
+        let t = term.require(group)?;
+        Ok(Some(pb::WriterFence {
+            group: t.group,
+            epoch: t.epoch,
+        }))
+    }
+
+    /// A write's failure; a fenced one ends the term.
+    fn write_error(
+        &self,
+        run_id: &str,
+        call: &'static str,
+        fence: Option<&pb::WriterFence>,
+        s: Status,
+    ) -> JournalError {
+        match (fence, error_kind(&s)) {
+            (Some(f), Some(ErrorKind::Fenced)) => {
+                if let Some((term, _)) = &self.fence {
+                    term.depose(f.epoch);
+                }
+                JournalError::Fenced {
+                    group: f.group.clone(),
+                    epoch: f.epoch,
+                    reason: s.message().to_owned(),
+                }
+            }
+            _ => self.error(run_id, call, s),
+        }
     }
 
     fn client(&self) -> JournalServiceClient<AuthedChannel> {
@@ -145,14 +194,16 @@ impl JournalStore for RemoteStore {
     }
 
     async fn create_run(&self, run_id: &str, files: &RunFiles) -> Result<()> {
+        let fence = self.fence()?;
         self.client()
             .create_run(pb::CreateRunRequest {
                 run_id: run_id.to_owned(),
                 run_json: to_json_bytes(&files.run_json),
                 inputs_json: files.inputs_json.as_ref().map(to_json_bytes),
+                fence: fence.clone(),
             })
             .await
-            .map_err(|s| self.error(run_id, "CreateRun", s))?;
+            .map_err(|s| self.write_error(run_id, "CreateRun", fence.as_ref(), s))?;
         Ok(())
     }
 
@@ -180,7 +231,9 @@ impl JournalStore for RemoteStore {
         let Some(first) = events.first() else {
             return Ok(());
         };
+        let fence = self.fence()?;
         let request = pb::AppendRequest {
+            fence: fence.clone(),
             run_id: run_id.to_owned(),
             expected_next_seq: first.seq,
             events: events
@@ -198,14 +251,16 @@ impl JournalStore for RemoteStore {
             .client()
             .append(request)
             .await
-            .map_err(|s| match self.error(run_id, "Append", s) {
-                JournalError::Conflict { run_id, head, .. } => JournalError::Conflict {
-                    run_id,
-                    expected: first.seq,
-                    head,
+            .map_err(
+                |s| match self.write_error(run_id, "Append", fence.as_ref(), s) {
+                    JournalError::Conflict { run_id, head, .. } => JournalError::Conflict {
+                        run_id,
+                        expected: first.seq,
+                        head,
+                    },
+                    other => other,
                 },
-                other => other,
-            })?
+            )?
             .into_inner()
             .events;
         // The server sealed the same fields: anything else means the two sides disagree.
@@ -380,14 +435,16 @@ impl JournalStore for RemoteStore {
     }
 
     async fn put_run_file(&self, run_id: &str, file: &RunFile, content: Bytes) -> Result<()> {
+        let fence = self.fence()?;
         self.client()
             .put_run_file(pb::PutRunFileRequest {
                 run_id: run_id.to_owned(),
                 path: file.path(),
                 content,
+                fence: fence.clone(),
             })
             .await
-            .map_err(|s| self.error(run_id, "PutRunFile", s))?;
+            .map_err(|s| self.write_error(run_id, "PutRunFile", fence.as_ref(), s))?;
         Ok(())
     }
 

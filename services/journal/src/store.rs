@@ -292,4 +292,37 @@ pub trait JournalStore: Send + Sync + fmt::Debug + 'static {
     async fn read_state_cache(&self, run_id: &str) -> Result<Option<Bytes>>;
 
     async fn write_state_cache(&self, run_id: &str, content: Bytes) -> Result<()>;
+
+    /// A control document (the orchestrators' leadership lease, [`crate::leadership`]) with its
+    /// version, an opaque token that changes with every write; `None` when absent. Control
+    /// documents live beside the runs, never listed as one.
+    async fn read_control(&self, name: &str) -> Result<Option<Versioned>> {
+        Err(no_control(self.describe(), name))
+    }
+
+    /// Writes a control document only if its version is still `expected` (`None`: only if it
+    /// does not exist) — a compare-and-swap; [`JournalError::ControlConflict`] when it lost.
+    /// Returns the new version.
+    async fn write_control(
+        &self,
+        name: &str,
+        content: Bytes,
+        expected: Option<&str>,
+    ) -> Result<String> {
+        let _ = (content, expected);
+        Err(no_control(self.describe(), name))
+    }
+}
+
+/// A control document's content and version (see [`JournalStore::read_control`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned {
+    pub content: Bytes,
+    pub version: String,
+}
+
+fn no_control(store: String, name: &str) -> JournalError {
+    JournalError::UnsafeStore {
+        reason: format!("{store} keeps no control documents (needed for `{name}`)"),
+    }
 }

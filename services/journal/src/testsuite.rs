@@ -633,8 +633,96 @@ pub async fn run_files(f: Factory) {
     }
 }
 
+/// Control documents (the leadership lease): create-only, then compare-and-swap on the version;
+/// of racing writers from separate handles exactly one wins; never listed as a run; and two
+/// arbiters over the store grant the lease to one candidate only.
+pub async fn control_documents(f: Factory) {
+    use crate::leadership::{Acquired, Arbiter, Candidate, LeaseKeeper};
+    let conflict =
+        |r: crate::Result<String>| matches!(r, Err(JournalError::ControlConflict { .. }));
+    let name = format!("suite-{}", ulid::Ulid::generate()).to_lowercase();
+    let store = f();
+    assert_eq!(store.read_control(&name).await.expect("read absent"), None);
+    let v1 = store
+        .write_control(&name, Bytes::from_static(b"{\"n\":1}"), None)
+        .await
+        .expect("create");
+    assert!(conflict(
+        f().write_control(&name, Bytes::from_static(b"{}"), None)
+            .await
+    ));
+    let read = f()
+        .read_control(&name)
+        .await
+        .expect("read")
+        .expect("present");
+    assert_eq!(
+        (read.content.as_ref(), read.version.as_str()),
+        (&b"{\"n\":1}"[..], v1.as_str())
+    );
+    assert!(conflict(
+        store
+            .write_control(&name, Bytes::from_static(b"{}"), Some("not-a-version"))
+            .await
+    ));
+    let v2 = store
+        .write_control(&name, Bytes::from_static(b"{\"n\":2}"), Some(&v1))
+        .await
+        .expect("swap");
+    assert_ne!(v1, v2);
+    assert!(conflict(
+        store
+            .write_control(&name, Bytes::from_static(b"{}"), Some(&v1))
+            .await
+    ));
+    let racers = (0..8).map(|i| {
+        let (s, name, v2) = (f(), name.clone(), v2.clone());
+        async move {
+            s.write_control(&name, Bytes::from(format!("{{\"racer\":{i}}}")), Some(&v2))
+                .await
+        }
+    });
+    let results = futures::future::join_all(racers).await;
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        results
+            .into_iter()
+            .filter(|r| r.is_err())
+            .all(conflict)
+    );
+    assert!(
+        !store
+            .list_runs("", None, 10_000)
+            .await
+            .expect("list")
+            .iter()
+            .any(|r| r.contains("control") || r.contains(&name))
+    );
+
+    let group = format!("g{}", ulid::Ulid::generate()).to_lowercase();
+    let candidate = |holder: &str| Candidate {
+        group: group.clone(),
+        holder: holder.into(),
+        address: String::new(),
+        ttl: std::time::Duration::from_secs(60),
+    };
+    let (x, y) = (Arbiter::new(f()), Arbiter::new(f()));
+    let (ca, cb) = (candidate("a"), candidate("b"));
+    let (a, b) = futures::join!(x.acquire(&ca), y.acquire(&cb));
+    let granted = [&a, &b]
+        .iter()
+        .filter(|r| matches!(r, Ok(Acquired::Granted(_))))
+        .count();
+    assert_eq!(granted, 1, "{a:?} {b:?}");
+}
+
 /// Runs every backend-independent check.
 pub async fn run_all(f: Factory) {
+    control_documents(f.clone()).await;
     state_cache_rebuilds(f.clone()).await;
     run_all_but_state_cache(f).await;
 }

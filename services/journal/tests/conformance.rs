@@ -48,13 +48,12 @@ fn object_dir(dir: &tempfile::TempDir) -> Factory {
         object_store::local::LocalFileSystem::new_with_prefix(dir.path())
             .expect("local object store"),
     );
+    let root = dir.path().to_path_buf();
     Arc::new(move || {
-        Arc::new(ObjectJournal::new(
-            local.clone(),
-            "journal",
-            "object+file://",
-            1024 * 1024,
-        )) as Arc<dyn JournalStore>
+        Arc::new(
+            ObjectJournal::new(local.clone(), "journal", "object+file://", 1024 * 1024)
+                .with_local_control(root.clone()),
+        ) as Arc<dyn JournalStore>
     })
 }
 

@@ -59,6 +59,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
         serde_json::to_vec(&serde_json::json!({"runId": "r1", "processId": "p"})).unwrap();
     client
         .create_run(pb::CreateRunRequest {
+            fence: None,
             run_id: "r1".into(),
             run_json: run_json.clone().into(),
             inputs_json: None,
@@ -67,6 +68,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
         .unwrap();
     let dup = client
         .create_run(pb::CreateRunRequest {
+            fence: None,
             run_id: "r1".into(),
             run_json: run_json.into(),
             inputs_json: None,
@@ -89,6 +91,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
         .collect();
     let r = client
         .append(pb::AppendRequest {
+            fence: None,
             run_id: "r1".into(),
             expected_next_seq: 1,
             events,
@@ -100,6 +103,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
 
     let conflict = client
         .append(pb::AppendRequest {
+            fence: None,
             run_id: "r1".into(),
             expected_next_seq: 7,
             events: vec![new_event("X", serde_json::json!({}))],
@@ -120,6 +124,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
 
     let bad = client
         .append(pb::AppendRequest {
+            fence: None,
             run_id: "../etc".into(),
             expected_next_seq: 1,
             events: vec![new_event("X", serde_json::json!({}))],
@@ -130,6 +135,7 @@ async fn exercise(client: &mut JournalServiceClient<Channel>) {
     assert!(bad.message().contains("run id"), "{}", bad.message());
     let bad_json = client
         .append(pb::AppendRequest {
+            fence: None,
             run_id: "r1".into(),
             expected_next_seq: 301,
             events: vec![pb::NewEvent {

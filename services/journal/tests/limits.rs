@@ -101,6 +101,7 @@ async fn create_run(client: &mut JournalServiceClient<Channel>, run_id: &str) {
     let run_json = serde_json::json!({"runId": run_id, "processId": "p"});
     client
         .create_run(pb::CreateRunRequest {
+            fence: None,
             run_id: run_id.into(),
             run_json: serde_json::to_vec(&run_json).unwrap().into(),
             inputs_json: None,
