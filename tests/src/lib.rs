@@ -141,7 +141,7 @@ pub fn test_prefix(name: &str) -> String {
 }
 
 /// The last `lines` lines of a text (lossy UTF-8), for error messages that quote a server log.
-pub(crate) fn tail(bytes: &[u8], lines: usize) -> String {
+pub fn tail(bytes: &[u8], lines: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let all: Vec<&str> = text.lines().collect();
     let start = all.len().saturating_sub(lines);

@@ -412,19 +412,6 @@ export async function process(inputs, ctx) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_orchestrator_killed_at_random_points_during_20_runs_loses_and_repeats_nothing() {
-    // Every task appends its effect's idempotency key to the ledger before it works.
-    const STEPS: &str = r#"
-import { defineTask } from '@a5c-ai/babysitter-sdk';
-const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t,
-  shell: { command: `echo "$BABYSITTER_IDEMPOTENCY_KEY $BABYSITTER_ATTEMPT" >> ${a.ledger}; sleep 0.2; echo ${a.t}` } }));
-export async function process(inputs, ctx) {
-  const l = inputs.ledger;
-  const a = await ctx.task(sh, { t: 'a', ledger: l });
-  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}`, ledger: l }, { label: `f${i}` }));
-  const b = await ctx.task(sh, { t: 'b', ledger: l });
-  return { n: inputs.n, a: a.stdout.trim(), fan: fan.map((f) => f.stdout.trim()), b: b.stdout.trim() };
-}
-"#;
     let mut cluster = Cluster::start().await;
     let ledger = cluster.dir.path().join("ledger");
     cluster.start_worker("w1");
@@ -432,21 +419,19 @@ export async function process(inputs, ctx) {
     let mut c = cluster.client();
     let mut runs = Vec::new();
     for n in 0..20 {
-        runs.push(create(&mut c, STEPS, json!({"n": n, "ledger": ledger})).await);
+        runs.push(
+            create(
+                &mut c,
+                cluster::LEDGER_STEPS,
+                json!({"n": n, "ledger": ledger}),
+            )
+            .await,
+        );
     }
-    // A reproducible "random" schedule of kills (the seed is printed for replays).
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(7) as u64;
-    eprintln!("kill schedule seed {seed}");
-    let mut x = seed | 1;
-    // Four kill -9 and two SIGTERM, interleaved.
+    // A reproducible "random" schedule of kills: four kill -9 and two SIGTERM, interleaved.
+    let mut schedule = cluster::Schedule::from_clock();
     for kill in 0..6 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let wait = Duration::from_millis(150 + x % 700);
+        let wait = Duration::from_millis(150 + schedule.below(700));
         tokio::time::sleep(wait).await;
         let graceful = kill % 3 == 2;
         eprintln!("stop orchestrator #{kill} after {wait:?} (SIGTERM: {graceful})");
@@ -517,15 +502,9 @@ export async function process(inputs, ctx) {
         );
     }
     // No worker died, so every task ran exactly once: one ledger line per effect.
-    let ran = std::fs::read_to_string(&ledger).unwrap();
-    let mut per_effect: HashMap<&str, usize> = HashMap::new();
-    for line in ran.lines() {
-        let key = line.split(' ').next().unwrap_or_default();
-        *per_effect.entry(key).or_default() += 1;
-    }
-    let twice: Vec<_> = per_effect.iter().filter(|(_, n)| **n > 1).collect();
+    let (twice, ran) = cluster::ledger_repeats(&ledger);
     assert!(twice.is_empty(), "tasks ran more than once: {twice:?}");
-    assert_eq!(per_effect.len(), 100, "20 runs × 5 tasks, each once");
+    assert_eq!(ran, 100, "20 runs × 5 tasks, each once");
 }
 
 async fn wait_for_file(path: &Path, cluster: &Cluster) {

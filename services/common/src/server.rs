@@ -36,6 +36,7 @@ use crate::config::duration;
 use crate::telemetry::TraceContextLayer;
 
 mod deadline;
+pub mod standby;
 mod tonic_errors;
 
 pub use deadline::{Deadline, DeadlineLayer};

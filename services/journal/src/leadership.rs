@@ -446,7 +446,8 @@ impl LeaseKeeper for Arbiter {
 /// loop steps down at once instead of at its next renewal.
 #[derive(Debug)]
 pub struct WriterTerm {
-    current: StdMutex<Option<Term>>,
+    /// The term and when its lease was last renewed (timed from before the renewal was sent).
+    current: StdMutex<Option<(Term, Instant)>>,
     deposed: watch::Sender<u64>,
 }
 
@@ -464,18 +465,38 @@ impl WriterTerm {
         Arc::new(Self::default())
     }
 
-    pub fn set(&self, term: Option<Term>) {
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = term;
+    /// Starts (`Some`: granted at `granted_at`, timed from before the grant was asked for) or
+    /// ends (`None`) a term.
+    pub fn set(&self, term: Option<(Term, Instant)>) {
+        *self.lock() = term;
     }
 
-    pub fn get(&self) -> Option<Term> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Term, Instant)>> {
         self.current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    }
+
+    pub fn get(&self) -> Option<Term> {
+        self.lock().as_ref().map(|(t, _)| t.clone())
+    }
+
+    /// The lease was renewed by a write sent at `at`.
+    pub fn renewed(&self, epoch: u64, at: Instant) {
+        if let Some((t, renewed)) = self.lock().as_mut()
+            && t.epoch == epoch
+        {
+            *renewed = at;
+        }
+    }
+
+    /// Whether this process may act as the holder now: it has a term whose last renewal is
+    /// younger than the ttl less the margin — on its own clock, so a process that was paused
+    /// past its lease stops acting (handing out tasks) before it hears it was deposed.
+    pub fn is_fresh(&self) -> bool {
+        self.lock()
+            .as_ref()
+            .is_some_and(|(t, renewed)| renewed.elapsed() + margin(t.ttl) < t.ttl)
     }
 
     /// The term to write under, or why not.

@@ -688,12 +688,7 @@ pub async fn control_documents(f: Factory) {
         1,
         "{results:?}"
     );
-    assert!(
-        results
-            .into_iter()
-            .filter(|r| r.is_err())
-            .all(conflict)
-    );
+    assert!(results.into_iter().filter(|r| r.is_err()).all(conflict));
     assert!(
         !store
             .list_runs("", None, 10_000)

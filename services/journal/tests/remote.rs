@@ -110,7 +110,7 @@ async fn a_deposed_writers_writes_are_refused_by_the_service() {
     let Acquired::Granted(a) = store_a.acquire(&cand_a).await.unwrap() else {
         panic!("a is first")
     };
-    term_a.set(Some(a.clone()));
+    term_a.set(Some((a.clone(), tokio::time::Instant::now())));
     let Acquired::Held(seen) = store_b.acquire(&cand_b).await.unwrap() else {
         panic!("b must stand by")
     };
@@ -133,7 +133,7 @@ async fn a_deposed_writers_writes_are_refused_by_the_service() {
         panic!("b takes over once a's lease lapsed")
     };
     assert_eq!(b.epoch, 2);
-    term_b.set(Some(b));
+    term_b.set(Some((b, tokio::time::Instant::now())));
     let mut deposed = term_a.deposed();
 
     let e = journal_a

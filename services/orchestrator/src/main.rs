@@ -1,7 +1,10 @@
 //! `orchestrator`: serves `RunService` and `WorkerService`. Parses flags, loads layered config,
-//! starts telemetry, opens the journal (in-process store or remote `JournalService`), recovers
-//! every unfinished run from it, serves, and on SIGTERM drains: readiness drops, in-flight RPCs
-//! and iterations (with their journal writes) finish, then the process exits.
+//! starts telemetry, opens the journal (in-process store or remote `JournalService`), listens,
+//! and takes the journal's leadership lease (`service::leader`): standing by, it forwards calls
+//! to the active orchestrator; granted, it recovers every unfinished run and serves them. On
+//! SIGTERM it drains: readiness drops, in-flight RPCs and iterations (with their journal writes)
+//! finish, the lease is released, then the process exits. With `leadership.enabled = false` it
+//! is the journal's only writer: it recovers before it listens and writes unfenced.
 
 use std::process::ExitCode;
 
@@ -9,9 +12,14 @@ use babysitter_common::EnvMap;
 use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::shutdown_signal;
 use babysitter_common::telemetry::init_telemetry;
-use babysitter_journal::Journal;
+use std::sync::Arc;
+
+use babysitter_journal::leadership::Candidate;
+use babysitter_journal::redact::Redactor;
+use babysitter_journal::{Journal, JournalOptions};
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::leader::Leadership;
 use clap::Parser;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -68,36 +76,91 @@ fn main() -> ExitCode {
 
 async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("orchestrator", &config.telemetry, &env)?;
+    if !config.leadership.enabled {
+        serve_alone(config, env).await?;
+        return Ok(telemetry.shutdown().await?);
+    }
+    let fenced = config.open_fenced_journal(&env).await?;
+    let store = fenced.store.clone();
+    wait_for_journal(&config, store.as_ref()).await?;
+    let probe = babysitter_journal::readiness::probe(store, "journal");
+    let (secrets, journal_options) = journal_options(&config, &env)?;
+    let runs_dir = runs_dir(&config)?;
+
+    // Listen first: a standby serves (forwarding) from the start, and the lease names the port.
+    let listener = bind(&config).await?;
+    let addr = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_signal(shutdown.clone()));
+    let (server, seat) = Services::switched_server(&config.server, fenced.term.clone());
+    let (settled_tx, settled_rx) = tokio::sync::oneshot::channel();
+    let server = server.with_probe(probe);
+    let address = config
+        .leadership
+        .advertise_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let candidate = Candidate {
+        group: config.leadership.group.clone(),
+        holder: format!("orchestrator-{}", ulid::Ulid::generate()).to_lowercase(),
+        address,
+        ttl: config.leadership.ttl(),
+    };
+    candidate.validate()?;
+    let leadership = Leadership {
+        journal: fenced,
+        journal_options,
+        runs_dir,
+        secrets,
+        seat,
+        health: server.health_reporter(),
+        candidate,
+        shutdown: shutdown.clone(),
+        settled: Some(settled_tx),
+        config,
+    };
+    let stop = CancellationToken::new();
+    let terms = tokio::spawn(leadership.run(stop.clone()));
+    let serving = tokio::spawn(server.serve_with_listener(listener, shutdown.clone()));
+    // The port is announced once calls get answers: active, or standing by behind a holder.
+    tokio::select! {
+        _ = settled_rx => {
+            // One machine-readable line so scripts and tests can find the port.
+            eprintln!("orchestrator listening on {addr}");
+            tracing::info!(%addr, "orchestrator serving");
+        }
+        _ = shutdown.cancelled() => {}
+    }
+    let served = serving
+        .await
+        .map_err(|e| anyhow::anyhow!("the server task failed: {e}"))?;
+    // Drained: the term's work ends and the lease is released for a standby.
+    stop.cancel();
+    terms
+        .await
+        .map_err(|e| anyhow::anyhow!("the leadership loop failed: {e}"))??;
+    served?;
+    Ok(telemetry.shutdown().await?)
+}
+
+/// Without leadership: the only orchestrator of its journal, writing unfenced.
+async fn serve_alone(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let store = config.open_journal_store(&env).await?;
-    // "Ready" only once it answers: a journal still starting gets a while
-    // (`journal.ready-timeout-secs`), a wrong address fails the start naming it.
-    babysitter_journal::readiness::wait_reachable(
-        store.as_ref(),
-        "journal",
-        config.journal.ready_timeout(),
-    )
-    .await
-    .map_err(anyhow::Error::msg)?;
-    tracing::info!(store = %store.describe(), "journal ready");
+    wait_for_journal(&config, store.as_ref()).await?;
     let probe = babysitter_journal::readiness::probe(store.clone(), "journal");
-    let secrets = std::sync::Arc::new(config.secrets.redactor(&env)?);
-    let mut journal_options = config.journal.limits.journal_options();
-    journal_options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
+    let (secrets, journal_options) = journal_options(&config, &env)?;
     let journal = Journal::new(store, journal_options);
     let background = journal.clone();
-    let runs_dir = config.runs_dir();
-    std::fs::create_dir_all(&runs_dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
-    let (manager, resumed) = config.start_manager(journal, runs_dir, secrets).await?;
+    let (manager, resumed) = config
+        .start_manager(journal, runs_dir(&config)?, secrets)
+        .await?;
     tracing::info!(resumed, "unfinished runs resumed");
 
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let services = Services::new(manager.clone(), shutdown.clone());
     let server = services.into_server(&config.server).with_probe(probe);
-    let listener = tokio::net::TcpListener::bind(config.server.listen_addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))?;
+    let listener = bind(&config).await?;
     let addr = listener.local_addr()?;
     // One machine-readable line so scripts and tests can find the port when listening on :0.
     eprintln!("orchestrator listening on {addr}");
@@ -105,6 +168,41 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     server.serve_with_listener(listener, shutdown).await?;
     manager.shutdown().await;
     background.flush().await;
-    telemetry.shutdown().await?;
     Ok(())
+}
+
+/// "Ready" only once the journal answers: a journal still starting gets a while
+/// (`journal.ready-timeout-secs`), a wrong address fails the start naming it.
+async fn wait_for_journal(
+    config: &OrchestratorConfig,
+    store: &dyn babysitter_journal::JournalStore,
+) -> anyhow::Result<()> {
+    babysitter_journal::readiness::wait_reachable(store, "journal", config.journal.ready_timeout())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(store = %store.describe(), "journal ready");
+    Ok(())
+}
+
+fn journal_options(
+    config: &OrchestratorConfig,
+    env: &EnvMap,
+) -> anyhow::Result<(Arc<Redactor>, JournalOptions)> {
+    let secrets = Arc::new(config.secrets.redactor(env)?);
+    let mut options = config.journal.limits.journal_options();
+    options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
+    Ok((secrets, options))
+}
+
+fn runs_dir(config: &OrchestratorConfig) -> anyhow::Result<std::path::PathBuf> {
+    let runs_dir = config.runs_dir();
+    std::fs::create_dir_all(&runs_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", runs_dir.display()))?;
+    Ok(runs_dir)
+}
+
+async fn bind(config: &OrchestratorConfig) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(config.server.listen_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen_addr))
 }

@@ -9,6 +9,8 @@
 //!   watchers, live agent events; one table entry per live run, a bounded cache of finished ones.
 //! - [`grpc`]: `RunService` and `WorkerService`, thin adapters over the two cores.
 //! - [`config`]: the `orchestrator` binary's layered configuration.
+//! - [`leader`]: one active orchestrator per journal — the lease, standing by (forwarding callers
+//!   to the active one), taking over, stepping down.
 //!
 //! Crash safety comes from one rule: the journal is the only state that matters. The queue,
 //! leases, timers and summaries are caches rebuilt from it at start; every effect is resolved by
@@ -18,6 +20,7 @@
 pub mod bundle;
 pub mod config;
 pub mod grpc;
+pub mod leader;
 pub mod queue;
 pub mod runs;
 

@@ -59,6 +59,8 @@ pub fn orchestrator_args(journal_url: &str, listen: &str, runs_dir: &Path) -> Ve
         "--set",
         "runs.sweep-interval-ms=100",
         "--set",
+        "leadership.ttl-ms=1000",
+        "--set",
         &format!("engine.runs-dir={}", runs_dir.display()),
     ]
     .iter()
@@ -144,4 +146,62 @@ pub async fn journal_file(addr: &str, token: Option<&str>, run_id: &str, path: &
 /// An event's data as JSON.
 pub fn data(e: &jpb::Event) -> Value {
     serde_json::from_slice(&e.data_json).expect("event data is JSON")
+}
+
+/// A process whose shell tasks append `<idempotency key> <attempt>` to `inputs.ledger` before
+/// they work, so a task that runs twice shows in the ledger even where the journal looks right:
+/// one task, a fan-out of three, one more (five per run); the output names them.
+pub const LEDGER_STEPS: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t,
+  shell: { command: `echo "$BABYSITTER_IDEMPOTENCY_KEY $BABYSITTER_ATTEMPT" >> ${a.ledger}; sleep ${a.work}; echo ${a.t}` } }));
+export async function process(inputs, ctx) {
+  const l = inputs.ledger;
+  const w = inputs.work ?? 0.2;
+  const a = await ctx.task(sh, { t: 'a', ledger: l, work: w });
+  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}`, ledger: l, work: w }, { label: `f${i}` }));
+  const b = await ctx.task(sh, { t: 'b', ledger: l, work: w });
+  return { n: inputs.n, a: a.stdout.trim(), fan: fan.map((f) => f.stdout.trim()), b: b.stdout.trim() };
+}
+"#;
+
+/// The ledger's lines of tasks that ran more than once (empty when each ran once) and how many
+/// distinct tasks ran.
+pub fn ledger_repeats(ledger: &Path) -> (Vec<String>, usize) {
+    let ran = std::fs::read_to_string(ledger).unwrap_or_default();
+    let mut per_effect: std::collections::HashMap<&str, usize> = Default::default();
+    for line in ran.lines() {
+        *per_effect
+            .entry(line.split(' ').next().unwrap_or_default())
+            .or_default() += 1;
+    }
+    let repeated = ran
+        .lines()
+        .filter(|l| per_effect[l.split(' ').next().unwrap_or_default()] > 1)
+        .map(str::to_owned)
+        .collect();
+    (repeated, per_effect.len())
+}
+
+/// A reproducible "random" schedule (xorshift from a printed seed, for replays).
+pub struct Schedule(u64);
+
+impl Schedule {
+    pub fn from_clock() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(7) as u64;
+        eprintln!("schedule seed {seed}");
+        Self(seed | 1)
+    }
+
+    /// The next value below `bound`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        let x = &mut self.0;
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x % bound
+    }
 }

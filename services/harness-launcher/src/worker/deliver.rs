@@ -106,7 +106,7 @@ impl Worker {
                         }
                     }
                 }
-                Err(s) if retryable(s.code()) => {
+                Err(s) if retryable(&s) => {
                     tracing::warn!(%lease_id, code = ?s.code(), error = %s.message(), "completion not answered; retrying");
                 }
                 Err(s) => {
@@ -141,19 +141,22 @@ impl Worker {
     }
 }
 
-/// Codes after which the same completion may still be accepted.
-fn retryable(code: Code) -> bool {
-    matches!(
-        code,
-        Code::Unavailable
-            | Code::Unknown
-            | Code::DeadlineExceeded
-            | Code::Cancelled
-            | Code::Aborted
-            | Code::ResourceExhausted
-            | Code::Internal
-            | Code::Unauthenticated
-    )
+/// Answers after which the same completion may still be accepted: transient codes, and an
+/// orchestrator that was deposed while it handled the call (`fenced`: the active one adopts the
+/// result once it is delivered there).
+fn retryable(s: &tonic::Status) -> bool {
+    babysitter_common::error::error_kind(s) == Some(babysitter_common::error::ErrorKind::Fenced)
+        || matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+                | Code::Internal
+                | Code::Unauthenticated
+        )
 }
 
 /// The completion of `a` with what its execution produced.

@@ -41,6 +41,62 @@ pub struct OrchestratorConfig {
     pub runs: RunsSettings,
     /// Secrets kept out of journals and events. Since v0.1.
     pub secrets: SecretsConfig,
+    /// One active orchestrator per journal, the others standing by. Since v0.4.
+    pub leadership: LeadershipSettings,
+}
+
+/// The journal's leadership lease (see `babysitter_journal::leadership` and the `leader`
+/// module): the active orchestrator holds it and writes under its epoch; the others stand by,
+/// forward their callers to it, and take over when it lapses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LeadershipSettings {
+    /// Take the lease before writing (off: this process writes unfenced, as the only
+    /// orchestrator of its journal). Since v0.4.
+    pub enabled: bool,
+    /// The lease's name; orchestrators sharing a journal share it. Since v0.4.
+    pub group: String,
+    /// How long the lease lasts without a renewal, ms (500..=600000): a standby takes over
+    /// this long after the active one stopped renewing. Renewed every third of it. Since v0.4.
+    pub ttl_ms: u64,
+    /// How often a standby asks for the lease, ms (unset: a fifth of the ttl). Since v0.4.
+    pub poll_interval_ms: Option<u64>,
+    /// The URL standbys forward callers to (`http://host:port`); unset: `http://` + the bound
+    /// listen address. Since v0.4.
+    pub advertise_url: Option<String>,
+}
+
+impl Default for LeadershipSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            group: babysitter_journal::leadership::DEFAULT_GROUP.to_owned(),
+            ttl_ms: 5000,
+            poll_interval_ms: None,
+            advertise_url: None,
+        }
+    }
+}
+
+impl LeadershipSettings {
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.ttl() / 5)
+            .max(Duration::from_millis(10))
+    }
+}
+
+/// The journal as a leader-elected orchestrator sees it: the store it writes through (fenced by
+/// `term`) and who keeps its lease.
+pub struct FencedJournal {
+    pub store: Arc<dyn JournalStore>,
+    pub keeper: Arc<dyn babysitter_journal::leadership::LeaseKeeper>,
+    pub term: Arc<babysitter_journal::leadership::WriterTerm>,
 }
 
 /// Named secrets: their values are redacted wherever they would be stored or relayed, and task
@@ -88,6 +144,7 @@ impl Default for OrchestratorConfig {
             queue: QueueSettings::default(),
             runs: RunsSettings::default(),
             secrets: SecretsConfig::default(),
+            leadership: LeadershipSettings::default(),
         }
     }
 }
@@ -264,6 +321,38 @@ impl OrchestratorConfig {
         open_store(&self.journal.store, &self.journal.limits, env)
             .await
             .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", self.journal.store.url))
+    }
+
+    /// The journal store with leadership: every write fenced by the returned term — by the
+    /// journal service (remote) or by this process's own arbiter over the store (in-process).
+    pub async fn open_fenced_journal(&self, env: &EnvMap) -> anyhow::Result<FencedJournal> {
+        use babysitter_journal::leadership::{Arbiter, FencedStore, WriterTerm};
+        let term = WriterTerm::new();
+        let group = &self.leadership.group;
+        if let Some(url) = &self.journal.remote {
+            let token = Secret::from_optional_file(self.journal.token_file.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            let remote = Arc::new(
+                RemoteStore::connect(url, token.as_ref())?.with_fence(term.clone(), group),
+            );
+            return Ok(FencedJournal {
+                store: remote.clone(),
+                keeper: remote,
+                term,
+            });
+        }
+        let inner = self.open_journal_store(env).await?;
+        let arbiter = Arc::new(Arbiter::new(inner.clone()));
+        Ok(FencedJournal {
+            store: Arc::new(FencedStore::new(
+                inner,
+                arbiter.clone(),
+                term.clone(),
+                group,
+            )),
+            keeper: arbiter,
+            term,
+        })
     }
 
     /// Engine options from `[engine]`, reading process files under `runs_dir`.

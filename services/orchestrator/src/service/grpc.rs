@@ -38,9 +38,9 @@ impl From<ServiceError> for Status {
                 }
             },
             ServiceError::ShuttingDown => status(ErrorKind::Unavailable, msg, true, &[]),
-            ServiceError::Journal(j) => Status::from(j),
+            ServiceError::Journal(j) => journal_status(j),
             ServiceError::Engine(e) => match e {
-                EngineError::Journal(j) => Status::from(j),
+                EngineError::Journal(j) => journal_status(j),
                 EngineError::InvalidRun { .. } => status(ErrorKind::Conflict, msg, false, &[]),
                 EngineError::Corrupt { .. } => status(ErrorKind::Corrupt, msg, false, &[]),
                 EngineError::MissingResult { .. }
@@ -48,6 +48,26 @@ impl From<ServiceError> for Status {
                 | EngineError::Engine(_) => status(ErrorKind::Internal, msg, false, &[]),
             },
         }
+    }
+}
+
+/// A journal failure as callers see it. A fenced write means this orchestrator was deposed
+/// while handling the call: nothing was written, and the same call succeeds at the active one
+/// (where a standby forwards it), so it is `UNAVAILABLE`, retryable — a worker keeps its result.
+fn journal_status(j: babysitter_journal::JournalError) -> Status {
+    use babysitter_journal::JournalError;
+    match j {
+        JournalError::Fenced { .. }
+        | JournalError::Remote {
+            kind: ErrorKind::Fenced,
+            ..
+        } => status(
+            ErrorKind::Unavailable,
+            format!("this orchestrator was deposed while handling the call; retry: {j}"),
+            true,
+            &[],
+        ),
+        other => Status::from(other),
     }
 }
 

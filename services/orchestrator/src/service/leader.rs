@@ -1,0 +1,303 @@
+//! One active orchestrator per journal: the term loop.
+//!
+//! Why: the run manager's queue, leases and timers are caches of the journal that assume one
+//! writer; two orchestrators driving the same runs ran every task twice. So an orchestrator
+//! serves its port from the start but acts only while it holds the journal's leadership lease
+//! (`babysitter_journal::leadership`):
+//!
+//! 1. **Standing by**, it asks for the lease every poll interval and forwards every `RunService`
+//!    and `WorkerService` call to the holder's advertised address ([`Switched`] services), so
+//!    clients and workers may talk to any replica.
+//! 2. **Granted** a term (a new epoch), it builds a fresh journal view and run manager from the
+//!    store — recovery re-queues every pending effect before the first local call is served —
+//!    then serves locally, writing under its epoch.
+//! 3. **Holding**, it renews every third of the ttl. It steps down when a renewal or any write
+//!    comes back fenced (another epoch took over: it was paused or cut off past its ttl), or
+//!    when renewals kept failing for a whole ttl: local calls stop, the manager shuts down (its
+//!    writes are already refused), and it stands by again.
+//! 4. **Stopping** (SIGTERM), once the server drained, it shuts the manager down and releases
+//!    the lease, so a standby takes over at once instead of after the ttl.
+//!
+//! The health entry [`LEADER_HEALTH`] is `SERVING` exactly while this process is active.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use babysitter_common::server::ServerConfig;
+use babysitter_common::server::standby::{Forward, Fresh, Switch, Switched};
+use babysitter_journal::leadership::{Acquired, Candidate, LeaseKeeper, Term, WriterTerm};
+use babysitter_journal::{Journal, JournalError, JournalOptions};
+use babysitter_proto::orchestrator::v1::run_service_server::RunServiceServer;
+use babysitter_proto::orchestrator::v1::worker_service_server::WorkerServiceServer;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::config::{FencedJournal, OrchestratorConfig};
+use super::grpc::{RunApi, Services, WorkerApi};
+
+/// Health service name that is `SERVING` while this orchestrator holds the lease.
+pub const LEADER_HEALTH: &str = "babysitter.orchestrator.v1.Leader";
+
+/// The port's two switched services and where standbys forward to.
+#[derive(Debug, Clone)]
+pub struct Seat {
+    forward: Forward,
+    runs: Switch<RunServiceServer<RunApi>>,
+    workers: Switch<WorkerServiceServer<WorkerApi>>,
+    config: ServerConfig,
+}
+
+impl Services {
+    /// Both services on the shared server builder, switched: they forward until the [`Seat`]
+    /// activates local ones.
+    pub fn switched_server(
+        config: &ServerConfig,
+        term: Arc<WriterTerm>,
+    ) -> (babysitter_common::server::ServerBuilder, Seat) {
+        let forward = Forward::new();
+        let fresh: Fresh = Arc::new(move || term.is_fresh());
+        let (runs, runs_switch) = Switched::new(forward.clone(), fresh.clone());
+        let (workers, workers_switch) = Switched::new(forward.clone(), fresh);
+        let builder = babysitter_common::server::ServerBuilder::new("orchestrator", config)
+            .add_service(runs, babysitter_proto::FILE_DESCRIPTOR_SET)
+            .add_service(workers, babysitter_proto::FILE_DESCRIPTOR_SET);
+        let seat = Seat {
+            forward,
+            runs: runs_switch,
+            workers: workers_switch,
+            config: config.clone(),
+        };
+        (builder, seat)
+    }
+}
+
+impl Seat {
+    fn activate(&self, services: Services) {
+        self.forward.set(None);
+        self.runs
+            .set(Some(services.runs.into_service(&self.config)));
+        self.workers
+            .set(Some(services.workers.into_service(&self.config)));
+    }
+
+    fn stand_by(&self, leader: Option<&str>) {
+        self.runs.set(None);
+        self.workers.set(None);
+        self.forward.set(leader);
+    }
+}
+
+/// Everything a term needs to start a run manager.
+pub struct Leadership {
+    pub config: OrchestratorConfig,
+    pub journal: FencedJournal,
+    pub journal_options: JournalOptions,
+    pub runs_dir: std::path::PathBuf,
+    pub secrets: Arc<babysitter_journal::redact::Redactor>,
+    pub seat: Seat,
+    pub health: HealthReporter,
+    /// This process's candidacy (a fresh holder id per process).
+    pub candidate: Candidate,
+    /// The server's shutdown: open watches end when it drains.
+    pub shutdown: CancellationToken,
+    /// Told once calls can be answered: this process is active, or stands by behind a holder.
+    pub settled: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// How a term ended.
+enum End {
+    Stop,
+    SteppedDown(String),
+}
+
+impl Leadership {
+    /// Runs terms until `stop` (cancelled after the server drained); releases the lease held then.
+    pub async fn run(mut self, stop: CancellationToken) -> anyhow::Result<()> {
+        self.health
+            .set_service_status(LEADER_HEALTH, ServingStatus::NotServing)
+            .await;
+        let keeper = self.journal.keeper.clone();
+        let mut last_holder = None::<(String, u64)>;
+        loop {
+            let Some((term, asked)) = self
+                .stand_by(keeper.as_ref(), &stop, &mut last_holder)
+                .await
+            else {
+                return Ok(());
+            };
+            last_holder = None;
+            match self.hold(keeper.as_ref(), &term, asked, &stop).await {
+                Ok(End::Stop) => {
+                    if let Err(e) = keeper.release(&term).await {
+                        tracing::warn!(error = %e, "cannot release the leadership lease: a standby takes over once it lapses");
+                    }
+                    return Ok(());
+                }
+                Ok(End::SteppedDown(why)) => {
+                    tracing::warn!(epoch = term.epoch, reason = %why, "stepped down: standing by");
+                    eprintln!("orchestrator stepped down from epoch {}: {why}", term.epoch);
+                }
+                Err(e) => {
+                    // The term could not start (recovery failed): give the lease back, retry.
+                    tracing::error!(epoch = term.epoch, error = %e, "cannot take over: releasing the lease");
+                    let _ = keeper.release(&term).await;
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(self.config.leadership.ttl()) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks for the lease until granted (`None`: stopped first), forwarding meanwhile.
+    async fn stand_by(
+        &mut self,
+        keeper: &dyn LeaseKeeper,
+        stop: &CancellationToken,
+        last_holder: &mut Option<(String, u64)>,
+    ) -> Option<(Term, Instant)> {
+        let poll = self.config.leadership.poll_interval();
+        loop {
+            if stop.is_cancelled() {
+                return None;
+            }
+            let asked = Instant::now();
+            match keeper.acquire(&self.candidate).await {
+                Ok(Acquired::Granted(term)) => return Some((term, asked)),
+                Ok(Acquired::Held(term)) => {
+                    // Never to itself: a holder at this very address is a previous incarnation.
+                    let target = (!term.holder.is_empty()
+                        && !term.address.is_empty()
+                        && term.address != self.candidate.address)
+                        .then_some(term.address.as_str());
+                    self.seat.stand_by(target);
+                    let now = (term.holder.clone(), term.epoch);
+                    if last_holder.as_ref() != Some(&now) {
+                        tracing::info!(holder = %term.holder, address = %term.address, epoch = term.epoch, "standing by");
+                        eprintln!(
+                            "orchestrator standing by: epoch {} is held by {} at {}",
+                            term.epoch, term.holder, term.address
+                        );
+                        *last_holder = Some(now);
+                    }
+                    if target.is_some() {
+                        self.settle();
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot ask for the leadership lease"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+
+    fn settle(&mut self) {
+        if let Some(settled) = self.settled.take() {
+            let _ = settled.send(());
+        }
+    }
+
+    /// One term: take over, serve, renew until it ends.
+    async fn hold(
+        &mut self,
+        keeper: &dyn LeaseKeeper,
+        term: &Term,
+        asked: Instant,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<End> {
+        let writer: Arc<WriterTerm> = self.journal.term.clone();
+        let mut deposed = writer.deposed();
+        writer.set(Some((term.clone(), asked)));
+        let started = Instant::now();
+        let journal = Journal::new(self.journal.store.clone(), self.journal_options.clone());
+        let (manager, resumed) = match self
+            .config
+            .start_manager(journal.clone(), self.runs_dir.clone(), self.secrets.clone())
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                writer.set(None);
+                return Err(e);
+            }
+        };
+        let term_shutdown = self.shutdown.child_token();
+        self.seat
+            .activate(Services::new(manager.clone(), term_shutdown.clone()));
+        self.health
+            .set_service_status(LEADER_HEALTH, ServingStatus::Serving)
+            .await;
+        tracing::info!(
+            epoch = term.epoch,
+            resumed,
+            took_ms = started.elapsed().as_millis() as u64,
+            "active: unfinished runs resumed"
+        );
+        eprintln!(
+            "orchestrator active: epoch {}, {resumed} runs resumed",
+            term.epoch
+        );
+        self.settle();
+
+        let end = self.renew(keeper, term, stop, &mut deposed).await;
+
+        // Local calls stop first, then the term's work; its writes are fenced already if deposed.
+        self.seat.stand_by(None);
+        self.health
+            .set_service_status(LEADER_HEALTH, ServingStatus::NotServing)
+            .await;
+        term_shutdown.cancel();
+        manager.shutdown().await;
+        journal.flush().await;
+        writer.set(None);
+        Ok(end)
+    }
+
+    async fn renew(
+        &self,
+        keeper: &dyn LeaseKeeper,
+        term: &Term,
+        stop: &CancellationToken,
+        deposed: &mut tokio::sync::watch::Receiver<u64>,
+    ) -> End {
+        let ttl = self.config.leadership.ttl();
+        let mut renewed = Instant::now();
+        let mut wait = ttl / 3;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return End::Stop,
+                changed = deposed.changed() => {
+                    if changed.is_ok() && *deposed.borrow_and_update() == term.epoch {
+                        return End::SteppedDown("a write was fenced: another epoch holds the lease".into());
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let sent = Instant::now();
+            match keeper.renew(term).await {
+                Ok(()) => {
+                    self.journal.term.renewed(term.epoch, sent);
+                    renewed = sent;
+                    wait = ttl / 3;
+                }
+                Err(e @ JournalError::Fenced { .. }) => return End::SteppedDown(e.to_string()),
+                Err(e) => {
+                    if renewed.elapsed() >= ttl {
+                        return End::SteppedDown(format!(
+                            "no renewal for the whole ttl ({} ms): {e}",
+                            ttl.as_millis()
+                        ));
+                    }
+                    tracing::warn!(error = %e, "cannot renew the leadership lease; retrying");
+                    wait = (ttl / 10).max(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
