@@ -183,6 +183,40 @@ impl Ha {
         }
     }
 
+    /// Stops the active orchestrator (starting with `active`) `rounds` times at random moments
+    /// (a pause below `max_gap_ms` first), with SIGTERM every `graceful_every`-th round (0:
+    /// never) and `kill -9` otherwise; each time another takes over and the stopped one comes
+    /// back on its port as a standby. Returns the active one at the end.
+    async fn stop_the_active(
+        &mut self,
+        mut active: usize,
+        rounds: usize,
+        graceful_every: usize,
+        max_gap_ms: u64,
+    ) -> usize {
+        let mut schedule = cluster::Schedule::from_clock();
+        for round in 0..rounds {
+            tokio::time::sleep(Duration::from_millis(100 + schedule.below(max_gap_ms))).await;
+            let graceful = graceful_every > 0 && round % graceful_every == graceful_every - 1;
+            eprintln!("round {round}: stop the active orchestrator {active} (SIGTERM: {graceful})");
+            if let Some(mut o) = self.orchestrators[active].take() {
+                if graceful {
+                    let status = o.terminate();
+                    assert!(status.is_some_and(|s| s.success()), "SIGTERM: {status:?}");
+                } else {
+                    o.kill9();
+                }
+            }
+            let next = self.wait_for_one_active(Some(active)).await;
+            eprintln!("round {round}: orchestrator {next} took over");
+            // The stopped one comes back on its port, as a standby.
+            self.start_orchestrator(active);
+            assert_eq!(self.active().await, vec![next], "{}", self.logs());
+            active = next;
+        }
+        active
+    }
+
     fn logs(&self) -> String {
         let mut s = String::new();
         for i in 0..self.ports.len() {
@@ -221,7 +255,7 @@ async fn leader_health(port: u16) -> Option<bool> {
 }
 
 /// Creates a run through `c`, retrying while the orchestrator it reaches is not answering yet.
-async fn create(c: &mut RunServiceClient<AuthedChannel>, inputs: Value) -> String {
+async fn create(ha: &Ha, c: &mut RunServiceClient<AuthedChannel>, inputs: Value) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = c
@@ -240,14 +274,14 @@ async fn create(c: &mut RunServiceClient<AuthedChannel>, inputs: Value) -> Strin
             Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(s) => panic!("create run: {s:?}"),
+            Err(s) => panic!("create run: {s:?}\n{}", ha.logs()),
         }
     }
 }
 
 /// Every run's journal has each effect requested and resolved once, and every task's ledger line
 /// appears exactly once (no worker died, so no task had a second attempt).
-async fn assert_ran_once(ha: &Ha, runs: &[String], ledger: &Path) {
+async fn assert_ran_once(ha: &Ha, runs: &[String], ledger: &Path, per_run: usize) {
     for run_id in runs {
         let events = cluster::journal_events(&ha.journal.ready, None, run_id).await;
         let mut resolved: HashMap<String, usize> = HashMap::new();
@@ -263,8 +297,8 @@ async fn assert_ran_once(ha: &Ha, runs: &[String], ledger: &Path) {
                 _ => {}
             }
         }
-        assert_eq!(requested, 5, "run {run_id}");
-        assert_eq!(resolved.len(), 5, "run {run_id}: {resolved:?}");
+        assert_eq!(requested, per_run, "run {run_id}");
+        assert_eq!(resolved.len(), per_run, "run {run_id}: {resolved:?}");
         assert!(
             resolved.values().all(|n| *n == 1),
             "run {run_id}: {resolved:?}"
@@ -282,7 +316,7 @@ async fn assert_ran_once(ha: &Ha, runs: &[String], ledger: &Path) {
         "tasks ran more than once: {twice:?}\n{}",
         ha.logs()
     );
-    assert_eq!(ran, runs.len() * 5, "every task ran");
+    assert_eq!(ran, runs.len() * per_run, "every task ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -304,28 +338,13 @@ async fn three_orchestrators_one_active_kills_fail_over_and_no_task_runs_twice()
     let mut runs = Vec::new();
     let mut c = ha.client(1);
     for n in 0..12 {
-        runs.push(create(&mut c, json!({"n": n, "ledger": ledger})).await);
+        runs.push(create(&ha, &mut c, json!({"n": n, "ledger": ledger})).await);
     }
 
-    let mut schedule = cluster::Schedule::from_clock();
-    let mut active = 0;
-    for round in 0..3 {
-        tokio::time::sleep(Duration::from_millis(200 + schedule.below(600))).await;
-        eprintln!("round {round}: kill -9 the active orchestrator {active}");
-        if let Some(o) = ha.orchestrators[active].as_mut() {
-            o.kill9();
-        }
-        ha.orchestrators[active] = None;
-        let next = ha.wait_for_one_active(Some(active)).await;
-        eprintln!("round {round}: orchestrator {next} took over");
-        // The killed one comes back on its port, as a standby.
-        ha.start_orchestrator(active);
-        assert_eq!(ha.active().await, vec![next], "{}", ha.logs());
-        active = next;
-    }
+    let active = ha.stop_the_active(0, 3, 0, 600).await;
     let via = (active + 1) % 3;
     ha.wait_completed(via, &runs).await;
-    assert_ran_once(&ha, &runs, &ledger).await;
+    assert_ran_once(&ha, &runs, &ledger, 5).await;
     assert_eq!(ha.active().await.len(), 1);
 
     // Through a standby, a run's summary and output read as on the active one.
@@ -371,7 +390,7 @@ async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twic
     let mut c = ha.client(1);
     let mut runs = Vec::new();
     for n in 0..8 {
-        runs.push(create(&mut c, json!({"n": n, "ledger": ledger})).await);
+        runs.push(create(&ha, &mut c, json!({"n": n, "ledger": ledger})).await);
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
 
@@ -407,5 +426,27 @@ async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twic
     }
     assert_eq!(ha.active().await, vec![1], "{}", ha.logs());
     ha.wait_completed(0, &runs).await;
-    assert_ran_once(&ha, &runs, &ledger).await;
+    assert_ran_once(&ha, &runs, &ledger, 5).await;
+}
+
+/// The full scale: 100 runs × 10 shell tasks, the active one of three orchestrators
+/// stopped 30 times at random moments (20 `kill -9`, 10 SIGTERM): every run completes, and every
+/// task's ledger line appears exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hundred_runs_of_ten_tasks_through_thirty_stops_of_the_active_orchestrator() {
+    let mut ha = Ha::start(3).await;
+    ha.start_worker("w1", 1);
+    ha.start_worker("w2", 2);
+    let ledger = ha.dir.path().join("ledger");
+    let mut c = ha.client(1);
+    let mut runs = Vec::new();
+    for n in 0..100 {
+        let inputs =
+            json!({"n": n, "ledger": ledger, "fan": (1..=8).collect::<Vec<_>>(), "work": 0.4});
+        runs.push(create(&ha, &mut c, inputs).await);
+    }
+    // Every third stop is a SIGTERM: 20 kill -9 and 10 SIGTERM.
+    let active = ha.stop_the_active(0, 30, 3, 500).await;
+    ha.wait_completed((active + 1) % 3, &runs).await;
+    assert_ran_once(&ha, &runs, &ledger, 10).await;
 }

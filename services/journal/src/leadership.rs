@@ -130,33 +130,17 @@ pub trait LeaseKeeper: Send + Sync + fmt::Debug {
 }
 
 /// The lease as this arbiter last saw or wrote it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Observed {
     record: LeaseRecord,
+    version: String,
+    /// When this version was first seen — or, if this arbiter wrote it, when the write was sent.
+    since: Instant,
     /// Written by this arbiter (its holder's writes are admitted only then).
     mine: bool,
-    /// The version, when it was first seen (or, if ours, when its write was sent), and the
-    /// record's renewal count: renewals update it under the read lock.
-    renewal: StdMutex<(String, Instant, u64)>,
 }
 
 impl Observed {
-    fn new(record: LeaseRecord, version: String, since: Instant, mine: bool) -> Self {
-        let renewals = record.renewals;
-        Self {
-            record,
-            mine,
-            renewal: StdMutex::new((version, since, renewals)),
-        }
-    }
-
-    fn renewal(&self) -> (String, Instant, u64) {
-        self.renewal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
     fn term(&self) -> Term {
         Term {
             group: self.record.group.clone(),
@@ -168,20 +152,33 @@ impl Observed {
     }
 }
 
+/// One lease's arbitration state.
 #[derive(Debug, Default)]
 struct Group {
-    current: Option<Observed>,
+    /// Admitted writes hold it shared; a change of holder (takeover, release) exclusively.
+    gate: Arc<RwLock<()>>,
+    /// Serializes this arbiter's acquisitions (each reads the store, then may write it).
+    acquiring: tokio::sync::Mutex<()>,
+    observed: StdMutex<Option<Observed>>,
+}
+
+impl Group {
+    fn observed(&self) -> std::sync::MutexGuard<'_, Option<Observed>> {
+        self.observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A write admitted under a term: held for the whole write, so a takeover waits for it.
 #[derive(Debug)]
-pub struct Pass(#[allow(dead_code)] OwnedRwLockReadGuard<Group>);
+pub struct Pass(#[allow(dead_code)] OwnedRwLockReadGuard<()>);
 
 /// Arbitrates leases over one store (see the module doc).
 #[derive(Debug)]
 pub struct Arbiter {
     store: Arc<dyn JournalStore>,
-    groups: StdMutex<HashMap<String, Arc<RwLock<Group>>>>,
+    groups: StdMutex<HashMap<String, Arc<Group>>>,
 }
 
 fn control_name(group: &str) -> String {
@@ -209,7 +206,7 @@ impl Arbiter {
         }
     }
 
-    fn group(&self, name: &str) -> Arc<RwLock<Group>> {
+    fn group(&self, name: &str) -> Arc<Group> {
         self.groups
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -219,18 +216,16 @@ impl Arbiter {
     }
 
     /// Reads the stored lease and folds it into `group` (a new version starts its clock now).
-    async fn observe(&self, name: &str, group: &mut Group) -> Result<()> {
+    async fn observe(&self, name: &str, group: &Group) -> Result<Option<Observed>> {
         let read_at = Instant::now();
         let Some(stored) = self.store.read_control(&control_name(name)).await? else {
-            group.current = None;
-            return Ok(());
+            *group.observed() = None;
+            return Ok(None);
         };
-        let same = group
-            .current
-            .as_ref()
-            .is_some_and(|o| o.renewal().0 == stored.version);
-        if same {
-            return Ok(());
+        if let Some(o) = group.observed().as_ref()
+            && o.version == stored.version
+        {
+            return Ok(Some(o.clone()));
         }
         let record: LeaseRecord = serde_json::from_slice(&stored.content).map_err(|e| {
             JournalError::invalid(
@@ -249,18 +244,25 @@ impl Arbiter {
                 ),
             ));
         }
-        group.current = Some(Observed::new(record, stored.version, read_at, false));
-        Ok(())
+        let o = Observed {
+            record,
+            version: stored.version,
+            since: read_at,
+            mine: false,
+        };
+        *group.observed() = Some(o.clone());
+        Ok(Some(o))
     }
 
     /// Admits one write under `epoch` of `group`; keep the [`Pass`] until the write is done.
     pub async fn admit(&self, group: &str, epoch: u64) -> Result<Pass> {
-        let guard = self.group(group).read_owned().await;
-        match &guard.current {
+        let cell = self.group(group);
+        let pass = cell.gate.clone().read_owned().await;
+        let observed = cell.observed().clone();
+        match observed {
             Some(o) if o.mine && o.record.epoch == epoch && !o.record.holder.is_empty() => {
                 let ttl = Duration::from_millis(o.record.ttl_ms);
-                let (_, since, _) = o.renewal();
-                let age = since.elapsed();
+                let age = o.since.elapsed();
                 if age + margin(ttl) >= ttl {
                     return Err(fenced(
                         group,
@@ -272,7 +274,7 @@ impl Arbiter {
                         ),
                     ));
                 }
-                Ok(Pass(guard))
+                Ok(Pass(pass))
             }
             Some(o) if o.record.holder.is_empty() => Err(fenced(
                 group,
@@ -298,6 +300,35 @@ impl Arbiter {
             .write_control(&control_name(&record.group), Bytes::from(bytes), expected)
             .await
     }
+
+    /// Writes `record` over `expected` and records it as this arbiter's, holding the gate
+    /// exclusively: writes of the previous term in flight finish first, none start after.
+    async fn change_holder(
+        &self,
+        group: &Group,
+        record: LeaseRecord,
+        expected: Option<String>,
+        mine: bool,
+    ) -> Result<Observed> {
+        let _gate = group.gate.write().await;
+        let sent = Instant::now();
+        match self.write(&record, expected.as_deref()).await {
+            Ok(version) => {
+                let o = Observed {
+                    record,
+                    version,
+                    since: sent,
+                    mine,
+                };
+                *group.observed() = Some(o.clone());
+                Ok(o)
+            }
+            Err(e) => {
+                *group.observed() = None; // lost or unknown outcome: read it again next time
+                Err(e)
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -305,18 +336,16 @@ impl LeaseKeeper for Arbiter {
     async fn acquire(&self, c: &Candidate) -> Result<Acquired> {
         c.validate()?;
         let cell = self.group(&c.group);
-        let mut group = cell.write().await;
-        self.observe(&c.group, &mut group).await?;
-        let (epoch, expected, renewals) = match &group.current {
+        let _one_at_a_time = cell.acquiring.lock().await;
+        let (epoch, expected, renewals) = match self.observe(&c.group, &cell).await? {
             None => (1, None, 0),
             Some(o) => {
-                let (version, since, renewals) = o.renewal();
-                let lapsed = since.elapsed() >= Duration::from_millis(o.record.ttl_ms);
+                let lapsed = o.since.elapsed() >= Duration::from_millis(o.record.ttl_ms);
                 let free = o.record.holder.is_empty() || o.record.holder == c.holder || lapsed;
                 if !free {
                     return Ok(Acquired::Held(o.term()));
                 }
-                (o.record.epoch + 1, Some(version), renewals + 1)
+                (o.record.epoch + 1, Some(o.version), o.record.renewals + 1)
             }
         };
         let record = LeaseRecord {
@@ -328,77 +357,59 @@ impl LeaseKeeper for Arbiter {
             ttl_ms: c.ttl.as_millis() as u64,
             renewals,
         };
-        let sent = Instant::now();
-        match self.write(&record, expected.as_deref()).await {
-            Ok(version) => {
-                let observed = Observed::new(record, version, sent, true);
-                let term = observed.term();
-                group.current = Some(observed);
+        match self.change_holder(&cell, record, expected, true).await {
+            Ok(o) => {
                 tracing::info!(group = %c.group, holder = %c.holder, epoch, "leadership granted");
-                Ok(Acquired::Granted(term))
+                Ok(Acquired::Granted(o.term()))
             }
+            // Another arbiter (or this one's holder, renewing) wrote first.
             Err(JournalError::ControlConflict { .. }) => {
-                // Another arbiter wrote first: it holds the lease now.
-                self.observe(&c.group, &mut group).await?;
-                match &group.current {
+                match self.observe(&c.group, &cell).await? {
                     Some(o) => Ok(Acquired::Held(o.term())),
                     None => Err(JournalError::ControlConflict {
                         name: control_name(&c.group),
                     }),
                 }
             }
-            Err(e) => {
-                group.current = None; // unknown outcome: read it again next time
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 
     async fn renew(&self, term: &Term) -> Result<()> {
         let cell = self.group(&term.group);
-        let (record, version, renewals) = {
-            let group = cell.read().await;
-            match &group.current {
-                Some(o)
-                    if o.mine && o.record.epoch == term.epoch && o.record.holder == term.holder =>
-                {
-                    let (version, _, renewals) = o.renewal();
-                    (o.record.clone(), version, renewals)
-                }
-                _ => {
-                    return Err(fenced(
-                        &term.group,
-                        term.epoch,
-                        "another term holds the lease",
-                    ));
-                }
+        let current = cell.observed().clone();
+        let o = match current {
+            Some(o) if o.mine && o.record.epoch == term.epoch && o.record.holder == term.holder => {
+                o
+            }
+            _ => {
+                return Err(fenced(
+                    &term.group,
+                    term.epoch,
+                    "another term holds the lease",
+                ));
             }
         };
         let next = LeaseRecord {
-            renewals: renewals + 1,
-            ..record
+            renewals: o.record.renewals + 1,
+            ..o.record.clone()
         };
         let sent = Instant::now();
-        match self.write(&next, Some(&version)).await {
-            Ok(new_version) => {
-                let group = cell.read().await;
-                if let Some(o) = &group.current
-                    && o.mine
-                    && o.record.epoch == term.epoch
-                {
-                    let mut r = o
-                        .renewal
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if r.0 == version {
-                        *r = (new_version, sent, next.renewals);
-                    }
+        match self.write(&next, Some(&o.version)).await {
+            Ok(version) => {
+                let mut observed = cell.observed();
+                if observed.as_ref().is_some_and(|c| c.version == o.version) {
+                    *observed = Some(Observed {
+                        record: next,
+                        version,
+                        since: sent,
+                        mine: true,
+                    });
                 }
                 Ok(())
             }
             Err(JournalError::ControlConflict { .. }) => {
-                let mut group = cell.write().await;
-                group.current = None;
+                *cell.observed() = None;
                 Err(fenced(&term.group, term.epoch, "the lease was taken over"))
             }
             Err(e) => Err(e),
@@ -407,36 +418,29 @@ impl LeaseKeeper for Arbiter {
 
     async fn release(&self, term: &Term) -> Result<()> {
         let cell = self.group(&term.group);
-        // The write lock: writes of this term in flight finish first, none start after.
-        let mut group = cell.write().await;
-        let Some(o) = &group.current else {
+        let current = cell.observed().clone();
+        let Some(o) = current else {
             return Ok(());
         };
         if !(o.mine && o.record.epoch == term.epoch && o.record.holder == term.holder) {
             return Ok(());
         }
-        let (version, _, renewals) = o.renewal();
         let released = LeaseRecord {
             holder: String::new(),
             address: String::new(),
-            renewals: renewals + 1,
-            ..o.record.clone()
+            renewals: o.record.renewals + 1,
+            ..o.record
         };
-        let sent = Instant::now();
-        match self.write(&released, Some(&version)).await {
-            Ok(version) => {
-                group.current = Some(Observed::new(released, version, sent, false));
+        match self
+            .change_holder(&cell, released, Some(o.version), false)
+            .await
+        {
+            Ok(_) => {
                 tracing::info!(group = %term.group, epoch = term.epoch, "leadership released");
                 Ok(())
             }
-            Err(JournalError::ControlConflict { .. }) => {
-                group.current = None;
-                Ok(())
-            }
-            Err(e) => {
-                group.current = None;
-                Err(e)
-            }
+            Err(JournalError::ControlConflict { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! `SERVICE_BENCH_RUNS` overrides the 1,000 runs, `SERVICE_BENCH_TRIPS` the 340 dispatch trips (the first 40
 //! are warm-up, not counted);
-//! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling).
+//! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling);
+//! `SERVICE_BENCH_ONLY=fence` the filesystem dispatch without and with the leadership fence
+//! (what the `orchestrator` binary runs by default), alternated.
 
 #![allow(clippy::print_stdout)]
 
@@ -24,6 +26,9 @@ use babysitter_common::server::ServerConfig;
 use babysitter_harness_launcher::worker::{Worker, WorkerSettings};
 use babysitter_journal::config::LimitsConfig;
 use babysitter_journal::fs::FsStore;
+use babysitter_journal::leadership::{
+    Acquired, Arbiter, Candidate, FencedStore, LeaseKeeper, WriterTerm,
+};
 use babysitter_journal::store::JournalStore;
 use babysitter_journal::{Journal, JournalOptions};
 use babysitter_orchestrator::engine::Engine;
@@ -70,10 +75,65 @@ impl Drop for Stack {
     }
 }
 
-async fn stack(memory_journal: bool) -> Stack {
+/// Where the bench's journal lives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Store {
+    Memory,
+    Filesystem,
+    /// The filesystem behind the leadership fence, served through the switched services: what
+    /// the `orchestrator` binary runs by default (every write admitted under its epoch, every
+    /// call checked for a fresh lease).
+    FencedFilesystem,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Memory => "memory",
+            Store::Filesystem => "filesystem",
+            Store::FencedFilesystem => "filesystem + leadership fence",
+        }
+    }
+}
+
+/// A granted term over `inner` and the fenced store, renewed for as long as `stop` is not.
+async fn fenced(
+    inner: Arc<dyn JournalStore>,
+    stop: &CancellationToken,
+) -> (Arc<dyn JournalStore>, Arc<WriterTerm>) {
+    let arbiter = Arc::new(Arbiter::new(inner.clone()));
+    let term = WriterTerm::new();
+    let candidate = Candidate {
+        group: "orchestrator".into(),
+        holder: "bench".into(),
+        address: String::new(),
+        ttl: Duration::from_secs(5),
+    };
+    let asked = Instant::now();
+    let Acquired::Granted(granted) = arbiter.acquire(&candidate).await.unwrap() else {
+        panic!("a fresh store's lease is free")
+    };
+    term.set(Some((granted.clone(), asked)));
+    // Renewed as the binary does, every third of the ttl.
+    let (keeper, renewing, stop) = (arbiter.clone(), term.clone(), stop.clone());
+    tokio::spawn(async move {
+        while !stop.is_cancelled() {
+            tokio::time::sleep(granted.ttl / 3).await;
+            let sent = Instant::now();
+            keeper.renew(&granted).await.unwrap();
+            renewing.renewed(granted.epoch, sent);
+        }
+    });
+    let store = FencedStore::new(inner, arbiter, term.clone(), "orchestrator");
+    (Arc::new(store), term)
+}
+
+async fn stack(kind: Store) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    let store: Arc<dyn JournalStore> = if memory_journal {
+    let stop = CancellationToken::new();
+    let mut term = None;
+    let store: Arc<dyn JournalStore> = if kind == Store::Memory {
         babysitter_journal::config::object_journal(
             Arc::new(object_store::memory::InMemory::new()),
             "",
@@ -82,8 +142,12 @@ async fn stack(memory_journal: bool) -> Stack {
         )
         .await
         .unwrap()
-    } else {
+    } else if kind == Store::Filesystem {
         Arc::new(FsStore::new(&runs))
+    } else {
+        let (store, t) = fenced(Arc::new(FsStore::new(&runs)), &stop).await;
+        term = Some(t);
+        store
     };
     let journal = Journal::new(store, JournalOptions::default());
     // The engine as the orchestrator binary configures it.
@@ -99,13 +163,19 @@ async fn stack(memory_journal: bool) -> Stack {
         ManagerConfig::default(),
     );
     manager.spawn_sweeper();
-    let stop = CancellationToken::new();
     let services = Services::new(manager, stop.clone());
     let config = ServerConfig {
         concurrency_limit: 100_000,
         ..ServerConfig::default()
     };
-    let server = services.into_server(&config);
+    let server = match term {
+        None => services.into_server(&config),
+        Some(term) => {
+            let (server, seat) = Services::switched_server(&config, term);
+            seat.activate(services);
+            server
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let token = stop.clone();
@@ -151,8 +221,8 @@ fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
-async fn dispatch(memory: bool) {
-    let s = stack(memory).await;
+async fn dispatch(kind: Store) {
+    let s = stack(kind).await;
     let mut c = runs_client(&s);
     let mut w: WorkerServiceClient<AuthedChannel> =
         babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap();
@@ -248,7 +318,7 @@ async fn dispatch(memory: bool) {
         task = next;
     }
     let (b50, b99) = (pct(&mut bare, 0.5), pct(&mut bare, 0.99));
-    let journal = if memory { "memory" } else { "filesystem" };
+    let journal = kind.name();
     println!("bare unary (Heartbeat) p50 {} p99 {}", us(b50), us(b99));
     for (how, trips) in [
         ("complete + poll", &mut polled),
@@ -294,7 +364,7 @@ async fn wait_all(c: &mut RunServiceClient<AuthedChannel>, status: pb::RunStatus
 }
 
 async fn many_runs(runs: usize) {
-    let s = stack(false).await;
+    let s = stack(Store::Filesystem).await;
     let work = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
     let worker = Worker::new(
@@ -350,7 +420,7 @@ fn rss_kib() -> u64 {
 }
 
 async fn idle_memory(runs: usize) {
-    let s = stack(false).await;
+    let s = stack(Store::Filesystem).await;
     let mut c = runs_client(&s);
     // Warm up allocator pools, JS threads and the connection first.
     for _ in 0..20 {
@@ -382,12 +452,23 @@ fn main() {
         .unwrap();
     // SERVICE_BENCH_ONLY=dispatch: only the in-memory dispatch loop (for profiling).
     let only_dispatch = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "dispatch");
+    // SERVICE_BENCH_ONLY=fence: the filesystem dispatch without and with the leadership fence,
+    // alternated three times (so machine load meets both alike).
+    let only_fence = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "fence");
     rt.block_on(async {
-        dispatch(true).await;
+        if only_fence {
+            for _ in 0..3 {
+                dispatch(Store::Filesystem).await;
+                dispatch(Store::FencedFilesystem).await;
+            }
+            return;
+        }
+        dispatch(Store::Memory).await;
         if only_dispatch {
             return;
         }
-        dispatch(false).await;
+        dispatch(Store::Filesystem).await;
+        dispatch(Store::FencedFilesystem).await;
         idle_memory(runs).await;
         many_runs(runs).await;
     });

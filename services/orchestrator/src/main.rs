@@ -116,7 +116,7 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
         health: server.health_reporter(),
         candidate,
         shutdown: shutdown.clone(),
-        settled: Some(settled_tx),
+        settled: std::sync::Mutex::new(Some(settled_tx)),
         config,
     };
     let stop = CancellationToken::new();

@@ -150,7 +150,7 @@ pub fn data(e: &jpb::Event) -> Value {
 
 /// A process whose shell tasks append `<idempotency key> <attempt>` to `inputs.ledger` before
 /// they work, so a task that runs twice shows in the ledger even where the journal looks right:
-/// one task, a fan-out of three, one more (five per run); the output names them.
+/// one task, a fan-out (`inputs.fan`, three by default), one more; the output names them.
 pub const LEDGER_STEPS: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t,
@@ -159,7 +159,7 @@ export async function process(inputs, ctx) {
   const l = inputs.ledger;
   const w = inputs.work ?? 0.2;
   const a = await ctx.task(sh, { t: 'a', ledger: l, work: w });
-  const fan = await ctx.parallel.map([1, 2, 3], (i) => ctx.task(sh, { t: `f${i}`, ledger: l, work: w }, { label: `f${i}` }));
+  const fan = await ctx.parallel.map(inputs.fan ?? [1, 2, 3], (i) => ctx.task(sh, { t: `f${i}`, ledger: l, work: w }, { label: `f${i}` }));
   const b = await ctx.task(sh, { t: 'b', ledger: l, work: w });
   return { n: inputs.n, a: a.stdout.trim(), fan: fan.map((f) => f.stdout.trim()), b: b.stdout.trim() };
 }

@@ -74,7 +74,8 @@ impl Services {
 }
 
 impl Seat {
-    fn activate(&self, services: Services) {
+    /// Serve calls locally with `services` (while the term is fresh).
+    pub fn activate(&self, services: Services) {
         self.forward.set(None);
         self.runs
             .set(Some(services.runs.into_service(&self.config)));
@@ -82,7 +83,8 @@ impl Seat {
             .set(Some(services.workers.into_service(&self.config)));
     }
 
-    fn stand_by(&self, leader: Option<&str>) {
+    /// Stop serving locally; forward calls to `leader` (or answer `UNAVAILABLE`).
+    pub fn stand_by(&self, leader: Option<&str>) {
         self.runs.set(None);
         self.workers.set(None);
         self.forward.set(leader);
@@ -103,7 +105,7 @@ pub struct Leadership {
     /// The server's shutdown: open watches end when it drains.
     pub shutdown: CancellationToken,
     /// Told once calls can be answered: this process is active, or stands by behind a holder.
-    pub settled: Option<tokio::sync::oneshot::Sender<()>>,
+    pub settled: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// How a term ended.
@@ -114,7 +116,7 @@ enum End {
 
 impl Leadership {
     /// Runs terms until `stop` (cancelled after the server drained); releases the lease held then.
-    pub async fn run(mut self, stop: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
         self.health
             .set_service_status(LEADER_HEALTH, ServingStatus::NotServing)
             .await;
@@ -154,7 +156,7 @@ impl Leadership {
 
     /// Asks for the lease until granted (`None`: stopped first), forwarding meanwhile.
     async fn stand_by(
-        &mut self,
+        &self,
         keeper: &dyn LeaseKeeper,
         stop: &CancellationToken,
         last_holder: &mut Option<(String, u64)>,
@@ -196,15 +198,20 @@ impl Leadership {
         }
     }
 
-    fn settle(&mut self) {
-        if let Some(settled) = self.settled.take() {
+    fn settle(&self) {
+        let settled = self
+            .settled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(settled) = settled {
             let _ = settled.send(());
         }
     }
 
     /// One term: take over, serve, renew until it ends.
     async fn hold(
-        &mut self,
+        &self,
         keeper: &dyn LeaseKeeper,
         term: &Term,
         asked: Instant,
@@ -215,15 +222,32 @@ impl Leadership {
         writer.set(Some((term.clone(), asked)));
         let started = Instant::now();
         let journal = Journal::new(self.journal.store.clone(), self.journal_options.clone());
-        let (manager, resumed) = match self
-            .config
-            .start_manager(journal.clone(), self.runs_dir.clone(), self.secrets.clone())
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => {
+        // Renewals start now and run through recovery: recovering many runs may take longer
+        // than the ttl, and a lease that lapsed meanwhile would hand the journal to a standby
+        // that then has to recover them too.
+        let renewing = self.renew(keeper, term, asked, stop, &mut deposed);
+        tokio::pin!(renewing);
+        let starting =
+            self.config
+                .start_manager(journal.clone(), self.runs_dir.clone(), self.secrets.clone());
+        tokio::pin!(starting);
+        let (manager, resumed) = tokio::select! {
+            started = &mut starting => match started {
+                Ok(m) => m,
+                Err(e) => {
+                    writer.set(None);
+                    return Err(e);
+                }
+            },
+            end = &mut renewing => {
+                // The term ended during recovery (its writes are refused by now): let the
+                // recovery finish, then stop what it started.
+                if let Ok((manager, _)) = starting.await {
+                    manager.shutdown().await;
+                }
+                journal.flush().await;
                 writer.set(None);
-                return Err(e);
+                return Ok(end);
             }
         };
         let term_shutdown = self.shutdown.child_token();
@@ -244,7 +268,7 @@ impl Leadership {
         );
         self.settle();
 
-        let end = self.renew(keeper, term, stop, &mut deposed).await;
+        let end = renewing.await;
 
         // Local calls stop first, then the term's work; its writes are fenced already if deposed.
         self.seat.stand_by(None);
@@ -262,11 +286,12 @@ impl Leadership {
         &self,
         keeper: &dyn LeaseKeeper,
         term: &Term,
+        granted: Instant,
         stop: &CancellationToken,
         deposed: &mut tokio::sync::watch::Receiver<u64>,
     ) -> End {
         let ttl = self.config.leadership.ttl();
-        let mut renewed = Instant::now();
+        let mut renewed = granted;
         let mut wait = ttl / 3;
         loop {
             tokio::select! {
