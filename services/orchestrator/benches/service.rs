@@ -172,7 +172,7 @@ async fn stack(kind: Store) -> Stack {
         None => services.into_server(&config),
         Some(term) => {
             let (server, seat) = Services::switched_server(&config, term);
-            seat.activate(services);
+            seat.activate(services, stop.clone());
             server
         }
     };

@@ -59,7 +59,7 @@ pub fn orchestrator_args(journal_url: &str, listen: &str, runs_dir: &Path) -> Ve
         "--set",
         "runs.sweep-interval-ms=100",
         "--set",
-        "leadership.ttl-ms=1000",
+        "leadership.ttl-ms=2000",
         "--set",
         &format!("engine.runs-dir={}", runs_dir.display()),
     ]

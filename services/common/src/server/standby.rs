@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
+use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::transport::{Channel, Endpoint};
@@ -72,10 +73,11 @@ impl Forward {
     }
 }
 
-/// The local service slot of a [`Switched`] service: filled while this process is active.
+/// The local service slot of a [`Switched`] service: filled while this process is active,
+/// with the token that ends that activity.
 #[derive(Debug)]
 pub struct Switch<S> {
-    local: Arc<RwLock<Option<S>>>,
+    local: Arc<RwLock<Option<(S, CancellationToken)>>>,
 }
 
 impl<S> Clone for Switch<S> {
@@ -87,15 +89,17 @@ impl<S> Clone for Switch<S> {
 }
 
 impl<S: Clone> Switch<S> {
-    /// Serve calls locally with `service` (`None`: stand by — forward them).
-    pub fn set(&self, service: Option<S>) {
+    /// Serve calls locally with `service` until `ended` is cancelled (a call still running then
+    /// is answered `UNAVAILABLE`, retryable, since the activity it relied on is gone); `None`:
+    /// stand by — forward them.
+    pub fn set(&self, service: Option<(S, CancellationToken)>) {
         *self
             .local
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = service;
     }
 
-    fn get(&self) -> Option<S> {
+    fn get(&self) -> Option<(S, CancellationToken)> {
         self.local
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -169,9 +173,20 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        if let Some(local) = self.switch.get() {
-            if (self.fresh)() {
-                return Box::pin(local.oneshot(req));
+        if let Some((local, ended)) = self.switch.get() {
+            if (self.fresh)() && !ended.is_cancelled() {
+                return Box::pin(async move {
+                    tokio::select! {
+                        answer = local.oneshot(req) => answer,
+                        _ = ended.cancelled() => Ok(status(
+                            ErrorKind::Unavailable,
+                            "this instance stepped down while handling the call; retry",
+                            true,
+                            &[],
+                        )
+                        .into_http()),
+                    }
+                });
             }
             return Box::pin(async {
                 Ok(status(

@@ -74,13 +74,15 @@ impl Services {
 }
 
 impl Seat {
-    /// Serve calls locally with `services` (while the term is fresh).
-    pub fn activate(&self, services: Services) {
+    /// Serve calls locally with `services` (while the term is fresh) until `ended`.
+    pub fn activate(&self, services: Services, ended: CancellationToken) {
         self.forward.set(None);
-        self.runs
-            .set(Some(services.runs.into_service(&self.config)));
+        self.runs.set(Some((
+            services.runs.into_service(&self.config),
+            ended.clone(),
+        )));
         self.workers
-            .set(Some(services.workers.into_service(&self.config)));
+            .set(Some((services.workers.into_service(&self.config), ended)));
     }
 
     /// Stop serving locally; forward calls to `leader` (or answer `UNAVAILABLE`).
@@ -250,9 +252,14 @@ impl Leadership {
                 return Ok(end);
             }
         };
+        // Watches end when the server drains or the term ends; calls still running when the
+        // term ends (not when the server drains: those finish) are answered for retry.
         let term_shutdown = self.shutdown.child_token();
-        self.seat
-            .activate(Services::new(manager.clone(), term_shutdown.clone()));
+        let ended = CancellationToken::new();
+        self.seat.activate(
+            Services::new(manager.clone(), term_shutdown.clone()),
+            ended.clone(),
+        );
         self.health
             .set_service_status(LEADER_HEALTH, ServingStatus::Serving)
             .await;
@@ -276,6 +283,7 @@ impl Leadership {
             .set_service_status(LEADER_HEALTH, ServingStatus::NotServing)
             .await;
         term_shutdown.cancel();
+        ended.cancel();
         manager.shutdown().await;
         journal.flush().await;
         writer.set(None);
