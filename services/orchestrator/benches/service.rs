@@ -13,8 +13,8 @@
 //! `SERVICE_BENCH_RUNS` overrides the 1,000 runs, `SERVICE_BENCH_TRIPS` the 340 dispatch trips (the first 40
 //! are warm-up, not counted);
 //! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling);
-//! `SERVICE_BENCH_ONLY=fence` the filesystem dispatch without and with the leadership fence
-//! (what the `orchestrator` binary runs by default), alternated.
+//! `SERVICE_BENCH_ONLY=fence` the memory and filesystem dispatch without and with the
+//! leadership fence (what the `orchestrator` binary runs by default), alternated three times.
 
 #![allow(clippy::print_stdout)]
 
@@ -75,23 +75,39 @@ impl Drop for Stack {
     }
 }
 
-/// Where the bench's journal lives.
+/// Where the bench's journal lives, and whether behind the leadership fence.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Store {
-    Memory,
-    Filesystem,
-    /// The filesystem behind the leadership fence, served through the switched services: what
-    /// the `orchestrator` binary runs by default (every write admitted under its epoch, every
-    /// call checked for a fresh lease).
-    FencedFilesystem,
+struct Store {
+    memory: bool,
+    /// Behind the leadership fence, served through the switched services: what the
+    /// `orchestrator` binary runs by default (every write admitted under its epoch, every call
+    /// checked for a fresh lease).
+    fenced: bool,
 }
 
 impl Store {
+    const MEMORY: Store = Store {
+        memory: true,
+        fenced: false,
+    };
+    const FILESYSTEM: Store = Store {
+        memory: false,
+        fenced: false,
+    };
+
+    fn fenced(self) -> Store {
+        Store {
+            fenced: true,
+            ..self
+        }
+    }
+
     fn name(self) -> &'static str {
-        match self {
-            Store::Memory => "memory",
-            Store::Filesystem => "filesystem",
-            Store::FencedFilesystem => "filesystem + leadership fence",
+        match (self.memory, self.fenced) {
+            (true, false) => "memory",
+            (true, true) => "memory + leadership fence",
+            (false, false) => "filesystem",
+            (false, true) => "filesystem + leadership fence",
         }
     }
 }
@@ -117,10 +133,17 @@ async fn fenced(
     // Renewed as the binary does, every third of the ttl.
     let (keeper, renewing, stop) = (arbiter.clone(), term.clone(), stop.clone());
     tokio::spawn(async move {
-        while !stop.is_cancelled() {
-            tokio::time::sleep(granted.ttl / 3).await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(granted.ttl / 3) => {}
+            }
             let sent = Instant::now();
-            keeper.renew(&granted).await.unwrap();
+            if let Err(e) = keeper.renew(&granted).await {
+                // Visible: the dispatch that follows is refused.
+                eprintln!("bench lease renewal failed: {e}");
+                return;
+            }
             renewing.renewed(granted.epoch, sent);
         }
     });
@@ -133,7 +156,7 @@ async fn stack(kind: Store) -> Stack {
     let runs = dir.path().join("runs");
     let stop = CancellationToken::new();
     let mut term = None;
-    let store: Arc<dyn JournalStore> = if kind == Store::Memory {
+    let store: Arc<dyn JournalStore> = if kind.memory {
         babysitter_journal::config::object_journal(
             Arc::new(object_store::memory::InMemory::new()),
             "",
@@ -142,11 +165,14 @@ async fn stack(kind: Store) -> Stack {
         )
         .await
         .unwrap()
-    } else if kind == Store::Filesystem {
-        Arc::new(FsStore::new(&runs))
     } else {
-        let (store, t) = fenced(Arc::new(FsStore::new(&runs)), &stop).await;
+        Arc::new(FsStore::new(&runs))
+    };
+    let store = if kind.fenced {
+        let (store, t) = fenced(store, &stop).await;
         term = Some(t);
+        store
+    } else {
         store
     };
     let journal = Journal::new(store, JournalOptions::default());
@@ -364,7 +390,7 @@ async fn wait_all(c: &mut RunServiceClient<AuthedChannel>, status: pb::RunStatus
 }
 
 async fn many_runs(runs: usize) {
-    let s = stack(Store::Filesystem).await;
+    let s = stack(Store::FILESYSTEM).await;
     let work = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
     let worker = Worker::new(
@@ -420,7 +446,7 @@ fn rss_kib() -> u64 {
 }
 
 async fn idle_memory(runs: usize) {
-    let s = stack(Store::Filesystem).await;
+    let s = stack(Store::FILESYSTEM).await;
     let mut c = runs_client(&s);
     // Warm up allocator pools, JS threads and the connection first.
     for _ in 0..20 {
@@ -452,23 +478,26 @@ fn main() {
         .unwrap();
     // SERVICE_BENCH_ONLY=dispatch: only the in-memory dispatch loop (for profiling).
     let only_dispatch = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "dispatch");
-    // SERVICE_BENCH_ONLY=fence: the filesystem dispatch without and with the leadership fence,
-    // alternated three times (so machine load meets both alike).
+    // SERVICE_BENCH_ONLY=fence: each journal without and with the leadership fence, alternated
+    // three times (so machine load meets both alike).
     let only_fence = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "fence");
     rt.block_on(async {
         if only_fence {
             for _ in 0..3 {
-                dispatch(Store::Filesystem).await;
-                dispatch(Store::FencedFilesystem).await;
+                for store in [Store::MEMORY, Store::FILESYSTEM] {
+                    dispatch(store).await;
+                    dispatch(store.fenced()).await;
+                }
             }
             return;
         }
-        dispatch(Store::Memory).await;
+        dispatch(Store::MEMORY).await;
         if only_dispatch {
             return;
         }
-        dispatch(Store::Filesystem).await;
-        dispatch(Store::FencedFilesystem).await;
+        dispatch(Store::MEMORY.fenced()).await;
+        dispatch(Store::FILESYSTEM).await;
+        dispatch(Store::FILESYSTEM.fenced()).await;
         idle_memory(runs).await;
         many_runs(runs).await;
     });
