@@ -60,6 +60,11 @@ use control::Running;
 /// Consecutive registrations refused for credentials before the worker gives up.
 const MAX_REFUSALS: u32 = 5;
 
+/// Longest wait between registration or poll attempts while the orchestrator does not answer: an
+/// orchestrator taking over (a standby that became active) gets this worker's next poll within a
+/// second, and a second is cheap for a server to absorb from every worker.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(1);
+
 /// Why a worker stopped before it was asked to.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -293,7 +298,7 @@ impl Worker {
                 }
                 Err(s) => {
                     tracing::warn!(error = %s.message(), code = ?s.code(), "registration failed; retrying");
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }
             }
             tokio::select! {
@@ -412,7 +417,7 @@ impl Worker {
                         () = tokio::time::sleep(backoff) => {}
                         () = halt.cancelled() => break,
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }
             }
         }

@@ -208,3 +208,37 @@ fn completion(
         next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use babysitter_common::error::{ErrorKind, status};
+
+    use super::retryable;
+
+    #[test]
+    fn a_deposed_orchestrators_answer_keeps_the_result_for_another_try() {
+        // A deposed orchestrator answers UNAVAILABLE; a `fenced` answer (FailedPrecondition)
+        // relayed from anywhere must not drop the result either.
+        assert!(retryable(&status(ErrorKind::Fenced, "deposed", false, &[])));
+        assert!(retryable(&status(
+            ErrorKind::Unavailable,
+            "deposed",
+            true,
+            &[]
+        )));
+        // A lost lease or a refusal is an answer: the result is dropped.
+        assert!(!retryable(&status(
+            ErrorKind::LeaseLost,
+            "lost",
+            false,
+            &[]
+        )));
+        assert!(!retryable(&status(ErrorKind::Conflict, "no", false, &[])));
+        assert!(!retryable(&status(
+            ErrorKind::InvalidArgument,
+            "bad",
+            false,
+            &[]
+        )));
+    }
+}

@@ -59,7 +59,7 @@ pub struct LeadershipSettings {
     /// How long the lease lasts without a renewal, ms (500..=600000): a standby takes over
     /// this long after the active one stopped renewing. Renewed every third of it. Since v0.4.
     pub ttl_ms: u64,
-    /// How often a standby asks for the lease, ms (unset: a fifth of the ttl). Since v0.4.
+    /// How often a standby asks for the lease, ms (unset: a tenth of the ttl). Since v0.4.
     pub poll_interval_ms: Option<u64>,
     /// The URL standbys forward callers to (`http://host:port`); unset: `http://` + the bound
     /// listen address. Since v0.4.
@@ -86,7 +86,7 @@ impl LeadershipSettings {
     pub fn poll_interval(&self) -> Duration {
         self.poll_interval_ms
             .map(Duration::from_millis)
-            .unwrap_or(self.ttl() / 5)
+            .unwrap_or(self.ttl() / 10)
             .max(Duration::from_millis(10))
     }
 }
