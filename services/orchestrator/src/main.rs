@@ -107,6 +107,12 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
         ttl: config.leadership.ttl(),
     };
     candidate.validate()?;
+    if let Some(warning) = config
+        .leadership
+        .unsuited_to(config.queue.queue_config().lease_duration)
+    {
+        tracing::warn!("{warning}");
+    }
     let leadership = Leadership {
         journal: fenced,
         journal_options,

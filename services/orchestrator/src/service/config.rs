@@ -83,6 +83,19 @@ impl LeadershipSettings {
         Duration::from_millis(self.ttl_ms)
     }
 
+    /// Why this lease does not suit task leases of `task_lease`, if it does not: a fail-over
+    /// takes about one ttl, and a worker that cannot renew its task lease for four fifths of it
+    /// kills the task, which then runs again.
+    pub fn unsuited_to(&self, task_lease: Duration) -> Option<String> {
+        (self.ttl() * 2 > task_lease).then(|| {
+            format!(
+                "leadership.ttl-ms ({} ms) is more than half of queue.lease-duration-ms ({} ms): a fail-over may outlast task leases, and workers then stop their running tasks, which run again",
+                self.ttl().as_millis(),
+                task_lease.as_millis()
+            )
+        })
+    }
+
     pub fn poll_interval(&self) -> Duration {
         self.poll_interval_ms
             .map(Duration::from_millis)
@@ -407,5 +420,31 @@ impl OrchestratorConfig {
             Some(path) if self.journal.remote.is_none() => PathBuf::from(path),
             _ => PathBuf::from("./.babysitter/orchestrator/runs"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_lease_suits_the_default_task_lease_and_a_long_one_is_named() {
+        let c = OrchestratorConfig::default();
+        assert!(c.leadership.enabled);
+        assert_eq!(
+            c.leadership
+                .unsuited_to(c.queue.queue_config().lease_duration),
+            None
+        );
+        let long = LeadershipSettings {
+            ttl_ms: 20_000,
+            ..LeadershipSettings::default()
+        };
+        let warning = long
+            .unsuited_to(Duration::from_secs(30))
+            .expect("a 20 s lease over 30 s task leases is named");
+        assert!(warning.contains("20000 ms"), "{warning}");
+        assert!(warning.contains("30000 ms"), "{warning}");
+        assert_eq!(long.poll_interval(), Duration::from_secs(2));
     }
 }
