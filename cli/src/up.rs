@@ -9,6 +9,12 @@
 //! one in-process `Journal`; the worker calls the orchestrator's `WorkerService` handlers in
 //! process (`babysitter_common::worker_api::WorkerApi`, the trait a remote worker's gRPC client
 //! also implements), so it needs no token and no loop back through the port. The transport proxy joins once its service is part of this build.
+//!
+//! It is its journal's one writer: before it recovers anything it takes the journal's leadership
+//! lease (`[orchestrator.leadership]`, as the `orchestrator` binary does) and writes under its
+//! epoch. A second `up` (or an `orchestrator`) on the same journal waits, naming the holder,
+//! until the first stops — a SIGTERM releases the lease, a crash lets it lapse after its ttl —
+//! and an `up` that loses its lease stops rather than write beside another.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,12 +27,16 @@ use babysitter_common::server::{ServerBuilder, ServerConfig, shutdown_signal};
 use babysitter_common::telemetry::{TelemetryConfig, init_telemetry};
 use babysitter_harness_launcher::config::LauncherConfig;
 use babysitter_harness_launcher::worker::Worker;
-use babysitter_journal::Journal;
 use babysitter_journal::config::{JournalServiceConfig, open_store_on};
 use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::grpc::JournalGrpcServer;
+use babysitter_journal::leadership::{
+    Acquired, Arbiter, Candidate, FencedStore, LeaseKeeper, Term, WriterTerm,
+};
+use babysitter_journal::{Journal, JournalStore};
 use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::grpc::Services;
+use babysitter_orchestrator::service::leader::{End, renew_until_over};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -135,6 +145,32 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
     let store = open_store_on(&fs, &config.journal.store, &config.journal.limits, &env)
         .await
         .map_err(|e| anyhow::anyhow!("cannot use store {}: {e}", config.journal.store.url))?;
+    // A signal stops the worker first (its running tasks finish and complete), then the servers.
+    let signal = CancellationToken::new();
+    tokio::spawn(shutdown_signal(signal.clone()));
+    let orchestrator_listener = listen(&config.orchestrator.server).await?;
+    let orchestrator_addr = orchestrator_listener.local_addr()?;
+    // The journal's one writer: wait for its leadership lease (another `babysitter up` or
+    // orchestrator on this journal keeps it until it stops), write under it, stop if it is lost.
+    let lease = if config.orchestrator.leadership.enabled {
+        match Lease::take(
+            store.clone(),
+            &config.orchestrator,
+            orchestrator_addr,
+            &signal,
+        )
+        .await?
+        {
+            Some(lease) => Some(lease),
+            None => return Ok(telemetry.shutdown().await?),
+        }
+    } else {
+        None
+    };
+    let store = match &lease {
+        Some(l) => l.fenced(store),
+        None => store,
+    };
     let secrets = Arc::new(config.orchestrator.secrets.redactor(&env)?);
     let mut options = config.journal.limits.journal_options();
     options.redactor = (!secrets.is_empty()).then(|| secrets.clone());
@@ -152,10 +188,6 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
     std::fs::create_dir_all(&runs_dir)?;
     let o = &config.orchestrator;
     let (manager, resumed) = o.start_manager(journal.clone(), runs_dir, secrets).await?;
-
-    // A signal stops the worker first (its running tasks finish and complete), then the servers.
-    let signal = CancellationToken::new();
-    tokio::spawn(shutdown_signal(signal.clone()));
     let shutdown = CancellationToken::new();
     let journal_listener = listen(&config.journal.server).await?;
     let journal_addr = journal_listener.local_addr()?;
@@ -165,8 +197,6 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
             .into_service(&config.journal.server),
         babysitter_proto::FILE_DESCRIPTOR_SET,
     );
-    let orchestrator_listener = listen(&o.server).await?;
-    let orchestrator_addr = orchestrator_listener.local_addr()?;
     let services = Services::new(manager.clone(), shutdown.clone());
     // The worker calls the orchestrator's handlers directly: no loop back through the port.
     let in_process = services.workers.in_process();
@@ -221,6 +251,113 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
     journal_task.await??;
     manager.shutdown().await;
     journal.flush().await;
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
     telemetry.shutdown().await?;
     Ok(())
+}
+
+/// This process's term as the journal's writer (see `babysitter_orchestrator::service::leader`).
+struct Lease {
+    arbiter: Arc<Arbiter>,
+    writer: Arc<WriterTerm>,
+    term: Term,
+    renewing: tokio::task::JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Lease {
+    /// Waits until the lease is granted (`None`: `signal` came first); renews it from then on,
+    /// and cancels `signal` (stopping everything) if it is lost.
+    async fn take(
+        store: Arc<dyn JournalStore>,
+        config: &OrchestratorConfig,
+        addr: std::net::SocketAddr,
+        signal: &CancellationToken,
+    ) -> anyhow::Result<Option<Lease>> {
+        let arbiter = Arc::new(Arbiter::new(store));
+        let candidate = Candidate {
+            group: config.leadership.group.clone(),
+            holder: format!("babysitter-up-{}", ulid::Ulid::generate()).to_lowercase(),
+            address: format!("http://{addr}"),
+            ttl: config.leadership.ttl(),
+        };
+        candidate.validate()?;
+        let mut told = false;
+        let (term, granted) = loop {
+            let asked = tokio::time::Instant::now();
+            match arbiter.acquire(&candidate).await? {
+                Acquired::Granted(term) => break (term, asked),
+                Acquired::Held(held) => {
+                    if !told {
+                        eprintln!(
+                            "babysitter up: waiting for the journal's lease, held by {} at {} (epoch {}); it is free once that process stops",
+                            held.holder, held.address, held.epoch
+                        );
+                        told = true;
+                    }
+                }
+            }
+            tokio::select! {
+                () = signal.cancelled() => return Ok(None),
+                () = tokio::time::sleep(config.leadership.poll_interval()) => {}
+            }
+        };
+        let writer = WriterTerm::new();
+        writer.set(Some((term.clone(), granted)));
+        let stop = CancellationToken::new();
+        let renewing = {
+            let (arbiter, writer, term, stop, signal) = (
+                arbiter.clone(),
+                writer.clone(),
+                term.clone(),
+                stop.clone(),
+                signal.clone(),
+            );
+            tokio::spawn(async move {
+                let mut deposed = writer.deposed();
+                let end = renew_until_over(
+                    arbiter.as_ref(),
+                    &writer,
+                    &term,
+                    granted,
+                    &stop,
+                    &mut deposed,
+                )
+                .await;
+                if let End::SteppedDown(why) = end {
+                    eprintln!("babysitter up: lost the journal's lease ({why}); stopping");
+                    signal.cancel();
+                }
+            })
+        };
+        Ok(Some(Lease {
+            arbiter,
+            writer,
+            term,
+            renewing,
+            stop,
+        }))
+    }
+
+    /// `store` with every write fenced by this term.
+    fn fenced(&self, store: Arc<dyn JournalStore>) -> Arc<dyn JournalStore> {
+        Arc::new(FencedStore::new(
+            store,
+            self.arbiter.clone(),
+            self.writer.clone(),
+            &self.term.group,
+        ))
+    }
+
+    async fn release(self) {
+        self.stop.cancel();
+        let _ = self.renewing.await;
+        if let Err(e) = self.arbiter.release(&self.term).await {
+            eprintln!(
+                "babysitter up: cannot release the journal's lease ({e}): it lapses in its ttl"
+            );
+        }
+    }
 }

@@ -268,3 +268,84 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// A second `babysitter up` on the same data dir is no second writer: it waits for the journal's
+/// leadership lease, naming who holds it, and starts only once the first one stopped (a
+/// SIGTERM releases the lease).
+#[test]
+fn a_second_up_on_the_same_data_dir_waits_for_the_first_to_stop() {
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .args([
+                "up",
+                "--data-dir",
+                &data.path().display().to_string(),
+                "--no-worker",
+                "--set",
+                "journal.server.listen-addr=127.0.0.1:0",
+                "--set",
+                "orchestrator.server.listen-addr=127.0.0.1:0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        (child, lines)
+    };
+    // Reads lines until one starts with `prefix`; the rest of it.
+    fn until(
+        lines: &mut impl Iterator<Item = std::io::Result<String>>,
+        prefix: &str,
+        seen: &mut String,
+    ) -> String {
+        loop {
+            let Some(Ok(line)) = lines.next() else {
+                panic!("no `{prefix}` line:\n{seen}");
+            };
+            seen.push_str(&line);
+            seen.push('\n');
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+    }
+    let (mut first, mut first_lines) = start();
+    let mut seen = String::new();
+    let first_addr = until(
+        &mut first_lines,
+        "babysitter up: orchestrator listening on ",
+        &mut seen,
+    );
+    let first_addr = first_addr.split_whitespace().next().unwrap().to_owned();
+    std::thread::spawn(move || for _ in first_lines {});
+
+    let (mut second, mut second_lines) = start();
+    let mut seen2 = String::new();
+    let waiting = until(
+        &mut second_lines,
+        "babysitter up: waiting for the journal's lease, held by ",
+        &mut seen2,
+    );
+    assert!(
+        waiting.contains(&format!("at http://{first_addr}")),
+        "{waiting}"
+    );
+    assert!(!seen2.contains("listening on"), "{seen2}");
+
+    let pid = rustix::process::Pid::from_raw(first.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(first.wait().unwrap().success());
+    // Released: the second takes over and serves.
+    until(
+        &mut second_lines,
+        "babysitter up: orchestrator listening on ",
+        &mut seen2,
+    );
+    std::thread::spawn(move || for _ in second_lines {});
+    let pid = rustix::process::Pid::from_raw(second.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(second.wait().unwrap().success());
+}

@@ -111,7 +111,8 @@ pub struct Leadership {
 }
 
 /// How a term ended.
-enum End {
+#[derive(Debug)]
+pub enum End {
     Stop,
     SteppedDown(String),
 }
@@ -227,7 +228,8 @@ impl Leadership {
         // Renewals start now and run through recovery: recovering many runs may take longer
         // than the ttl, and a lease that lapsed meanwhile would hand the journal to a standby
         // that then has to recover them too.
-        let renewing = self.renew(keeper, term, asked, stop, &mut deposed);
+        let renewing =
+            renew_until_over(keeper, &self.journal.term, term, asked, stop, &mut deposed);
         tokio::pin!(renewing);
         let starting =
             self.config
@@ -289,47 +291,50 @@ impl Leadership {
         writer.set(None);
         Ok(end)
     }
+}
 
-    async fn renew(
-        &self,
-        keeper: &dyn LeaseKeeper,
-        term: &Term,
-        granted: Instant,
-        stop: &CancellationToken,
-        deposed: &mut tokio::sync::watch::Receiver<u64>,
-    ) -> End {
-        let ttl = self.config.leadership.ttl();
-        let mut renewed = granted;
-        let mut wait = ttl / 3;
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return End::Stop,
-                changed = deposed.changed() => {
-                    if changed.is_ok() && *deposed.borrow_and_update() == term.epoch {
-                        return End::SteppedDown("a write was fenced: another epoch holds the lease".into());
-                    }
-                    continue;
+/// Renews `term` every third of its ttl until `stop` (→ [`End::Stop`]), or until the term is
+/// over (→ [`End::SteppedDown`] with why): a renewal or a write (`deposed`) came back fenced, or
+/// no renewal succeeded for a whole ttl. Each success is recorded in `writer`.
+pub async fn renew_until_over(
+    keeper: &dyn LeaseKeeper,
+    writer: &WriterTerm,
+    term: &Term,
+    granted: Instant,
+    stop: &CancellationToken,
+    deposed: &mut tokio::sync::watch::Receiver<u64>,
+) -> End {
+    let ttl = term.ttl;
+    let mut renewed = granted;
+    let mut wait = ttl / 3;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return End::Stop,
+            changed = deposed.changed() => {
+                if changed.is_ok() && *deposed.borrow_and_update() == term.epoch {
+                    return End::SteppedDown("a write was fenced: another epoch holds the lease".into());
                 }
-                _ = tokio::time::sleep(wait) => {}
+                continue;
             }
-            let sent = Instant::now();
-            match keeper.renew(term).await {
-                Ok(()) => {
-                    self.journal.term.renewed(term.epoch, sent);
-                    renewed = sent;
-                    wait = ttl / 3;
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let sent = Instant::now();
+        match keeper.renew(term).await {
+            Ok(()) => {
+                writer.renewed(term.epoch, sent);
+                renewed = sent;
+                wait = ttl / 3;
+            }
+            Err(e @ JournalError::Fenced { .. }) => return End::SteppedDown(e.to_string()),
+            Err(e) => {
+                if renewed.elapsed() >= ttl {
+                    return End::SteppedDown(format!(
+                        "no renewal for the whole ttl ({} ms): {e}",
+                        ttl.as_millis()
+                    ));
                 }
-                Err(e @ JournalError::Fenced { .. }) => return End::SteppedDown(e.to_string()),
-                Err(e) => {
-                    if renewed.elapsed() >= ttl {
-                        return End::SteppedDown(format!(
-                            "no renewal for the whole ttl ({} ms): {e}",
-                            ttl.as_millis()
-                        ));
-                    }
-                    tracing::warn!(error = %e, "cannot renew the leadership lease; retrying");
-                    wait = (ttl / 10).max(Duration::from_millis(10));
-                }
+                tracing::warn!(error = %e, "cannot renew the leadership lease; retrying");
+                wait = (ttl / 10).max(Duration::from_millis(10));
             }
         }
     }
