@@ -26,14 +26,18 @@ export async function process(inputs, ctx) {
 }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
-    let data = tempfile::tempdir().unwrap();
+/// `babysitter up` on `data` with `extra` flags, on free loopback ports: the child and its stderr.
+fn spawn_up(
+    data: &std::path::Path,
+    extra: &[&str],
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStderr>>,
+) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["up", "--data-dir", &data.display().to_string()])
+        .args(extra)
         .args([
-            "up",
-            "--data-dir",
-            &data.path().display().to_string(),
             "--set",
             "journal.server.listen-addr=127.0.0.1:0",
             "--set",
@@ -44,7 +48,14 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    (child, lines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, mut lines) = spawn_up(data.path(), &[]);
     let mut seen = String::new();
     let addr = loop {
         let Some(Ok(line)) = lines.next() else {
@@ -275,26 +286,7 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
 #[test]
 fn a_second_up_on_the_same_data_dir_waits_for_the_first_to_stop() {
     let data = tempfile::tempdir().unwrap();
-    let start = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
-            .args([
-                "up",
-                "--data-dir",
-                &data.path().display().to_string(),
-                "--no-worker",
-                "--set",
-                "journal.server.listen-addr=127.0.0.1:0",
-                "--set",
-                "orchestrator.server.listen-addr=127.0.0.1:0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        (child, lines)
-    };
+    let start = || spawn_up(data.path(), &["--no-worker"]);
     // Reads lines until one starts with `prefix`; the rest of it.
     fn until(
         lines: &mut impl Iterator<Item = std::io::Result<String>>,
