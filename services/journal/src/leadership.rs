@@ -377,18 +377,26 @@ impl LeaseKeeper for Arbiter {
 
     async fn renew(&self, term: &Term) -> Result<()> {
         let cell = self.group(&term.group);
+        let holds = |o: &Observed| {
+            o.record.epoch == term.epoch
+                && o.record.holder == term.holder
+                && !o.record.holder.is_empty()
+        };
         let current = cell.observed().clone();
         let o = match current {
-            Some(o) if o.mine && o.record.epoch == term.epoch && o.record.holder == term.holder => {
-                o
-            }
-            _ => {
-                return Err(fenced(
-                    &term.group,
-                    term.epoch,
-                    "another term holds the lease",
-                ));
-            }
+            Some(o) if o.mine && holds(&o) => o,
+            // Not this arbiter's grant (it restarted, or the holder moved to another journal
+            // service): the stored lease decides, and the compare-and-swap below keeps it exact.
+            _ => match self.observe(&term.group, &cell).await? {
+                Some(o) if holds(&o) => o,
+                _ => {
+                    return Err(fenced(
+                        &term.group,
+                        term.epoch,
+                        "another term holds the lease",
+                    ));
+                }
+            },
         };
         let next = LeaseRecord {
             renewals: o.record.renewals + 1,
