@@ -47,7 +47,14 @@ impl Forward {
             None => *target = None,
             Some(a) if target.as_ref().is_some_and(|(current, _)| current == a) => {}
             Some(a) => match Endpoint::from_shared(a.to_owned()) {
-                Ok(endpoint) => *target = Some((a.to_owned(), endpoint.connect_lazy())),
+                Ok(endpoint) => {
+                    // An address that does not answer fails the call quickly (retryable), it
+                    // does not hold it for the OS's connect timeout.
+                    let endpoint = endpoint
+                        .connect_timeout(std::time::Duration::from_secs(2))
+                        .tcp_nodelay(true);
+                    *target = Some((a.to_owned(), endpoint.connect_lazy()));
+                }
                 Err(e) => {
                     tracing::warn!(address = %a, error = %e, "the active instance's address is not a URL");
                     *target = None;

@@ -194,16 +194,33 @@ async fn a_restarted_arbiter_adopts_the_holders_renewal_and_refuses_anyone_elses
     let term = granted(&before, "a").await;
     let after = Arbiter::new(store);
     // Before the holder renews there, the new arbiter admits nothing of it.
-    assert!(is_fenced(&after.admit(DEFAULT_GROUP, 1).await.expect_err("unknown here")));
-    after.renew(&term).await.expect("the holder renews through the new arbiter");
-    after.admit(DEFAULT_GROUP, 1).await.expect("and writes again");
+    assert!(is_fenced(
+        &after
+            .admit(DEFAULT_GROUP, 1)
+            .await
+            .expect_err("unknown here")
+    ));
+    after
+        .renew(&term)
+        .await
+        .expect("the holder renews through the new arbiter");
+    after
+        .admit(DEFAULT_GROUP, 1)
+        .await
+        .expect("and writes again");
     // A stale term, or another holder's, is refused.
     let mut stale = term.clone();
     stale.epoch = 0;
-    assert!(is_fenced(&after.renew(&stale).await.expect_err("stale epoch")));
+    assert!(is_fenced(
+        &after.renew(&stale).await.expect_err("stale epoch")
+    ));
     let mut other = term.clone();
     other.holder = "b".into();
-    assert!(is_fenced(&after.renew(&other).await.expect_err("not the holder")));
+    assert!(is_fenced(
+        &after.renew(&other).await.expect_err("not the holder")
+    ));
     // And the old arbiter, if it still runs, lost the version: its next renewal is fenced.
-    assert!(is_fenced(&before.renew(&term).await.expect_err("superseded version")));
+    assert!(is_fenced(
+        &before.renew(&term).await.expect_err("superseded version")
+    ));
 }
