@@ -75,11 +75,20 @@ impl Ha {
     /// by behind a live holder).
     fn start_orchestrator(&mut self, i: usize) {
         let runs = self.dir.path().join(format!("orchestrator-runs-{i}"));
-        let args = cluster::orchestrator_args(
+        let mut args = cluster::orchestrator_args(
             &format!("http://{}", self.journal.ready),
             &format!("127.0.0.1:{}", self.ports[i]),
             &runs,
         );
+        // Task leases well over a fail-over (the 2 s lease ttl, a poll, recovery, a restart):
+        // a worker cut off from every orchestrator keeps its running task and its result that
+        // long, and a task the new holder recovers waits that long for its worker to adopt it.
+        // (With task leases as short as the ttl — the orchestrator warns about it — a fail-over
+        // may outlast them, and tasks then run again.)
+        args.extend([
+            "--set".to_owned(),
+            "queue.lease-duration-ms=6000".to_owned(),
+        ]);
         self.orchestrators[i] = Some(cluster::start_orchestrator(&args, self.log(i)));
     }
 
