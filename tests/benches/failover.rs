@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use babysitter_proto::orchestrator::v1 as pb;
-use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
+use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix};
 use serde_json::json;
 
 /// One task that writes the nanosecond wall-clock time it started to `inputs.marker`.
@@ -31,8 +31,6 @@ export async function process(inputs, ctx) {
   return {};
 }
 "#;
-
-const LEADER_HEALTH: &str = "babysitter.orchestrator.v1.Leader";
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
@@ -49,48 +47,6 @@ fn orchestrator(dir: &Path, journal: &str, port: u16, ttl_ms: u64, i: usize) -> 
     );
     args.extend(["--set".into(), format!("leadership.ttl-ms={ttl_ms}")]);
     cluster::start_orchestrator(&args, dir.join(format!("orchestrator-{i}.log")))
-}
-
-fn worker(dir: &Path, port: u16, i: usize) -> ServiceProcess {
-    let args: Vec<String> = [
-        "--orchestrator".to_owned(),
-        format!("http://127.0.0.1:{port}"),
-        "--id".into(),
-        format!("w{i}"),
-        "--set".into(),
-        format!(
-            "worker.work-dir={}",
-            dir.join(format!("work-{i}")).display()
-        ),
-        "--set".into(),
-        "worker.task-kinds=[\"shell\"]".into(),
-    ]
-    .into();
-    ServiceProcess::start(
-        &workspace_bin("harness-launcher").expect("harness-launcher"),
-        &args,
-        &[],
-        "harness-launcher ",
-        dir.join(format!("w{i}.log")),
-    )
-    .expect("worker")
-}
-
-async fn is_active(port: u16) -> bool {
-    use tonic_health::pb::HealthCheckRequest;
-    use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::health_client::HealthClient;
-    let Ok(endpoint) = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
-    else {
-        return false;
-    };
-    let channel = endpoint.timeout(Duration::from_secs(1)).connect_lazy();
-    HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: LEADER_HEALTH.into(),
-        })
-        .await
-        .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32)
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -124,14 +80,16 @@ fn main() {
         let mut orchestrators: Vec<Option<ServiceProcess>> = (0..2)
             .map(|i| Some(orchestrator(dir.path(), &journal_url, ports[i], ttl_ms, i)))
             .collect();
-        let _workers: Vec<ServiceProcess> = (0..2).map(|i| worker(dir.path(), ports[i], i)).collect();
+        let _workers: Vec<ServiceProcess> = (0..2)
+            .map(|i| cluster::start_shell_worker(&format!("http://127.0.0.1:{}", ports[i]), &format!("w{i}"), dir.path(), &[]))
+            .collect();
 
         let mut samples = Vec::with_capacity(trials);
         for trial in 0..trials {
             let mut active = None;
             while active.is_none() {
                 for (i, port) in ports.iter().enumerate() {
-                    if is_active(*port).await {
+                    if cluster::is_leader(*port).await == Some(true) {
                         active = Some(i);
                     }
                 }

@@ -17,7 +17,7 @@ use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
-use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
+use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix};
 use cluster::{create, data};
 use serde_json::{Value, json};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -149,39 +149,18 @@ impl Cluster {
     }
 
     fn start_worker(&mut self, id: &str) {
-        let work = self.dir.path().join(format!("work-{id}"));
-        let mut args: Vec<String> = [
-            "--orchestrator",
-            &self.url(),
-            "--id",
-            id,
-            "--set",
-            &format!("worker.work-dir={}", work.display()),
-            "--set",
-            "worker.max-concurrency=8",
-            "--set",
-            "worker.task-kinds=[\"shell\"]",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        if self.auth.is_some() {
-            let token = self.dir.path().join("worker.token");
-            args.extend([
+        let extra = match self.auth {
+            Some(_) => vec![
                 "--set".to_owned(),
-                format!("orchestrator.token-file={}", token.display()),
-            ]);
-        }
-        self.workers.push(
-            ServiceProcess::start(
-                &workspace_bin("harness-launcher").unwrap(),
-                &args,
-                &[],
-                "harness-launcher ",
-                self.dir.path().join(format!("{id}.log")),
-            )
-            .expect("worker"),
-        );
+                format!(
+                    "orchestrator.token-file={}",
+                    self.dir.path().join("worker.token").display()
+                ),
+            ],
+            None => Vec::new(),
+        };
+        let worker = cluster::start_shell_worker(&self.url(), id, self.dir.path(), &extra);
+        self.workers.push(worker);
     }
 
     fn client(&self) -> RunServiceClient<AuthedChannel> {
@@ -523,18 +502,7 @@ async fn wait_for_file(path: &Path, cluster: &Cluster) {
 /// The overall health status of the server at `addr` (`host:port`), or `None` when it does not
 /// answer within two seconds.
 async fn health(addr: &str) -> Option<i32> {
-    use tonic_health::pb::HealthCheckRequest;
-    use tonic_health::pb::health_client::HealthClient;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .ok()?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(2))
-        .connect_lazy();
-    let r = HealthClient::new(channel)
-        .check(HealthCheckRequest::default())
-        .await
-        .ok()?;
-    Some(r.into_inner().status)
+    cluster::health_of(addr, "").await
 }
 
 /// Waits (guard: 60 s) until the server at `addr` reports `status`.

@@ -15,12 +15,9 @@ use std::time::Duration;
 use babysitter_common::client::AuthedChannel;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
-use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix, workspace_bin};
+use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-/// The health entry an orchestrator reports `SERVING` while it is the active one.
-const LEADER_HEALTH: &str = "babysitter.orchestrator.v1.Leader";
 
 struct Ha {
     dir: tempfile::TempDir,
@@ -93,32 +90,8 @@ impl Ha {
     }
 
     fn start_worker(&mut self, id: &str, orchestrator: usize) {
-        let work = self.dir.path().join(format!("work-{id}"));
-        let args: Vec<String> = [
-            "--orchestrator",
-            &self.url(orchestrator),
-            "--id",
-            id,
-            "--set",
-            &format!("worker.work-dir={}", work.display()),
-            "--set",
-            "worker.max-concurrency=8",
-            "--set",
-            "worker.task-kinds=[\"shell\"]",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        self.workers.push(
-            ServiceProcess::start(
-                &workspace_bin("harness-launcher").unwrap(),
-                &args,
-                &[],
-                "harness-launcher ",
-                self.dir.path().join(format!("{id}.log")),
-            )
-            .expect("worker"),
-        );
+        let worker = cluster::start_shell_worker(&self.url(orchestrator), id, self.dir.path(), &[]);
+        self.workers.push(worker);
     }
 
     fn client(&self, i: usize) -> RunServiceClient<AuthedChannel> {
@@ -129,7 +102,7 @@ impl Ha {
     async fn active(&self) -> Vec<usize> {
         let mut active = Vec::new();
         for (i, o) in self.orchestrators.iter().enumerate() {
-            if o.is_some() && leader_health(self.ports[i]).await == Some(true) {
+            if o.is_some() && cluster::is_leader(self.ports[i]).await == Some(true) {
                 active.push(i);
             }
         }
@@ -242,26 +215,6 @@ impl Ha {
         s.push_str(&format!("--- journal\n{}\n", self.journal.log_tail(15)));
         s
     }
-}
-
-/// Whether the orchestrator on `port` reports itself active; `None` when it does not answer
-/// within a second (stopped, paused).
-async fn leader_health(port: u16) -> Option<bool> {
-    use tonic_health::pb::HealthCheckRequest;
-    use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::health_client::HealthClient;
-    let channel = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
-        .ok()?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(1))
-        .connect_lazy();
-    let r = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: LEADER_HEALTH.into(),
-        })
-        .await
-        .ok()?;
-    Some(r.into_inner().status == ServingStatus::Serving as i32)
 }
 
 /// Creates a run through `c`, retrying while the orchestrator it reaches is not answering yet.
@@ -426,7 +379,7 @@ async fn a_paused_active_orchestrator_is_fenced_steps_down_and_no_task_runs_twic
     let pid = Pid::from_raw(pid as i32).unwrap();
     kill_process(pid, Signal::STOP).expect("SIGSTOP");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while leader_health(ha.ports[other]).await != Some(true) {
+    while cluster::is_leader(ha.ports[other]).await != Some(true) {
         assert!(
             Instant::now() < deadline,
             "the standby never took over:\n{}",

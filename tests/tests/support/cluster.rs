@@ -205,3 +205,68 @@ impl Schedule {
         *x % bound
     }
 }
+
+/// Starts a `harness-launcher` shell worker `id` polling `orchestrator` (a URL), working under
+/// `dir/work-<id>`, logging to `dir/<id>.log`, with `extra` flags.
+pub fn start_shell_worker(
+    orchestrator: &str,
+    id: &str,
+    dir: &Path,
+    extra: &[String],
+) -> ServiceProcess {
+    let mut args: Vec<String> = [
+        "--orchestrator".to_owned(),
+        orchestrator.to_owned(),
+        "--id".into(),
+        id.into(),
+        "--set".into(),
+        format!(
+            "worker.work-dir={}",
+            dir.join(format!("work-{id}")).display()
+        ),
+        "--set".into(),
+        "worker.max-concurrency=8".into(),
+        "--set".into(),
+        "worker.task-kinds=[\"shell\"]".into(),
+    ]
+    .into();
+    args.extend_from_slice(extra);
+    ServiceProcess::start(
+        &workspace_bin("harness-launcher").expect("the harness-launcher binary"),
+        &args,
+        &[],
+        "harness-launcher ",
+        dir.join(format!("{id}.log")),
+    )
+    .expect("worker")
+}
+
+/// The health entry an orchestrator reports `SERVING` while it holds the journal's lease.
+pub const LEADER_HEALTH: &str = "babysitter.orchestrator.v1.Leader";
+
+/// The health status of `service` (`""`: the server overall) at `addr` (`host:port`), or `None`
+/// when the server does not answer within two seconds (stopped, paused).
+pub async fn health_of(addr: &str, service: &str) -> Option<i32> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .timeout(std::time::Duration::from_secs(2))
+        .connect_lazy();
+    let r = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .ok()?;
+    Some(r.into_inner().status)
+}
+
+/// Whether the orchestrator on 127.0.0.1:`port` says it is the active one (`None`: no answer).
+pub async fn is_leader(port: u16) -> Option<bool> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    health_of(&format!("127.0.0.1:{port}"), LEADER_HEALTH)
+        .await
+        .map(|s| s == ServingStatus::Serving as i32)
+}
