@@ -31,10 +31,12 @@ mod compress_output;
 mod compression;
 mod health;
 mod hook;
+mod hooks_adapter;
 mod instructions;
 mod lock;
 pub(crate) mod log;
 pub(crate) mod paths;
+mod plugin_cmds;
 mod run;
 mod run_dir;
 mod runtime_hooks;
@@ -215,6 +217,12 @@ const IMPLEMENTED: &[&str] = &[
     "instructions:process-create",
     "instructions:breakpoint-handling",
     "version",
+    "hooks:invoke",
+    "harness:install-plugin",
+    "harness:discover",
+    "plugin:list-installed",
+    "plugin:uninstall",
+    "plugin:generate",
 ];
 
 async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -226,6 +234,12 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         None => {
             output::line(usage::USAGE);
             return Ok(0);
+        }
+        Some(c) if cli.args.help && !IMPLEMENTED.contains(&c) => {
+            // `--help` on a command this build does not have is that command's error, so a
+            // caller checking that a command exists learns that it does not.
+            unknown_command(c).report_pretty(cli.args.json());
+            return Ok(1);
         }
         _ if cli.args.help => {
             output::line(usage::USAGE);
@@ -250,6 +264,12 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "health" => health::run(cli).await,
         "hook:run" => hook::run(cli).await,
         "hook:log" => log::hook_log(cli).await,
+        "hooks:invoke" => hooks_adapter::invoke(cli).await,
+        "harness:install-plugin" => plugin_cmds::install_plugin(cli).await,
+        "harness:discover" => plugin_cmds::discover(cli).await,
+        "plugin:list-installed" => plugin_cmds::list_installed(cli).await,
+        "plugin:uninstall" => plugin_cmds::uninstall(cli).await,
+        "plugin:generate" => plugin_cmds::generate(cli).await,
         "log" => log::log(cli).await,
         "breakpoint:approve-rule" => breakpoint::approve_rule(cli).await,
         "breakpoint:remove-rule" => breakpoint::remove_rule(cli).await,

@@ -15,6 +15,7 @@ static ALLOC: babysitter_cli_alloc::Chosen = babysitter_cli_alloc::Chosen;
 mod compat;
 mod flags;
 mod journal_options;
+mod plugins;
 mod remote;
 mod run;
 mod up;

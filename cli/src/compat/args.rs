@@ -109,6 +109,10 @@ const VALUE_FLAGS: &[(&str, Check)] = &[
     ("--breakpoint-id", Check::Text),
     ("--verbosity", Check::Text),
     ("--plugin-root", Check::Text),
+    // babysitter-rs: hooks:invoke and plugin:generate.
+    ("--phase", Check::Text),
+    ("--timeout-ms", Check::Text),
+    ("--out", Check::Text),
 ];
 
 /// The reference's boolean flags (`argFlags.ts`).

@@ -8,7 +8,7 @@ use crate::compat::cli::Cli;
 use crate::compat::session::binding;
 
 mod prompt_tools;
-mod protocol;
+pub(crate) mod protocol;
 mod session_start;
 mod stop;
 
@@ -31,6 +31,13 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
         .value("--harness")
         .filter(|s| !s.is_empty())
         .unwrap_or("claude-code");
+    handle(cli, hook_type, harness).await
+}
+
+/// Runs the babysitter hook `hook_type` for `harness` (its payload from stdin, or from
+/// `hooks:invoke` through [`protocol::adapted`]).
+pub(crate) async fn handle(cli: &Cli<'_>, hook_type: &str, harness: &str) -> anyhow::Result<u8> {
+    let json_errors = cli.args.json();
     // The reference's order: harness-agnostic hook types first, then the harness, then the
     // adapter's hook types.
     match hook_type {

@@ -120,6 +120,54 @@ pub struct Reply {
     /// Verbatim JSON body instead of rendering.
     #[serde(default)]
     pub raw_json: Option<Value>,
+    /// Answer with text copied out of the latest tool result (a model that read what a command
+    /// printed): replaces `text`.
+    #[serde(default)]
+    pub echo: Option<Echo>,
+}
+
+/// Text taken from the request's latest tool result that holds `after`: what follows it up to
+/// `until`, put into `format` at `{}`. A request with no such tool result is answered with a
+/// 400 naming the marker, so a script that lost its way fails loudly.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Echo {
+    pub after: String,
+    pub until: String,
+    pub format: String,
+}
+
+impl Echo {
+    fn text(&self, req: &Request) -> Option<String> {
+        let results = req
+            .messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                Part::ToolResult(r) => Some(r),
+                _ => None,
+            });
+        let texts: Vec<String> = results
+            .map(|r| {
+                r.content
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect();
+        let text = texts
+            .iter()
+            .rev()
+            .find(|t| t.contains(self.after.as_str()))?;
+        let start = text.find(self.after.as_str())? + self.after.len();
+        let rest = &text[start..];
+        let end = rest.find(self.until.as_str()).unwrap_or(rest.len());
+        Some(self.format.replace("{}", &rest[..end]))
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -433,7 +481,20 @@ async fn answer(
                     entry.turn = Some(i);
                     return err(ErrorKind::Overloaded, "scripted transient failure");
                 }
-                (Some(i), turn.reply.clone())
+                let mut reply = turn.reply.clone();
+                if let Some(echo) = &reply.echo {
+                    match echo.text(&req) {
+                        Some(t) => reply.text = Some(t),
+                        None => {
+                            entry.turn = Some(i);
+                            return err(
+                                ErrorKind::InvalidRequest,
+                                &format!("scripted echo: no tool result holds {:?}", echo.after),
+                            );
+                        }
+                    }
+                }
+                (Some(i), reply)
             }
             None => return err(ErrorKind::InvalidRequest, "no scripted turn matches"),
         },

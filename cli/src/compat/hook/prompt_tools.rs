@@ -9,18 +9,16 @@
 //! Difference (fixed): `cat`, `head`, `tail`, `less` and `more` are not rewritten — see
 //! `compress_output`.
 
-use std::io::Read as _;
-
 use serde_json::{Value, json};
 
+use super::protocol::{Answer, answer, read_payload};
 use crate::compat::cli::Cli;
 use crate::compat::compress_output::family;
 use crate::compat::compression::{Compression, compress_prompt};
 use crate::compat::{output, paths};
 
 fn stdin() -> Option<String> {
-    let mut raw = String::new();
-    std::io::stdin().read_to_string(&mut raw).ok().map(|_| raw)
+    read_payload().ok()
 }
 
 fn settings(cli: &Cli<'_>) -> Compression {
@@ -42,7 +40,7 @@ pub(super) fn user_prompt_submit(cli: &Cli<'_>) -> u8 {
     if let Value::Object(m) = &mut payload {
         compress_prompt(m, &settings(cli));
     }
-    output::write_out(format_args!("{}", output::compact(&payload)));
+    answer("", Answer::Echo(payload));
     0
 }
 
@@ -88,13 +86,12 @@ pub(super) fn pre_tool_use(cli: &Cli<'_>) -> u8 {
         "command".into(),
         json!(format!("babysitter compress-output {command}")),
     );
-    output::line(&output::compact(&json!({
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "allow",
-            "permissionDecisionReason": "babysitter output compression",
-            "updatedInput": updated,
-        }
-    })));
+    answer(
+        "",
+        Answer::RewriteTool {
+            input: Value::Object(updated),
+            reason: "babysitter output compression".into(),
+        },
+    );
     0
 }

@@ -16,12 +16,12 @@
 //! session start — after `/compact` or a resume too — abandoning the run the agent was driving)
 //! and records the run directory in the session file as `run:create` does.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 
 use babysitter_engine::lifecycle::Entrypoint;
 use serde_json::{Map, Value};
 
-use super::protocol::{allow, parse_payload, str_field};
+use super::protocol::{allow, parse_payload, read_payload, str_field};
 use crate::compat::cli::Cli;
 use crate::compat::client;
 use crate::compat::run::new_run::new_run;
@@ -37,9 +37,8 @@ pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
         return Ok(0);
     };
     let payload = if adapter.name != "unified" && adapter.stop_hook {
-        let mut raw = String::new();
-        match std::io::stdin().read_to_string(&mut raw) {
-            Ok(_) => parse_payload(&raw),
+        match read_payload() {
+            Ok(raw) => parse_payload(&raw),
             Err(e) => {
                 errln!("[hook:run session-start] cannot read the payload from stdin: {e}");
                 Map::new()

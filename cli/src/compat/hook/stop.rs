@@ -17,7 +17,6 @@
 //! A stop-hook payload that is not a JSON object is treated as `{}` (as the reference does) but
 //! says so on stderr.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use babysitter_journal::EventType;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-use super::protocol::{allow, block, parse_payload, str_field};
+use super::protocol::{allow, block, parse_payload, read_payload, str_field};
 use crate::compat::cli::Cli;
 use crate::compat::run_dir::Run;
 use crate::compat::session::binding::valid_session_id;
@@ -42,12 +41,16 @@ use babysitter_engine::lifecycle::completion_proof;
 
 /// The stop hook for `harness`, its payload read from stdin.
 pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
-    let mut raw = String::new();
-    if let Err(e) = std::io::stdin().read_to_string(&mut raw) {
-        errln!("[hook:run] cannot read the stop-hook payload from stdin: {e}; allowing the stop");
-        allow();
-        return Ok(0);
-    }
+    let raw = match read_payload() {
+        Ok(raw) => raw,
+        Err(e) => {
+            errln!(
+                "[hook:run] cannot read the stop-hook payload from stdin: {e}; allowing the stop"
+            );
+            allow();
+            return Ok(0);
+        }
+    };
     let hook = StopHook {
         cli,
         harness: harness.to_owned(),
