@@ -315,7 +315,7 @@ fn bad_input_is_a_message_on_stderr_and_an_allow() {
                 "--phase",
                 "turn.after_agent",
             ],
-            stop.clone(),
+            stop,
             "\"Stop\" is not a Gemini CLI event (it looks like a claude-code or codex payload)",
         ),
         (
