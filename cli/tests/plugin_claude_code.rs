@@ -210,7 +210,7 @@ async fn a_claude_code_session_drives_a_run_to_completion_through_the_stop_hook(
         stops,
         vec![
             ("block".into(), "claude-code".into(), session_id.clone()),
-            ("approve".into(), "claude-code".into(), session_id.clone()),
+            ("approve".into(), "claude-code".into(), session_id),
         ],
         "the stop-hook decisions"
     );
