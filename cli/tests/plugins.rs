@@ -128,21 +128,30 @@ fn every_command_the_plugins_call_exists() {
 
 #[test]
 fn file_installs_are_recorded_idempotent_refuse_foreign_files_and_uninstall_exactly() {
-    for (harness, probe) in [
-        ("pi", ".pi/extensions/babysitter/index.ts"),
-        ("opencode", ".opencode/plugins/babysitter.js"),
+    // Gemini CLI loads extensions from the home directory only: its bundle goes there.
+    for (harness, in_home, probe) in [
+        ("pi", false, ".pi/extensions/babysitter/index.ts"),
+        ("opencode", false, ".opencode/plugins/babysitter.js"),
         (
             "gemini-cli",
+            true,
             ".gemini/extensions/babysitter/gemini-extension.json",
         ),
-        ("cursor", ".cursor/hooks.json"),
+        ("cursor", false, ".cursor/hooks.json"),
     ] {
         let s = Sandbox::new();
+        let base = if in_home {
+            s.tmp.path().join("home")
+        } else {
+            s.project.clone()
+        };
         // Something of the user's own in the same directory, which must survive.
-        let own = s.write(
-            &format!("{}/mine.txt", probe.split('/').next().unwrap_or(".x")),
-            "mine",
-        );
+        let own = base.join(format!(
+            "{}/mine.txt",
+            probe.split('/').next().unwrap_or(".x")
+        ));
+        std::fs::create_dir_all(own.parent().unwrap_or(&base)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&own, "mine").unwrap_or_else(|e| panic!("{e}"));
         let first = s
             .cmd(&[
                 "harness:install-plugin",
@@ -155,10 +164,7 @@ fn file_installs_are_recorded_idempotent_refuse_foreign_files_and_uninstall_exac
             .json();
         let written = first["written"].as_array().cloned().unwrap_or_default();
         assert!(written.len() >= 10, "{harness}: {first}");
-        assert!(
-            s.project.join(probe).is_file(),
-            "{harness}: {probe} missing"
-        );
+        assert!(base.join(probe).is_file(), "{harness}: {probe} missing");
         // The shim is executable and knows which binary installed it.
         let shim = written
             .iter()
@@ -224,7 +230,10 @@ fn file_installs_are_recorded_idempotent_refuse_foreign_files_and_uninstall_exac
         assert_eq!(listed["installed"], serde_json::json!([]), "{harness}");
 
         // A file in the way that the plugin did not write: nothing is written, the file named.
-        let foreign = s.write(probe, "someone else's");
+        let foreign = base.join(probe);
+        std::fs::create_dir_all(foreign.parent().unwrap_or(&base))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&foreign, "someone else's").unwrap_or_else(|e| panic!("{e}"));
         let out = s
             .cmd(&[
                 "harness:install-plugin",

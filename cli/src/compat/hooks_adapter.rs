@@ -174,7 +174,11 @@ impl Event {
         };
         put("session_id", &self.session_id);
         put("cwd", &self.cwd);
-        put("transcript_path", &self.transcript_path);
+        // The stop hook reads the agent's last message from a transcript in Claude Code's
+        // format only; other harnesses' transcripts would be misread, their payload has it.
+        if self.harness == Harness::ClaudeCode {
+            put("transcript_path", &self.transcript_path);
+        }
         put("last_assistant_message", &self.last_message);
         put("prompt", &self.prompt);
         put("tool_name", &self.tool_name);

@@ -39,6 +39,10 @@ fn harness_arg(cli: &Cli<'_>, command: &str) -> anyhow::Result<Harness> {
     })
 }
 
+fn home(cli: &Cli<'_>) -> anyhow::Result<PathBuf> {
+    paths::home(cli.env, &cli.cwd).ok_or_else(|| usage_error("HOME is not set".into()))
+}
+
 /// `--user` → the home directory; else `--project [DIR]` / `--workspace DIR` / the working
 /// directory.
 fn scope(cli: &Cli<'_>) -> anyhow::Result<(Scope, PathBuf)> {
@@ -102,10 +106,12 @@ fn paths_json(ps: &[PathBuf]) -> Value {
 pub async fn install_plugin(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let h = harness_arg(cli, "harness:install-plugin")?;
     let (scope, base) = scope(cli)?;
+    let home = home(cli)?;
     let req = install::Request {
         harness: h,
         scope,
         base: &base,
+        home: &home,
         babysitter: std::env::current_exe().ok(),
         harness_bin: harness_bin(cli, h),
         now: now(),
@@ -150,10 +156,12 @@ pub async fn install_plugin(cli: &Cli<'_>) -> anyhow::Result<u8> {
 pub async fn uninstall(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let h = harness_arg(cli, "plugin:uninstall")?;
     let (scope, base) = scope(cli)?;
+    let home = home(cli)?;
     let req = install::Request {
         harness: h,
         scope,
         base: &base,
+        home: &home,
         babysitter: None,
         harness_bin: harness_bin(cli, h),
         now: now(),

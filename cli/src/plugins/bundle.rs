@@ -161,8 +161,9 @@ pub fn render(h: Harness) -> Result<Bundle, SourceError> {
             for e in &events {
                 hooks.insert(
                     e.name.to_owned(),
+                    // No matcher: absent matches every event (on lifecycle events a matcher is
+                    // an exact string, not a glob).
                     json!([{
-                        "matcher": "*",
                         "hooks": [{
                             "name": format!("babysitter-{}", e.phase.as_str()),
                             "type": "command",

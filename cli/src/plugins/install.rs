@@ -95,10 +95,12 @@ pub struct Outcome {
 }
 
 /// Where `h`'s bundle lives for a scope rooted at `base` (the project, or the home directory).
-pub fn target_dir(h: Harness, scope: Scope, base: &Path) -> PathBuf {
+/// Gemini CLI loads extensions from the home directory only, so its bundle goes there in both
+/// scopes.
+pub fn target_dir(h: Harness, scope: Scope, base: &Path, home: &Path) -> PathBuf {
     match (h, scope) {
         (Harness::ClaudeCode | Harness::Codex, _) => base.join(".a5c/plugins").join(h.key()),
-        (Harness::GeminiCli, _) => base.join(".gemini/extensions/babysitter"),
+        (Harness::GeminiCli, _) => home.join(".gemini/extensions/babysitter"),
         (Harness::Cursor, _) => base.join(".cursor"),
         (Harness::OpenCode, Scope::Project) => base.join(".opencode"),
         (Harness::OpenCode, Scope::User) => base.join(".config/opencode"),
@@ -165,6 +167,8 @@ pub struct Request<'a> {
     pub scope: Scope,
     /// The project directory, or the home directory.
     pub base: &'a Path,
+    /// The user's home directory.
+    pub home: &'a Path,
     /// The `babysitter` executable the hooks should call (recorded beside the shim).
     pub babysitter: Option<PathBuf>,
     /// The harness's executable, for harnesses registered through their own CLI.
@@ -200,7 +204,7 @@ pub fn install(req: &Request<'_>) -> Result<Outcome, InstallError> {
             );
         }
     }
-    let dir = target_dir(h, req.scope, req.base);
+    let dir = target_dir(h, req.scope, req.base, req.home);
     let mut record = read_record(req.base)?;
     let previous = record
         .installs

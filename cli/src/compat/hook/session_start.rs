@@ -65,7 +65,7 @@ pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
         Ok(_) => {}
         Err(e) => errln!("[hook:run session-start] Failed to create session state: {e}"),
     }
-    if markers::enabled(cli.env)
+    if markers::enabled_for(cli.env, adapter.name)
         && let Some(pid) = markers::harness_ancestor(&markers::process_names(adapter.name))
     {
         let path = markers::marker_path(&state_dir, adapter.name, pid);

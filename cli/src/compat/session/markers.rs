@@ -20,6 +20,26 @@ pub fn enabled(env: &EnvMap) -> bool {
     .is_some_and(|v| v == "1" || v == "true")
 }
 
+/// Whether markers are used for `harness`: as [`enabled`] says, except that Gemini CLI uses them
+/// unless they are turned off explicitly. Its shell commands carry no session variable and its
+/// hooks no way to export one, so the marker its session-start hook leaves is the only way a
+/// `run:create` run by its agent finds the session (the reference derived an id from the
+/// directory and a 15-minute window instead, quirk H7).
+pub fn enabled_for(env: &EnvMap, harness: &str) -> bool {
+    if slug(harness) != "gemini-cli" {
+        return enabled(env);
+    }
+    let off = [
+        "AGENT_ENABLE_SESSION_PID_MARKERS",
+        "BABYSITTER_ENABLE_SESSION_PID_MARKERS",
+    ]
+    .iter()
+    .find_map(|k| env.get_non_empty(k))
+    .map(|v| v.trim().to_lowercase())
+    .is_some_and(|v| v == "0" || v == "false");
+    !off
+}
+
 /// `Claude Code` → `claude-code`: lower case, runs of other characters as one `-`, trimmed.
 pub fn slug(harness: &str) -> String {
     let mut out = String::new();

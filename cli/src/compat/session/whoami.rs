@@ -25,7 +25,7 @@ pub struct Whoami {
 
 /// Resolves the session id for `harness`.
 pub fn resolve(env: &EnvMap, state_dir: &std::path::Path, harness: &str) -> Whoami {
-    let (ancestor_pid, marker_path, marker) = if markers::enabled(env) {
+    let (ancestor_pid, marker_path, marker) = if markers::enabled_for(env, harness) {
         match markers::harness_ancestor(&markers::process_names(harness)) {
             Some(pid) => {
                 let path = markers::marker_path(state_dir, harness, pid);

@@ -1,0 +1,422 @@
+//! The plugin in real harness sessions: Claude Code and Gemini CLI (the pinned CLIs in
+//! `.ci-work/harness-*`, put there by `scripts/ensure-{claude-code,gemini-cli}.sh`; skipped,
+//! saying why, when missing — a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
+//!
+//! `babysitter harness:install-plugin <harness>` installs the bundle (Claude Code from its
+//! local marketplace through its own CLI, Gemini CLI as an extension); then the harness runs
+//! headless in the project against the scripted model server, whose script follows the skill:
+//! `run:create` of a two-task process, `run:iterate`, perform the agent task and `task:post` it,
+//! try to stop — the stop hook (Claude Code `Stop`, Gemini CLI `AfterAgent`) blocks, since the
+//! run is unfinished — iterate, perform and post the second task, iterate to completion and end
+//! with the completion proof that `run:iterate` printed, which the hook accepts. Asserted: the
+//! journal (one request and one resolution per effect, the run completed once, the stop-hook
+//! decisions block then approve for the harness's own session), the proof in the final answer,
+//! and that nothing called npm or npx.
+
+mod compat_support;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use babysitter_transport_proxy::scripted::{Script, ScriptedServer};
+use compat_support::*;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The pinned CLI at `.ci-work/<dir>/node_modules/.bin/<bin>`, or `None` (skipped) without it.
+fn installed(dir: &str, bin: &str, script: &str) -> Option<PathBuf> {
+    let p = repo()
+        .join(".ci-work")
+        .join(dir)
+        .join("node_modules/.bin")
+        .join(bin);
+    match skip::installed(&p) {
+        Some(p) => Some(p),
+        None => {
+            skip::skip::<()>(format!(
+                "needs the {bin} CLI at {}: run scripts/{script}",
+                skip::tidy(&p).display()
+            ));
+            None
+        }
+    }
+}
+
+fn write_exec(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A sandbox project with the two-task process, this build's `babysitter` first on PATH and
+/// npm / npx that record any call and fail.
+struct Project {
+    s: Sandbox,
+    env: Vec<(String, String)>,
+    node_calls: PathBuf,
+}
+
+impl Project {
+    fn new(harness_bin_var: (&str, &Path)) -> Project {
+        let s = Sandbox::new();
+        let fixtures = fixtures();
+        std::fs::copy(
+            fixtures.join("two-steps.mjs"),
+            s.project.join("two-steps.mjs"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        s.write("inputs.json", "{}");
+        let bin = s.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_babysitter"), bin.join("babysitter"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let node_calls = s.tmp.path().join("node-calls.log");
+        for tool in ["npm", "npx"] {
+            write_exec(
+                &bin.join(tool),
+                &format!(
+                    "#!/bin/sh\necho \"{tool} $*\" >> '{}'\nexit 1\n",
+                    node_calls.display()
+                ),
+            );
+        }
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
+        );
+        let env = vec![
+            (
+                "HOME".into(),
+                s.tmp.path().join("home").display().to_string(),
+            ),
+            ("PATH".into(), path),
+            (
+                "TMPDIR".into(),
+                s.tmp.path().join("tmp").display().to_string(),
+            ),
+            ("BABYSITTER_RUNS_SCOPE".into(), "repo".into()),
+            ("BABYSITTER_WARM".into(), "0".into()),
+            (
+                harness_bin_var.0.into(),
+                harness_bin_var.1.display().to_string(),
+            ),
+        ];
+        Project { s, env, node_calls }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.s.tmp.path().join("home")
+    }
+
+    fn cmd(&self, args: &[&str]) -> Out {
+        let refs: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.s.cmd_env(args, &refs)
+    }
+
+    /// Runs the harness in the project, against the scripted server, until it exits.
+    async fn session(
+        &self,
+        program: &Path,
+        args: &[&str],
+        extra: &[(&str, String)],
+    ) -> (std::process::ExitStatus, Vec<Value>, String) {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(&self.s.project)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("BABYSITTER_HOOK_BACKOFF_BASE", "0.01")
+            .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(240), cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not finish within 240 s", program.display()))
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+        let events = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (
+            out.status,
+            events,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The journal of `plugin-run` holds two effects, each requested and resolved once, one
+    /// completion, and the stop-hook decisions block then approve for `harness`'s `session`.
+    fn check_journal(&self, harness: &str, session: &str) -> String {
+        let journal = self
+            .cmd(&["run:events", "plugin-run", "--json"])
+            .ok()
+            .json();
+        let evs = journal["events"].as_array().cloned().unwrap_or_default();
+        let types: Vec<&str> = evs.iter().filter_map(|e| e["type"].as_str()).collect();
+        let mut per_effect: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+        for e in &evs {
+            let id = e["data"]["effectId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            match e["type"].as_str() {
+                Some("EFFECT_REQUESTED") => per_effect.entry(id).or_default().0 += 1,
+                Some("EFFECT_RESOLVED") => per_effect.entry(id).or_default().1 += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(per_effect.len(), 2, "{harness}: {per_effect:?} {types:?}");
+        assert!(
+            per_effect.values().all(|c| *c == (1, 1)),
+            "{harness}: {per_effect:?}"
+        );
+        assert_eq!(
+            types.iter().filter(|t| **t == "RUN_COMPLETED").count(),
+            1,
+            "{types:?}"
+        );
+        let stops: Vec<(String, String, String)> = evs
+            .iter()
+            .filter(|e| e["type"] == "STOP_HOOK_INVOKED")
+            .map(|e| {
+                let d = &e["data"];
+                let f = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+                (f("decision"), f("harness"), f("sessionId"))
+            })
+            .collect();
+        assert_eq!(
+            stops,
+            vec![
+                ("block".into(), harness.into(), session.into()),
+                ("approve".into(), harness.into(), session.into()),
+            ],
+            "{harness}: the stop-hook decisions"
+        );
+        let status = self
+            .cmd(&["run:status", "plugin-run", "--json"])
+            .ok()
+            .json();
+        assert_eq!(status["state"], "completed", "{status}");
+        let proof = self
+            .cmd(&["run:iterate", "plugin-run", "--json"])
+            .ok()
+            .json()["completionProof"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!proof.is_empty());
+        assert!(
+            !self.node_calls.try_exists().unwrap_or(true),
+            "npm/npx were called: {}",
+            std::fs::read_to_string(&self.node_calls).unwrap_or_default()
+        );
+        proof
+    }
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugin")
+}
+
+/// The skill-following script, for a harness whose shell tool is `tool`.
+async fn scripted(tool: &str, harness: &str) -> ScriptedServer {
+    let text = std::fs::read_to_string(fixtures().join("session-script.json"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .replace("{{TOOL}}", tool)
+        .replace("{{HARNESS}}", harness);
+    let script: Script = serde_json::from_str(&text).unwrap_or_else(|e| panic!("script: {e}"));
+    ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
+        .await
+        .unwrap_or_else(|e| panic!("scripted server: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_session_drives_a_run_to_completion_through_the_stop_hook() {
+    let Some(claude) = installed("harness-claude", "claude", "ensure-claude-code.sh") else {
+        return;
+    };
+    let p = Project::new(("CLAUDE_BIN", &claude));
+    let installed = p
+        .cmd(&[
+            "harness:install-plugin",
+            "claude-code",
+            "--project",
+            ".",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        installed["registered"],
+        serde_json::json!([
+            "marketplace babysitter-rs",
+            "plugin babysitter@babysitter-rs"
+        ]),
+        "{installed}"
+    );
+    let settings = read_json(&p.s.project.join(".claude/settings.json"));
+    assert_eq!(
+        settings["enabledPlugins"]["babysitter@babysitter-rs"], true,
+        "{settings}"
+    );
+
+    let server = scripted("Bash", "claude-code").await;
+    let (status, events, stderr) = p
+        .session(
+            &claude,
+            &[
+                "-p",
+                "/babysitter:call run the two-steps process",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+            ],
+            &[
+                ("IS_SANDBOX", "1".into()),
+                ("ANTHROPIC_BASE_URL", server.url()),
+                ("ANTHROPIC_API_KEY", "sk-ant-scripted-0000".into()),
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+                ("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "0".into()),
+            ],
+        )
+        .await;
+    let result = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "result")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert!(
+        status.success() && result["subtype"] == "success" && result["is_error"] == false,
+        "claude: {status}\nresult: {result}\nstderr: {stderr}"
+    );
+    let session_id = result["session_id"].as_str().unwrap_or_default().to_owned();
+    assert!(!session_id.is_empty(), "{result}");
+    let proof = p.check_journal("claude-code", &session_id);
+    // The block's reason reached the model as the next prompt.
+    let fed_back = events.iter().any(|e| {
+        e["type"] == "user"
+            && e["message"]["content"].as_array().is_some_and(|c| {
+                c.iter().any(|p| {
+                    p["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("Stop hook feedback:"))
+                })
+            })
+    });
+    assert!(fed_back, "no Stop hook feedback in the session");
+    assert_eq!(
+        result["result"].as_str().unwrap_or_default(),
+        format!("The run is complete. <promise>{proof}</promise>")
+    );
+    drop(server);
+
+    // Uninstall: the bundle and the registration go.
+    let removed = p
+        .cmd(&[
+            "plugin:uninstall",
+            "claude-code",
+            "--project",
+            ".",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        removed["unregistered"].as_array().map(Vec::len),
+        Some(2),
+        "{removed}"
+    );
+    assert!(
+        !p.s.project
+            .join(".a5c/plugins/claude-code")
+            .try_exists()
+            .unwrap_or(true)
+    );
+    let settings = read_json(&p.s.project.join(".claude/settings.json"));
+    assert!(
+        settings["enabledPlugins"]["babysitter@babysitter-rs"].is_null(),
+        "{settings}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_cli_session_drives_a_run_to_completion_through_after_agent() {
+    let Some(gemini) = installed("harness-gemini", "gemini", "ensure-gemini-cli.sh") else {
+        return;
+    };
+    let p = Project::new(("GEMINI_BIN", &gemini));
+    let installed = p
+        .cmd(&["harness:install-plugin", "gemini-cli", "--user", "--json"])
+        .ok()
+        .json();
+    let ext = p.home().join(".gemini/extensions/babysitter");
+    assert_eq!(installed["dir"], ext.display().to_string(), "{installed}");
+    // Headless Gemini CLI: API-key auth against the scripted server, no usage statistics.
+    std::fs::write(
+        p.home().join(".gemini/settings.json"),
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let server = scripted("run_shell_command", "gemini-cli").await;
+    let (status, events, stderr) = p
+        .session(
+            &gemini,
+            &[
+                "-p",
+                "/babysitter:call run the two-steps process",
+                "-m",
+                "gemini-2.5-pro",
+                "--output-format",
+                "stream-json",
+                "--yolo",
+                "--skip-trust",
+            ],
+            &[
+                ("GOOGLE_GEMINI_BASE_URL", server.url()),
+                ("GEMINI_API_KEY", "scripted-gemini-key".into()),
+                ("GEMINI_CLI_TRUST_WORKSPACE", "true".into()),
+            ],
+        )
+        .await;
+    let result = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "result")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert!(
+        status.success() && result["status"] == "success",
+        "gemini: {status}\nresult: {result}\nstderr: {stderr}"
+    );
+    let session_id = events
+        .iter()
+        .find(|e| e["type"] == "init")
+        .and_then(|e| e["session_id"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!session_id.is_empty(), "no init event with a session id");
+    let proof = p.check_journal("gemini-cli", &session_id);
+    let answer: String = events
+        .iter()
+        .filter(|e| e["type"] == "message" && e["role"] == "assistant")
+        .filter_map(|e| e["content"].as_str())
+        .collect();
+    assert!(
+        answer.ends_with(&format!("The run is complete. <promise>{proof}</promise>")),
+        "{answer}"
+    );
+}
