@@ -1,12 +1,12 @@
-//! The plugin in real harness sessions: Claude Code and Gemini CLI (the pinned CLIs in
-//! `.ci-work/harness-*`, put there by `scripts/ensure-{claude-code,gemini-cli}.sh`; skipped,
+//! The plugin in real harness sessions: Claude Code, Codex and Gemini CLI (the pinned CLIs in
+//! `.ci-work/harness-*`, put there by `scripts/ensure-{claude-code,codex,gemini-cli}.sh`; skipped,
 //! saying why, when missing — a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
 //!
 //! `babysitter harness:install-plugin <harness>` installs the bundle (Claude Code from its
-//! local marketplace through its own CLI, Gemini CLI as an extension); then the harness runs
+//! local marketplace through its own CLI, Codex likewise, Gemini CLI as an extension); then the harness runs
 //! headless in the project against the scripted model server, whose script follows the skill:
 //! `run:create` of a two-task process, `run:iterate`, perform the agent task and `task:post` it,
-//! try to stop — the stop hook (Claude Code `Stop`, Gemini CLI `AfterAgent`) blocks, since the
+//! try to stop — the stop hook (Claude Code and Codex `Stop`, Gemini CLI `AfterAgent`) blocks, since the
 //! run is unfinished — iterate, perform and post the second task, iterate to completion and end
 //! with the completion proof that `run:iterate` printed, which the hook accepts. Asserted: the
 //! journal (one request and one resolution per effect, the run completed once, the stop-hook
@@ -71,8 +71,16 @@ impl Project {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         s.write("inputs.json", "{}");
-        let bin = s.tmp.path().join("bin");
+        // Where a user's own tools live; a login shell (Codex runs commands with `bash -lc`)
+        // finds it through the usual `~/.profile`.
+        let home = s.tmp.path().join("home");
+        let bin = home.join(".local/bin");
         std::fs::create_dir_all(&bin).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            home.join(".profile"),
+            "if [ -d \"$HOME/.local/bin\" ] ; then PATH=\"$HOME/.local/bin:$PATH\"; fi\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_babysitter"), bin.join("babysitter"))
             .unwrap_or_else(|e| panic!("{e}"));
         let node_calls = s.tmp.path().join("node-calls.log");
@@ -229,13 +237,23 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugin")
 }
 
-/// The skill-following script, for a harness whose shell tool is `tool`.
+/// The skill-following script, for a harness whose shell tool is `tool` (Codex's
+/// `exec_command` takes `cmd`, the others `command`).
 async fn scripted(tool: &str, harness: &str) -> ScriptedServer {
     let text = std::fs::read_to_string(fixtures().join("session-script.json"))
         .unwrap_or_else(|e| panic!("{e}"))
         .replace("{{TOOL}}", tool)
         .replace("{{HARNESS}}", harness);
-    let script: Script = serde_json::from_str(&text).unwrap_or_else(|e| panic!("script: {e}"));
+    let mut script: Script = serde_json::from_str(&text).unwrap_or_else(|e| panic!("script: {e}"));
+    if tool == "exec_command" {
+        for call in script
+            .turns
+            .iter_mut()
+            .flat_map(|t| t.reply.tool_calls.iter_mut())
+        {
+            call.arguments = serde_json::json!({"cmd": call.arguments["command"]});
+        }
+    }
     ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
         .await
         .unwrap_or_else(|e| panic!("scripted server: {e}"))
@@ -419,4 +437,100 @@ async fn a_gemini_cli_session_drives_a_run_to_completion_through_after_agent() {
         answer.ends_with(&format!("The run is complete. <promise>{proof}</promise>")),
         "{answer}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_session_drives_a_run_to_completion_through_the_stop_hook() {
+    let Some(codex) = installed("harness-codex", "codex", "ensure-codex.sh") else {
+        return;
+    };
+    let mut p = Project::new(("CODEX_BIN", &codex));
+    let codex_home = p.home().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap_or_else(|e| panic!("{e}"));
+    p.env
+        .push(("CODEX_HOME".into(), codex_home.display().to_string()));
+    let server = scripted("exec_command", "codex").await;
+    // The scripted provider first: `codex plugin add` appends its tables after these keys.
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"fake-model\"\nmodel_provider = \"scripted\"\n\n\
+             [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{}/v1\"\n\
+             env_key = \"SCRIPTED_OPENAI_KEY\"\nwire_api = \"responses\"\n\n\
+             [analytics]\nenabled = false\n",
+            server.url()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let installed = p
+        .cmd(&[
+            "harness:install-plugin",
+            "codex",
+            "--project",
+            ".",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(
+        installed["registered"],
+        serde_json::json!([
+            "marketplace babysitter-rs",
+            "plugin babysitter@babysitter-rs"
+        ]),
+        "{installed}"
+    );
+
+    let (status, events, stderr) = p
+        .session(
+            &codex,
+            &[
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "-s",
+                "danger-full-access",
+                "--dangerously-bypass-hook-trust",
+                "run the two-steps process",
+            ],
+            &[("SCRIPTED_OPENAI_KEY", "sk-scripted-codex".into())],
+        )
+        .await;
+    assert!(status.success(), "codex: {status}\nstderr: {stderr}");
+    assert!(
+        events.iter().any(|e| e["type"] == "turn.completed"),
+        "codex: no completed turn\nstderr: {stderr}"
+    );
+    let thread = events
+        .iter()
+        .find(|e| e["type"] == "thread.started")
+        .and_then(|e| e["thread_id"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!thread.is_empty(), "no thread.started event");
+    let proof = p.check_journal("codex", &thread);
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "item.completed" && e["item"]["type"] == "agent_message")
+        .and_then(|e| e["item"]["text"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        last,
+        format!("The run is complete. <promise>{proof}</promise>")
+    );
+    drop(server);
+
+    let removed = p
+        .cmd(&["plugin:uninstall", "codex", "--project", ".", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        removed["unregistered"].as_array().map(Vec::len),
+        Some(2),
+        "{removed}"
+    );
+    let config = std::fs::read_to_string(codex_home.join("config.toml")).unwrap_or_default();
+    assert!(!config.contains("babysitter"), "{config}");
 }

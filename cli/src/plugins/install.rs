@@ -2,9 +2,11 @@
 //! written, and removing exactly that again (`harness:install-plugin`, `plugin:uninstall`,
 //! `plugin:list-installed`).
 //!
-//! An install is a set of files written atomically plus, for Claude Code, the harness's own
-//! registration (`claude plugin marketplace add` / `claude plugin install`, the only supported
-//! way to enable a plugin there). Every install is recorded in `<base>/.a5c/plugins/installed.json`
+//! An install is a set of files written atomically plus, for Claude Code and Codex, the
+//! harness's own registration (`claude plugin marketplace add` / `claude plugin install`,
+//! `codex plugin marketplace add` / `codex plugin add`: the only supported way to enable a
+//! plugin there; the bundle is a one-plugin local marketplace). Codex keeps plugins in the
+//! user's configuration, so its registration is the user's in either scope. Every install is recorded in `<base>/.a5c/plugins/installed.json`
 //! (`<base>` is the project for `--project`, the home directory for `--user`) with the files it
 //! wrote, so a second install is a no-op that says so, an update rewrites only what changed, and
 //! an uninstall deletes those files and nothing else. A file already there that the plugin did
@@ -176,17 +178,74 @@ pub struct Request<'a> {
     pub now: String,
 }
 
+/// How a harness that enables plugins through its own CLI is told about the bundle.
+struct Registration {
+    /// Run in order to register (the marketplace, then the plugin).
+    add: Vec<Vec<String>>,
+    /// Run before `add` when a changed bundle replaces a registered one (the harness caches
+    /// the plugin at install time).
+    refresh: Vec<Vec<String>>,
+    /// Run in order to unregister.
+    remove: Vec<Vec<String>>,
+}
+
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn registration(h: Harness, scope: Scope, dir: &Path) -> Option<Registration> {
+    let plugin = format!("babysitter@{MARKETPLACE}");
+    let dir = dir.to_string_lossy().into_owned();
+    match h {
+        Harness::ClaudeCode => Some(Registration {
+            add: vec![
+                argv(&["plugin", "marketplace", "add", &dir]),
+                argv(&["plugin", "install", &plugin, "--scope", scope.as_str()]),
+            ],
+            refresh: vec![argv(&[
+                "plugin",
+                "uninstall",
+                &plugin,
+                "--scope",
+                scope.as_str(),
+            ])],
+            remove: vec![
+                argv(&["plugin", "uninstall", &plugin, "--scope", scope.as_str()]),
+                argv(&["plugin", "marketplace", "remove", MARKETPLACE]),
+            ],
+        }),
+        Harness::Codex => Some(Registration {
+            add: vec![
+                argv(&["plugin", "marketplace", "add", &dir]),
+                argv(&["plugin", "add", &plugin]),
+            ],
+            refresh: vec![argv(&["plugin", "remove", &plugin])],
+            remove: vec![
+                argv(&["plugin", "remove", &plugin]),
+                argv(&["plugin", "marketplace", "remove", MARKETPLACE]),
+            ],
+        }),
+        _ => None,
+    }
+}
+
+fn missing_cli(h: Harness) -> InstallError {
+    InstallError::Harness(format!(
+        "{} is registered through its own CLI and `{}` is not on PATH (or set {}_BIN); install {} first",
+        h.label(),
+        h.binary(),
+        h.binary().to_uppercase(),
+        h.label()
+    ))
+}
+
 /// Installs `req.harness`'s bundle.
 pub fn install(req: &Request<'_>) -> Result<Outcome, InstallError> {
     let h = req.harness;
-    let needs_cli = h == Harness::ClaudeCode;
-    if needs_cli && req.harness_bin.is_none() {
-        return Err(InstallError::Harness(format!(
-            "{} is registered through its own CLI and `{}` is not on PATH (or set CLAUDE_BIN); install {} first",
-            h.label(),
-            h.binary(),
-            h.label()
-        )));
+    let dir = target_dir(h, req.scope, req.base, req.home);
+    let reg = registration(h, req.scope, &dir);
+    if reg.is_some() && req.harness_bin.is_none() {
+        return Err(missing_cli(h));
     }
     let mut files: BTreeMap<String, bundle::BundleFile> = bundle::render(h)?;
     if let Some(bin) = &req.babysitter {
@@ -204,7 +263,6 @@ pub fn install(req: &Request<'_>) -> Result<Outcome, InstallError> {
             );
         }
     }
-    let dir = target_dir(h, req.scope, req.base, req.home);
     let mut record = read_record(req.base)?;
     let previous = record
         .installs
@@ -246,34 +304,18 @@ pub fn install(req: &Request<'_>) -> Result<Outcome, InstallError> {
     for stale in owned.iter().filter(|p| !now_files.contains(p)) {
         remove_file(stale, req.base)?;
     }
-    if needs_cli {
-        let claude = req.harness_bin.as_deref().unwrap_or(Path::new("claude"));
-        let changed = !out.written.is_empty();
-        let plugin = format!("babysitter@{MARKETPLACE}");
-        let dir_arg = dir.to_string_lossy().into_owned();
-        if changed && previous.is_some() {
-            // The harness caches the plugin at install time: a changed bundle is reinstalled.
-            run(
-                claude,
-                req,
-                &[
-                    "plugin",
-                    "uninstall",
-                    &plugin,
-                    "--scope",
-                    req.scope.as_str(),
-                ],
-            )?;
+    if let (Some(reg), Some(bin)) = (&reg, req.harness_bin.as_deref()) {
+        if !out.written.is_empty() && previous.is_some() {
+            for args in &reg.refresh {
+                run(bin, req, args)?;
+            }
         }
-        run(claude, req, &["plugin", "marketplace", "add", &dir_arg])?;
-        run(
-            claude,
-            req,
-            &["plugin", "install", &plugin, "--scope", req.scope.as_str()],
-        )?;
+        for args in &reg.add {
+            run(bin, req, args)?;
+        }
         out.registered = vec![
             format!("marketplace {MARKETPLACE}"),
-            format!("plugin {plugin}"),
+            format!("plugin babysitter@{MARKETPLACE}"),
         ];
     }
     let entry = Installed {
@@ -293,7 +335,7 @@ pub fn install(req: &Request<'_>) -> Result<Outcome, InstallError> {
     Ok(out)
 }
 
-fn run(bin: &Path, req: &Request<'_>, args: &[&str]) -> Result<(), InstallError> {
+fn run(bin: &Path, req: &Request<'_>, args: &[String]) -> Result<(), InstallError> {
     let out = Command::new(bin)
         .args(args)
         .current_dir(req.base)
@@ -353,30 +395,13 @@ pub fn uninstall(req: &Request<'_>) -> Result<Option<Removed>, InstallError> {
     };
     let entry = record.installs.remove(i);
     let mut unregistered = Vec::new();
-    if !entry.registered.is_empty() && h == Harness::ClaudeCode {
-        let claude = req.harness_bin.as_deref().ok_or_else(|| {
-            InstallError::Harness(
-                "the plugin was registered with Claude Code and `claude` is not on PATH (or set CLAUDE_BIN) to unregister it"
-                    .into(),
-            )
-        })?;
-        let plugin = format!("babysitter@{MARKETPLACE}");
-        run(
-            claude,
-            req,
-            &[
-                "plugin",
-                "uninstall",
-                &plugin,
-                "--scope",
-                req.scope.as_str(),
-            ],
-        )?;
-        run(
-            claude,
-            req,
-            &["plugin", "marketplace", "remove", MARKETPLACE],
-        )?;
+    if !entry.registered.is_empty()
+        && let Some(reg) = registration(h, req.scope, &entry.dir)
+    {
+        let bin = req.harness_bin.as_deref().ok_or_else(|| missing_cli(h))?;
+        for args in &reg.remove {
+            run(bin, req, args)?;
+        }
         unregistered = entry.registered.clone();
     }
     for f in &entry.files {
