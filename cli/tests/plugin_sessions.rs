@@ -534,3 +534,212 @@ async fn a_codex_session_drives_a_run_to_completion_through_the_stop_hook() {
     let config = std::fs::read_to_string(codex_home.join("config.toml")).unwrap_or_default();
     assert!(!config.contains("babysitter"), "{config}");
 }
+
+/// A `BABYSITTER_BIN` that records each call's arguments and payload, then runs this build's
+/// babysitter on it: what the hooks of an in-process plugin received.
+fn recording_bin(p: &Project) -> (PathBuf, PathBuf) {
+    let log = p.s.tmp.path().join("hooks.log");
+    let bin = p.s.tmp.path().join("record-babysitter.sh");
+    write_exec(
+        &bin,
+        &format!(
+            "#!/bin/sh\nin=$(cat)\nprintf '%s\\t%s\\n' \"$*\" \"$in\" >> '{}'\nprintf '%s' \"$in\" | exec '{}' \"$@\"\n",
+            log.display(),
+            env!("CARGO_BIN_EXE_babysitter")
+        ),
+    );
+    (bin, log)
+}
+
+/// The recorded calls: (arguments, payload).
+fn recorded(log: &Path) -> Vec<(String, Value)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(a, p)| (a.to_owned(), serde_json::from_str(p).unwrap_or(Value::Null)))
+        .collect()
+}
+
+/// Every call was `hooks:invoke --harness <harness>`, the phases in `want` were among them, all
+/// for one session, and babysitter's session start made that session's file.
+fn check_in_process_hooks(p: &Project, log: &Path, harness: &str, want: &[(&str, &str)]) -> String {
+    let calls = recorded(log);
+    assert!(!calls.is_empty(), "{harness}: no hook reached babysitter");
+    for (args, _) in &calls {
+        assert!(
+            args.starts_with(&format!("hooks:invoke --harness {harness} --phase ")),
+            "{harness}: {args}"
+        );
+    }
+    for (phase, event) in want {
+        let hit = calls
+            .iter()
+            .find(|(a, _)| a.ends_with(&format!("--phase {phase}")));
+        let (_, payload) = hit.unwrap_or_else(|| panic!("{harness}: no {phase} call in {calls:?}"));
+        assert_eq!(
+            payload["hook_event_name"], *event,
+            "{harness} {phase}: {payload}"
+        );
+        assert_eq!(
+            payload["cwd"],
+            p.s.project.display().to_string(),
+            "{payload}"
+        );
+    }
+    let sessions: std::collections::BTreeSet<&str> = calls
+        .iter()
+        .filter_map(|(_, payload)| payload["session_id"].as_str())
+        .collect();
+    assert_eq!(sessions.len(), 1, "{harness}: sessions {sessions:?}");
+    let sid = sessions.into_iter().next().unwrap_or_default().to_owned();
+    let state = p.home().join(".a5c/state").join(format!("{sid}.md"));
+    assert!(
+        state.is_file(),
+        "{harness}: no session file {}",
+        state.display()
+    );
+    sid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pi_loads_the_extension_and_its_hooks_reach_babysitter() {
+    let Some(pi) = installed("harness-pi", "pi", "ensure-pi.sh") else {
+        return;
+    };
+    let p = Project::new(("PI_BIN", &pi));
+    p.cmd(&["harness:install-plugin", "pi", "--project", ".", "--json"])
+        .ok();
+    let (bin, log) = recording_bin(&p);
+    let server = ScriptedServer::start(([127, 0, 0, 1], 0).into(), None, None)
+        .await
+        .unwrap_or_else(|e| panic!("scripted server: {e}"));
+    std::fs::create_dir_all(p.home().join(".pi/agent")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        p.home().join(".pi/agent/models.json"),
+        serde_json::json!({"providers": {"scripted": {
+            "baseUrl": format!("{}/v1", server.url()), "api": "openai-completions",
+            "apiKey": "SCRIPTED_KEY",
+            "models": [{"id": "fake", "name": "fake", "contextWindow": 128000, "maxTokens": 16384}]
+        }}})
+        .to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (status, _events, stderr) = p
+        .session(
+            &pi,
+            &[
+                "-p",
+                "--mode",
+                "json",
+                "--provider",
+                "scripted",
+                "--model",
+                "fake",
+                "Create out.txt containing hello using the shell, then reply DONE",
+            ],
+            &[
+                ("SCRIPTED_KEY", "k".into()),
+                ("PI_OFFLINE", "1".into()),
+                ("BABYSITTER_BIN", bin.display().to_string()),
+            ],
+        )
+        .await;
+    assert!(status.success(), "pi: {status}\n{stderr}");
+    check_in_process_hooks(
+        &p,
+        &log,
+        "pi",
+        &[
+            ("session.start", "session_start"),
+            ("tool.before", "tool_call"),
+            ("turn.after_agent", "agent_end"),
+            ("session.end", "session_shutdown"),
+        ],
+    );
+    let calls = recorded(&log);
+    let end = calls
+        .iter()
+        .find(|(a, _)| a.ends_with("turn.after_agent"))
+        .map(|(_, p)| p.clone());
+    assert_eq!(end.unwrap_or_default()["last_assistant_message"], "DONE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_loads_the_plugin_and_its_hooks_reach_babysitter() {
+    let Some(opencode) = installed("harness-opencode", "opencode", "ensure-opencode.sh") else {
+        return;
+    };
+    let p = Project::new(("OPENCODE_BIN", &opencode));
+    p.cmd(&[
+        "harness:install-plugin",
+        "opencode",
+        "--project",
+        ".",
+        "--json",
+    ])
+    .ok();
+    let (bin, log) = recording_bin(&p);
+    let server = ScriptedServer::start(([127, 0, 0, 1], 0).into(), None, None)
+        .await
+        .unwrap_or_else(|e| panic!("scripted server: {e}"));
+    let config = p.home().join(".config/opencode/opencode.json");
+    std::fs::create_dir_all(config.parent().unwrap_or(&p.home())).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &config,
+        serde_json::json!({"$schema": "https://opencode.ai/config.json",
+            "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "scripted",
+                "options": {"baseURL": format!("{}/v1", server.url()), "apiKey": "{env:SCRIPTED_KEY}"},
+                "models": {"fake": {"name": "fake", "tool_call": true}}}},
+            "model": "scripted/fake", "autoupdate": false, "share": "disabled"})
+        .to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut extra: Vec<(&str, String)> = vec![
+        ("SCRIPTED_KEY", "k".into()),
+        (
+            "XDG_CONFIG_HOME",
+            p.home().join(".config").display().to_string(),
+        ),
+        ("OPENCODE_CONFIG", config.display().to_string()),
+        // OpenCode installs its plugin SDK in the background; a dead registry with no retries
+        // fails that at once instead of after a minute of back-off.
+        ("NPM_CONFIG_REGISTRY", "http://127.0.0.1:9/".into()),
+        ("NPM_CONFIG_FETCH_RETRIES", "0".into()),
+        ("BABYSITTER_BIN", bin.display().to_string()),
+    ];
+    for v in [
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_SHARE",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+    ] {
+        extra.push((v, "1".into()));
+    }
+    let (status, _events, stderr) = p
+        .session(
+            &opencode,
+            &[
+                "run",
+                "--format",
+                "json",
+                "--auto",
+                "-m",
+                "scripted/fake",
+                "Create out.txt containing hello using the shell, then reply DONE",
+            ],
+            &extra,
+        )
+        .await;
+    assert!(status.success(), "opencode: {status}\n{stderr}");
+    check_in_process_hooks(
+        &p,
+        &log,
+        "opencode",
+        &[
+            ("session.start", "session.created"),
+            ("tool.before", "tool.execute.before"),
+            ("session.idle", "session.idle"),
+        ],
+    );
+}
