@@ -35,6 +35,7 @@ mod hooks_adapter;
 mod instructions;
 mod lock;
 pub(crate) mod log;
+mod mcp;
 pub(crate) mod paths;
 mod plugin_cmds;
 mod run;
@@ -223,6 +224,7 @@ const IMPLEMENTED: &[&str] = &[
     "plugin:list-installed",
     "plugin:uninstall",
     "plugin:generate",
+    "mcp:serve",
 ];
 
 async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -270,6 +272,7 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "plugin:list-installed" => plugin_cmds::list_installed(cli).await,
         "plugin:uninstall" => plugin_cmds::uninstall(cli).await,
         "plugin:generate" => plugin_cmds::generate(cli).await,
+        "mcp:serve" => mcp::serve(cli).await,
         "log" => log::log(cli).await,
         "breakpoint:approve-rule" => breakpoint::approve_rule(cli).await,
         "breakpoint:remove-rule" => breakpoint::remove_rule(cli).await,
