@@ -35,6 +35,7 @@ mod instructions;
 mod lock;
 pub(crate) mod log;
 pub(crate) mod paths;
+mod process_library;
 mod run;
 mod run_dir;
 mod runtime_hooks;
@@ -214,6 +215,10 @@ const IMPLEMENTED: &[&str] = &[
     "instructions:orchestrate",
     "instructions:process-create",
     "instructions:breakpoint-handling",
+    "process-library:clone",
+    "process-library:update",
+    "process-library:use",
+    "process-library:active",
     "version",
 ];
 
@@ -271,6 +276,12 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         | "instructions:process-create"
         | "instructions:breakpoint-handling" => {
             instructions::instructions(cli, &command["instructions:".len()..]).await
+        }
+        "process-library:clone"
+        | "process-library:update"
+        | "process-library:use"
+        | "process-library:active" => {
+            process_library::run(cli, &command["process-library:".len()..]).await
         }
         other => {
             unknown_command(other).report_pretty(cli.args.json());

@@ -35,6 +35,10 @@ pub const USAGE: &str = "Usage:
   babysitter session:whoami [--harness <name>] [--state-dir <dir>] [--json]
   babysitter session:cleanup [--harness <name>] [--state-dir <dir>] [--dry-run] [--json]
   babysitter instructions:babysit-skill|orchestrate|process-create|breakpoint-handling [--harness <name>] [--interactive|--no-interactive] [--json]
+  babysitter process-library:clone [--repo <url|path>] [--dir <dir>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:update [--dir <dir>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:use [--dir <dir>] [--run-id <id>] [--session-id <id>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:active [--run-id <id>] [--session-id <id>] [--state-dir <dir>] [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
