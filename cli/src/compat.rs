@@ -32,6 +32,7 @@ mod compression;
 mod health;
 mod hook;
 mod instructions;
+mod json_file;
 mod lock;
 pub(crate) mod log;
 pub(crate) mod paths;
@@ -219,6 +220,10 @@ const IMPLEMENTED: &[&str] = &[
     "process-library:update",
     "process-library:use",
     "process-library:active",
+    "compression:status",
+    "compression:toggle",
+    "compression:set",
+    "compression:reset",
     "version",
 ];
 
@@ -277,6 +282,10 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         | "instructions:breakpoint-handling" => {
             instructions::instructions(cli, &command["instructions:".len()..]).await
         }
+        "compression:status" => compression::commands::status(cli).await,
+        "compression:toggle" => compression::commands::toggle(cli).await,
+        "compression:set" => compression::commands::set(cli).await,
+        "compression:reset" => compression::commands::reset(cli).await,
         "process-library:clone"
         | "process-library:update"
         | "process-library:use"

@@ -39,6 +39,10 @@ pub const USAGE: &str = "Usage:
   babysitter process-library:update [--dir <dir>] [--ref <ref>] [--state-dir <dir>] [--json]
   babysitter process-library:use [--dir <dir>] [--run-id <id>] [--session-id <id>] [--ref <ref>] [--state-dir <dir>] [--json]
   babysitter process-library:active [--run-id <id>] [--session-id <id>] [--state-dir <dir>] [--json]
+  babysitter compression:status [--json]
+  babysitter compression:toggle <userPromptHook|commandOutputHook|sdkContextHook|processLibraryCache> <on|off> [--json]
+  babysitter compression:set <layer.key> <value> [--json]   (e.g. userPromptHook.threshold 300, enabled false)
+  babysitter compression:reset [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 

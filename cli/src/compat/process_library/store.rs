@@ -179,19 +179,9 @@ impl Store<'_> {
     /// The bindings file as a JSON object; a fresh one when there is none.
     fn read_state(&self) -> Result<Map<String, Value>, String> {
         let path = self.state_file();
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match serde_json::from_str::<Value>(&text) {
-                Ok(Value::Object(m)) => Ok(m),
-                Ok(_) => Err(format!(
-                    "process-library state file {} is not a JSON object",
-                    path.display()
-                )),
-                Err(e) => Err(format!(
-                    "process-library state file {} is not valid JSON: {e}",
-                    path.display()
-                )),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        match crate::compat::json_file::read_object(&path) {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => {
                 let mut m = Map::new();
                 m.insert("version".into(), json!(1));
                 m.insert("updatedAt".into(), json!(now_iso()));
@@ -199,7 +189,7 @@ impl Store<'_> {
                 m.insert("sessionBindings".into(), json!({}));
                 Ok(m)
             }
-            Err(e) => Err(crate::compat::output::io_message("open", &path, &e)),
+            Err(e) => Err(format!("process-library state file: {e}")),
         }
     }
 
