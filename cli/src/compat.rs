@@ -42,6 +42,7 @@ mod run_dir;
 mod runtime_hooks;
 mod session;
 mod task;
+mod tokens_stats;
 mod usage;
 pub mod warm;
 
@@ -142,12 +143,7 @@ async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 }
 
 /// Commands of the reference this build does not implement yet.
-const NOT_YET: &[&str] = &[
-    "skill:discover",
-    "skill:fetch-remote",
-    "configure",
-    "tokens:stats",
-];
+const NOT_YET: &[&str] = &["skill:discover", "skill:fetch-remote", "configure"];
 
 /// Commands the reference moved to the separate harness CLI.
 const MOVED: &[&str] = &[
@@ -224,6 +220,7 @@ const IMPLEMENTED: &[&str] = &[
     "compression:toggle",
     "compression:set",
     "compression:reset",
+    "tokens:stats",
     "version",
 ];
 
@@ -282,6 +279,7 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         | "instructions:breakpoint-handling" => {
             instructions::instructions(cli, &command["instructions:".len()..]).await
         }
+        "tokens:stats" => tokens_stats::run(cli).await,
         "compression:status" => compression::commands::status(cli).await,
         "compression:toggle" => compression::commands::toggle(cli).await,
         "compression:set" => compression::commands::set(cli).await,

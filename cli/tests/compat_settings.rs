@@ -229,3 +229,204 @@ fn compat_compression_toggle_set_reset_edit_the_project_file() {
         )
     );
 }
+
+/// Appends a 6.0.0 event to a run's journal (next sequence, checksum as the spec's §2.2).
+fn append_event(run_dir: &std::path::Path, kind: &str, recorded_at: &str, data: serde_json::Value) {
+    use sha2::Digest as _;
+    let journal = run_dir.join("journal");
+    let last = std::fs::read_dir(&journal)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|n| n.split('.').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let seq = last + 1;
+    let mut body =
+        json!({"type": kind, "recordedAt": recorded_at, "data": data, "sdkVersion": "6.0.0"});
+    let payload = serde_json::to_string_pretty(&body).unwrap() + "\n";
+    body["checksum"] = json!(hex::encode(sha2::Sha256::digest(payload.as_bytes())));
+    // A ULID after every real one (the journal checks their order).
+    let name = format!("{seq:06}.7ZTEST{seq:020}.json");
+    std::fs::write(
+        journal.join(name),
+        serde_json::to_string_pretty(&body).unwrap() + "\n",
+    )
+    .unwrap();
+}
+
+fn compression_event(
+    layer: serde_json::Value,
+    original: u64,
+    compressed: u64,
+) -> serde_json::Value {
+    json!({"runId": "x", "layer": layer, "tool": "rtk", "contentType": "bash_output",
+           "originalTokens": original, "compressedTokens": compressed,
+           "tokensSaved": original - compressed, "reductionPct": 0})
+}
+
+#[test]
+fn compat_tokens_stats_sums_compression_events() {
+    let s = Sandbox::with_demo();
+    let a = s.create("run-a", "processes/demo.mjs");
+    let b = s.create("run-b", "processes/demo.mjs");
+    s.create("run-c", "processes/demo.mjs");
+    let ra = s.run_dir(&a);
+    append_event(
+        &ra,
+        "COMPRESSION_APPLIED",
+        "2026-01-02T03:04:05.000Z",
+        compression_event(json!("1b"), 1000, 600),
+    );
+    append_event(
+        &ra,
+        "COST_TRACKED",
+        "2026-01-02T03:04:06.000Z",
+        json!({"model": "m", "inputTokens": 5}),
+    );
+    append_event(
+        &ra,
+        "COMPRESSION_APPLIED",
+        "2026-01-02T03:04:07.000Z",
+        compression_event(json!("1a"), 2000, 1000),
+    );
+    append_event(
+        &ra,
+        "COMPRESSION_APPLIED",
+        "2026-01-02T03:04:08.000Z",
+        compression_event(json!("1b"), 500, 500),
+    );
+    append_event(
+        &s.run_dir(&b),
+        "COMPRESSION_APPLIED",
+        "2026-02-01T00:00:00.000Z",
+        compression_event(json!(null), 100, 90),
+    );
+
+    let v = s.cmd(&["tokens:stats", &a, "--json"]).ok().json();
+    assert_eq!(
+        keys(&v),
+        [
+            "runId",
+            "date",
+            "eventCount",
+            "originalTokens",
+            "compressedTokens",
+            "tokensSaved",
+            "reductionPct",
+            "byLayer"
+        ]
+    );
+    assert_eq!(v["runId"], "run-a");
+    assert_eq!(v["date"], "2026-01-02T03:04:05.000Z");
+    assert_eq!(
+        (
+            v["eventCount"].as_u64(),
+            v["originalTokens"].as_f64(),
+            v["compressedTokens"].as_f64()
+        ),
+        (Some(3), Some(3500.0), Some(2100.0))
+    );
+    assert_eq!(v["tokensSaved"].as_f64(), Some(1400.0));
+    assert_eq!(v["reductionPct"].as_f64(), Some(40.0));
+    assert_eq!(
+        v["byLayer"],
+        json!({
+            "1b": {"eventCount": 2, "originalTokens": 1500, "compressedTokens": 1100, "tokensSaved": 400},
+            "1a": {"eventCount": 1, "originalTokens": 2000, "compressedTokens": 1000, "tokensSaved": 1000},
+        })
+    );
+    // Node's integers: no `.0`.
+    let out = s.cmd(&["tokens:stats", &a, "--json"]).ok();
+    assert!(
+        out.stdout.contains("\"originalTokens\": 3500,"),
+        "{}",
+        out.stdout
+    );
+
+    // The table (no terminal: no colours).
+    let out = s.cmd(&["tokens:stats", &a]).ok();
+    assert!(
+        out.stdout.contains("  Original tokens:   3,500\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("  Reduction:         40.0%\n"));
+    assert!(out.stdout.contains(&format!(
+        "  {:<8}  {:>8}  {:>12}  {:>12}  {:>12}  {:>10}\n",
+        "Layer 1a", "1", "2,000", "1,000", "1,000", "50.0%"
+    )));
+    assert!(!out.stdout.contains('\x1b'));
+    let out = s
+        .cmd_env(&["tokens:stats", &a], &[("FORCE_COLOR", "1")])
+        .ok();
+    assert!(out.stdout.contains("\x1b[1mRun: run-a\x1b[0m"));
+    let out = s.cmd(&["tokens:stats", "run-c"]).ok();
+    assert!(
+        out.stdout
+            .contains("  No COMPRESSION_APPLIED events found in this run.\n")
+    );
+
+    // --all: runs with events only, in name order; totals.
+    let v = s.cmd(&["tokens:stats", "--all", "--json"]).ok().json();
+    assert_eq!(
+        keys(&v),
+        [
+            "totalRuns",
+            "totalEvents",
+            "totalOriginalTokens",
+            "totalCompressedTokens",
+            "totalTokensSaved",
+            "overallReductionPct",
+            "runs"
+        ]
+    );
+    assert_eq!(v["totalRuns"], 2);
+    assert_eq!(v["totalEvents"], 4);
+    assert_eq!(v["totalOriginalTokens"].as_f64(), Some(3600.0));
+    assert_eq!(v["runs"][1]["runId"], "run-b");
+    assert_eq!(
+        v["runs"][1]["byLayer"],
+        json!({"unknown": {"eventCount": 1, "originalTokens": 100, "compressedTokens": 90, "tokensSaved": 10}})
+    );
+    let out = s.cmd(&["tokens:stats", "--all"]).ok();
+    let a_at = out.stdout.find("  run-a ").unwrap();
+    let b_at = out.stdout.find("  run-b ").unwrap();
+    assert!(a_at < b_at, "most saved first");
+    assert!(out.stdout.contains("  Total runs with compression: 2\n"));
+
+    // Errors: an unknown run, no arguments, a damaged journal.
+    let out = s.cmd(&["tokens:stats", "nope", "--json"]).fails();
+    let err: serde_json::Value = serde_json::from_str(out.stderr.trim()).unwrap();
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Run not found: nope (looked in ")
+    );
+    let out = s.cmd(&["tokens:stats"]).fails();
+    assert!(out.stderr.starts_with(
+        "Usage: babysitter tokens:stats [runId] [--all] [--json] [--runs-dir <dir>]\n"
+    ));
+    let first = std::fs::read_dir(s.run_dir(&b).join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .min()
+        .unwrap();
+    let text = std::fs::read_to_string(&first)
+        .unwrap()
+        .replace("golden", "GOLDEN");
+    std::fs::write(&first, text).unwrap();
+    let out = s.cmd(&["tokens:stats", &b]).fails();
+    assert!(
+        out.stderr.starts_with("cannot read run run-b: "),
+        "{}",
+        out.stderr
+    );
+    let v = s.cmd(&["tokens:stats", "--all", "--json"]).ok();
+    assert!(
+        v.stderr.contains("[tokens:stats] skipping "),
+        "{}",
+        v.stderr
+    );
+    assert_eq!(v.json()["totalRuns"], 1);
+}

@@ -43,6 +43,7 @@ pub const USAGE: &str = "Usage:
   babysitter compression:toggle <userPromptHook|commandOutputHook|sdkContextHook|processLibraryCache> <on|off> [--json]
   babysitter compression:set <layer.key> <value> [--json]   (e.g. userPromptHook.threshold 300, enabled false)
   babysitter compression:reset [--json]
+  babysitter tokens:stats [<runId>] [--all] [--json]   (COMPRESSION_APPLIED events of a run, or of all runs)
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
