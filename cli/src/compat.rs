@@ -37,6 +37,7 @@ mod lock;
 pub(crate) mod log;
 pub(crate) mod paths;
 mod process_library;
+mod profile;
 mod run;
 mod run_dir;
 mod runtime_hooks;
@@ -221,6 +222,10 @@ const IMPLEMENTED: &[&str] = &[
     "compression:set",
     "compression:reset",
     "tokens:stats",
+    "profile:read",
+    "profile:write",
+    "profile:merge",
+    "profile:render",
     "version",
 ];
 
@@ -280,6 +285,9 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
             instructions::instructions(cli, &command["instructions:".len()..]).await
         }
         "tokens:stats" => tokens_stats::run(cli).await,
+        "profile:read" | "profile:write" | "profile:merge" | "profile:render" => {
+            profile::run(cli, &command["profile:".len()..]).await
+        }
         "compression:status" => compression::commands::status(cli).await,
         "compression:toggle" => compression::commands::toggle(cli).await,
         "compression:set" => compression::commands::set(cli).await,

@@ -430,3 +430,167 @@ fn compat_tokens_stats_sums_compression_events() {
     );
     assert_eq!(v.json()["totalRuns"], 1);
 }
+
+#[test]
+fn compat_profile_write_read_merge_render() {
+    let s = Sandbox::new();
+    let home_a5c = s.tmp.path().join("home/.a5c");
+    s.write(
+        "user.json",
+        &json!({
+            "name": "Ada", "specialties": [{"domain": "web"}], "expertiseLevels": {},
+            "goals": [], "preferences": {"verbosity": "terse"}, "toolPreferences": {},
+            "breakpointTolerance": {"global": "low"}, "communicationStyle": {"tone": "casual"},
+            "experience": {}, "createdAt": "C", "updatedAt": "U", "version": 1,
+        })
+        .to_string(),
+    );
+    s.write(
+        "more.json",
+        &json!({"specialties": [{"domain": "web", "yearsActive": 2}, {"domain": "ml"}], "installedSkills": ["a"]}).to_string(),
+    );
+
+    // Nothing yet.
+    let out = s.cmd(&["profile:read", "--user", "--json"]).fails();
+    assert_eq!(
+        out.json(),
+        json!({"error": "no_profile", "profileDir": home_a5c.display().to_string()})
+    );
+    let out = s.cmd(&["profile:render", "--user"]).fails();
+    assert_eq!(
+        out.stderr,
+        format!(
+            "[profile:render] No user profile found at {}\n",
+            home_a5c.display()
+        )
+    );
+    let out = s
+        .cmd(&["profile:merge", "--user", "--input", "more.json"])
+        .fails();
+    assert_eq!(
+        out.stderr,
+        format!(
+            "[profile:merge] No existing user profile to merge into at {}\n",
+            home_a5c.display()
+        )
+    );
+
+    // Write: the JSON file and its markdown.
+    let out = s
+        .cmd(&["profile:write", "--user", "--input", "user.json", "--json"])
+        .ok();
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{{\"status\":\"ok\",\"profileDir\":\"{}\",\"type\":\"user\"}}\n",
+            home_a5c.display()
+        )
+    );
+    let stored = read_json(&home_a5c.join("user-profile.json"));
+    assert_eq!(stored["name"], "Ada");
+    let md = std::fs::read_to_string(home_a5c.join("user-profile.md")).unwrap();
+    assert!(
+        md.starts_with(
+            "# User Profile: Ada\n\n> Last updated: U | Version: 1\n\n## Specialties\n\n- **web**\n"
+        ),
+        "{md}"
+    );
+
+    // Read: JSON as stored; text = the markdown.
+    assert_eq!(
+        s.cmd(&["profile:read", "--user", "--json"]).ok().json(),
+        stored
+    );
+    assert_eq!(
+        s.cmd(&["profile:read", "--user"]).ok().stdout,
+        format!("{md}\n")
+    );
+    let v = s.cmd(&["profile:render", "--user", "--json"]).ok().json();
+    assert_eq!(v, json!({"markdown": md, "type": "user"}));
+
+    // Merge: by the reference's rules, version + 1.
+    let v = s
+        .cmd(&["profile:merge", "--user", "--input", "more.json", "--json"])
+        .ok()
+        .json();
+    assert_eq!(v, json!({"status": "ok", "type": "user", "version": 2}));
+    let merged = read_json(&home_a5c.join("user-profile.json"));
+    assert_eq!(
+        merged["specialties"],
+        json!([{"domain": "web", "yearsActive": 2}, {"domain": "ml"}])
+    );
+    assert_eq!(merged["installedSkills"], json!(["a"]));
+    assert_ne!(merged["updatedAt"], "U");
+    let md = std::fs::read_to_string(home_a5c.join("user-profile.md")).unwrap();
+    assert!(md.contains("- **web** - 2 years\n- **ml**\n"), "{md}");
+    let out = s
+        .cmd(&["profile:merge", "--user", "--input", "more.json"])
+        .ok();
+    assert_eq!(
+        out.stdout,
+        "[profile:merge] User profile merged (version 3)\n"
+    );
+
+    // Project profile under --dir (a project root): <dir>/.a5c/project-profile.json.
+    s.write("p.json", &json!({"projectName": "P", "goals": [], "techStack": {}, "architecture": {}, "workflows": [], "tools": {}, "conventions": {}, "version": 1}).to_string());
+    let out = s
+        .cmd(&[
+            "profile:write",
+            "--project",
+            "--input",
+            "p.json",
+            "--dir",
+            "sub",
+        ])
+        .ok();
+    assert_eq!(
+        out.stdout,
+        "[profile:write] Project profile written to sub\n"
+    );
+    assert!(s.project.join("sub/.a5c/project-profile.json").is_file());
+    assert!(s.project.join("sub/.a5c/project-profile.md").is_file());
+    let out = s.cmd(&["profile:render", "--project", "--dir", "sub"]).ok();
+    assert_eq!(
+        out.stdout,
+        "# Project Profile: P\n\n> Last updated: undefined | Version: 1\n\n"
+    );
+
+    // Errors name what was wrong.
+    let out = s.cmd(&["profile:read", "--json"]).fails();
+    assert_eq!(out.stderr, "[profile:read] Specify --user or --project\n");
+    let out = s.cmd(&["profile:write", "--user"]).fails();
+    assert_eq!(out.stderr, "[profile:write] --input <file> is required\n");
+    let out = s
+        .cmd(&["profile:write", "--user", "--input", "missing.json"])
+        .fails();
+    assert!(
+        out.stderr.starts_with(
+            "[profile:write] Failed to read input file: ENOENT: no such file or directory"
+        ),
+        "{}",
+        out.stderr
+    );
+    s.write("list.json", "[1,2]");
+    let out = s
+        .cmd(&["profile:merge", "--user", "--input", "list.json"])
+        .fails();
+    assert!(
+        out.stderr.contains("does not hold a JSON object"),
+        "{}",
+        out.stderr
+    );
+    // A damaged profile is named, and left as it is.
+    std::fs::write(home_a5c.join("user-profile.json"), "{broken").unwrap();
+    let out = s
+        .cmd(&["profile:merge", "--user", "--input", "more.json"])
+        .fails();
+    assert!(
+        out.stderr.contains("user-profile.json is not valid JSON"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(home_a5c.join("user-profile.json")).unwrap(),
+        "{broken"
+    );
+}

@@ -137,7 +137,10 @@ pub fn resolved(env: &EnvMap, cwd: &Path, home: Option<&Path>) -> Value {
             }
         }
     }
-    if doc.get("enabled").is_some_and(truthy) {
+    if doc
+        .get("enabled")
+        .is_some_and(crate::compat::output::js_truthy)
+    {
         for (layer, var) in LAYERS {
             if let Some(on) = flag(env, var) {
                 set_layer(&mut doc, layer, on);
@@ -145,17 +148,6 @@ pub fn resolved(env: &EnvMap, cwd: &Path, home: Option<&Path>) -> Value {
         }
     }
     doc
-}
-
-/// JavaScript truthiness.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0 && !f.is_nan()),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(_) | Value::Object(_) => true,
-    }
 }
 
 impl Compression {

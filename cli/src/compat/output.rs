@@ -50,6 +50,36 @@ fn write_compact(out: &mut String, value: &Value) {
     }
 }
 
+/// JavaScript truthiness of a JSON value (`if (value)`).
+pub fn js_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0 && !f.is_nan()),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// The text a template literal makes of a value (`${value}`): strings raw, `undefined` for a
+/// missing one, arrays joined by `,`, objects `[object Object]`, numbers as Node prints them.
+pub fn js_template(v: Option<&Value>) -> String {
+    match v {
+        None => "undefined".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Value::Null => String::new(),
+                other => js_template(Some(other)),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        Some(Value::Object(_)) => "[object Object]".into(),
+        Some(other) => compact(other),
+    }
+}
+
 /// Writes one line to stdout (a closed pipe is not an error worth reporting).
 pub fn line(text: &str) {
     write_out(format_args!("{text}\n"));

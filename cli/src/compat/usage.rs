@@ -44,6 +44,8 @@ pub const USAGE: &str = "Usage:
   babysitter compression:set <layer.key> <value> [--json]   (e.g. userPromptHook.threshold 300, enabled false)
   babysitter compression:reset [--json]
   babysitter tokens:stats [<runId>] [--all] [--json]   (COMPRESSION_APPLIED events of a run, or of all runs)
+  babysitter profile:read|render --user|--project [--dir <dir>] [--json]
+  babysitter profile:write|merge --user|--project --input <file> [--dir <dir>] [--json]
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 

@@ -10,9 +10,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{LAYERS, config_file, resolved, truthy};
+use super::{LAYERS, config_file, resolved};
 use crate::compat::cli::Cli;
-use crate::compat::output::{self, CliError};
+use crate::compat::output::{self, CliError, js_template};
 use crate::compat::session::file::write_file_atomic;
 use crate::compat::{paths, usage};
 
@@ -36,35 +36,21 @@ const FIELDS: &[(Option<&str>, &str, Kind)] = &[
     (Some("processLibraryCache"), "ttlHours", Kind::Number),
 ];
 
-/// The text a template literal makes of a value (strings raw, the rest as JSON).
-fn js_text(v: Option<&Value>) -> String {
-    match v {
-        None => "undefined".into(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| js_text(Some(x)))
-            .collect::<Vec<_>>()
-            .join(","),
-        Some(other) => output::compact(other),
-    }
-}
-
 /// One status row: `{layer, enabled, engine, keySettings}`.
 fn row(doc: &Value, layer: &str) -> Map<String, Value> {
     let l = doc.pointer(&format!("/layers/{layer}"));
     let get = |k: &str| l.and_then(|l| l.get(k));
-    let t = |k: &str| js_text(get(k));
+    let t = |k: &str| js_template(get(k));
     let settings = match layer {
         "userPromptHook" => format!("threshold={}, keepRatio={}", t("threshold"), t("keepRatio")),
         "commandOutputHook" => {
             let list = match get("excludeCommands") {
                 Some(Value::Array(a)) => a
                     .iter()
-                    .map(|x| js_text(Some(x)))
+                    .map(|x| js_template(Some(x)))
                     .collect::<Vec<_>>()
                     .join(", "),
-                other => js_text(other),
+                other => js_template(other),
             };
             format!("excludeCommands=[{list}]")
         }
@@ -111,7 +97,7 @@ pub async fn status(cli: &Cli<'_>) -> anyhow::Result<u8> {
         output::line(&output::pretty(&Value::Object(out)));
         return Ok(0);
     }
-    let master = doc.get("enabled").is_some_and(truthy);
+    let master = doc.get("enabled").is_some_and(output::js_truthy);
     let mut text = format!(
         "\nCompression master switch: {}\n\n",
         if master { "ENABLED" } else { "DISABLED" }
@@ -133,10 +119,10 @@ pub async fn status(cli: &Cli<'_>) -> anyhow::Result<u8> {
     for r in &rows {
         text.push_str(&format!(
             "{}  {}  {}  {}\n",
-            pad(&js_text(r.get("layer")), 22),
-            pad(&js_text(r.get("enabled")), 9),
-            pad(&js_text(r.get("engine")), 22),
-            js_text(r.get("keySettings")),
+            pad(&js_template(r.get("layer")), 22),
+            pad(&js_template(r.get("enabled")), 9),
+            pad(&js_template(r.get("engine")), 22),
+            js_template(r.get("keySettings")),
         ));
     }
     output::line(&text);

@@ -20,6 +20,8 @@ use babysitter_common::EnvMap;
 use serde_json::{Map, Value, json};
 
 use crate::compat::paths::{self, resolve};
+use babysitter_journal::journal::now_iso;
+
 use crate::compat::session::file::write_file_atomic;
 
 const STATE_FILE: &str = "process-library.json";
@@ -100,13 +102,6 @@ pub struct Scope<'a> {
 
 fn path_json(p: &Path) -> Value {
     json!(p.display().to_string())
-}
-
-/// `new Date().toISOString()`.
-pub fn now_iso() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
 }
 
 fn split_subpath(value: &str) -> PathBuf {
@@ -202,7 +197,7 @@ impl Store<'_> {
             state
                 .get(table)?
                 .get(key)
-                .filter(|b| truthy(b))
+                .filter(|b| crate::compat::output::js_truthy(b))
                 .map(|b| (key.to_owned(), b.clone()))
         };
         if let Some((key, binding)) = lookup("runBindings", scope.run_id) {
@@ -221,7 +216,10 @@ impl Store<'_> {
                 binding: Some(binding),
             });
         }
-        let default = state.get("defaultBinding").filter(|b| truthy(b)).cloned();
+        let default = state
+            .get("defaultBinding")
+            .filter(|b| crate::compat::output::js_truthy(b))
+            .cloned();
         Ok(Resolved {
             state_file,
             scope: default.as_ref().map(|_| "default"),
@@ -292,17 +290,6 @@ impl Store<'_> {
             key,
             binding: Some(binding),
         })
-    }
-}
-
-/// JavaScript truthiness of a stored binding.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::String(s) => !s.is_empty(),
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::Array(_) | Value::Object(_) => true,
     }
 }
 
