@@ -42,6 +42,7 @@ mod run;
 mod run_dir;
 mod runtime_hooks;
 mod session;
+mod skill;
 mod task;
 mod tokens_stats;
 mod usage;
@@ -226,6 +227,8 @@ const IMPLEMENTED: &[&str] = &[
     "profile:write",
     "profile:merge",
     "profile:render",
+    "skill:discover",
+    "skill:fetch-remote",
     "version",
 ];
 
@@ -285,6 +288,8 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
             instructions::instructions(cli, &command["instructions:".len()..]).await
         }
         "tokens:stats" => tokens_stats::run(cli).await,
+        "skill:discover" => skill::discover(cli).await,
+        "skill:fetch-remote" => skill::fetch_remote(cli).await,
         "profile:read" | "profile:write" | "profile:merge" | "profile:render" => {
             profile::run(cli, &command["profile:".len()..]).await
         }

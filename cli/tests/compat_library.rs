@@ -624,3 +624,208 @@ fn compat_instructions_suggested_processes_and_existing_run() {
     std::fs::write(&run_json, serde_json::to_string_pretty(&meta).unwrap()).unwrap();
     assert_eq!(instructions(&[])["existingRun"]["runId"], "01A-live");
 }
+
+fn skill_md(name: &str, description: &str, category: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: \"{description}\"\ncategory: {category}\n---\n\n# {name}\n"
+    )
+}
+
+#[test]
+fn compat_skill_discover_lists_library_plugin_and_project_skills() {
+    let s = Sandbox::new();
+    // The active library (bound for the user) with two specializations.
+    let lib = s.tmp.path().join("lib");
+    for (spec, skill) in [("web", "css-helper"), ("data", "sql-helper")] {
+        let d = lib.join("specializations").join(spec);
+        std::fs::create_dir_all(d.join("skills").join(skill)).unwrap();
+        std::fs::write(
+            d.join("skills").join(skill).join("SKILL.md"),
+            skill_md(skill, &format!("{spec} things"), spec),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join(format!("{spec}-flow.js")),
+            "export async function process() {}\n",
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(lib.join("specializations/web/agents/reviewer")).unwrap();
+    std::fs::write(
+        lib.join("specializations/web/agents/reviewer/AGENT.md"),
+        "---\nname: reviewer\ndescription: reviews\nrole: critic\ndomain: web\n---\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(lib.join("methodologies/tdd")).unwrap();
+    std::fs::write(lib.join("methodologies/tdd/red-green.js"), "").unwrap();
+    bs(
+        &s,
+        &["process-library:use", "--dir", &lib.display().to_string()],
+        &[],
+    )
+    .ok();
+    // The plugin's own skills and the project's.
+    let plugin = s.tmp.path().join("plugin");
+    std::fs::create_dir_all(plugin.join("skills/babysit")).unwrap();
+    std::fs::write(
+        plugin.join("skills/babysit/SKILL.md"),
+        skill_md("babysit", "", ""),
+    )
+    .unwrap();
+    s.write(
+        ".a5c/skills/mine/SKILL.md",
+        &skill_md("mine", "project skill", "web"),
+    );
+    s.write(
+        ".a5c/skills/dup/SKILL.md",
+        &skill_md("css-helper", "a second one", "web"),
+    );
+    s.write(".a5c/processes/local.js", "");
+    s.write("no-name/SKILL.md", "---\ndescription: no name\n---\n");
+
+    let plugin_s = plugin.display().to_string();
+    let env = [("CLAUDE_PLUGIN_ROOT", plugin_s.as_str())];
+    let v = bs(&s, &["skill:discover", "--json"], &env).ok().json();
+    assert_eq!(
+        keys(&v),
+        ["skills", "agents", "processes", "summary", "cached"]
+    );
+    assert_eq!(v["cached"], false);
+    let names = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Library (name order of specializations), then plugin, then project; first of a name wins.
+    assert_eq!(
+        names("skills"),
+        ["sql-helper", "css-helper", "babysit", "mine"]
+    );
+    assert_eq!(
+        v["skills"][1],
+        json!({"name": "css-helper", "description": "web things", "category": "web", "source": "local",
+               "file": lib.join("specializations/web/skills/css-helper/SKILL.md").display().to_string()})
+    );
+    assert_eq!(v["skills"][2]["source"], "local-plugin");
+    assert_eq!(
+        keys(&v["agents"][0]),
+        ["name", "description", "role", "category", "source", "file"]
+    );
+    assert_eq!(v["agents"][0]["category"], "web");
+    assert_eq!(
+        v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (
+                p["name"].as_str().unwrap(),
+                p["category"].as_str().unwrap(),
+                p["source"].as_str().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("data-flow", "data", "library"),
+            ("web-flow", "web", "library"),
+            ("red-green", "tdd", "library"),
+            ("local", "project", "repo")
+        ]
+    );
+    assert_eq!(
+        v["summary"],
+        "sql-helper (data things), css-helper (web things), babysit (no description), mine (project skill), reviewer (reviews)"
+    );
+
+    // The second call within the TTL comes from the cache (no processes).
+    let cached = bs(&s, &["skill:discover", "--json"], &env).ok().json();
+    assert_eq!(cached["cached"], true);
+    assert_eq!(keys(&cached), ["skills", "agents", "summary", "cached"]);
+    assert_eq!(cached["skills"], v["skills"]);
+    assert!(
+        s.tmp
+            .path()
+            .join("tmp/babysitter-skill-cache/default.summary")
+            .is_file()
+    );
+    let out = bs(&s, &["skill:discover", "--summary-only"], &env).ok();
+    assert_eq!(out.stdout, format!("{}\n", v["summary"].as_str().unwrap()));
+
+    // A process of a specialization: only that specialization's skills and processes.
+    let v = bs(
+        &s,
+        &[
+            "skill:discover",
+            "--process-path",
+            "specializations/web/web-flow.js",
+            "--json",
+        ],
+        &env,
+    )
+    .ok()
+    .json();
+    assert_eq!(v["cached"], false);
+    assert_eq!(v["skills"].as_array().unwrap().len(), 1);
+    assert_eq!(v["skills"][0]["name"], "css-helper");
+    assert_eq!(v["processes"].as_array().unwrap().len(), 1);
+
+    // Text form.
+    let out = bs(
+        &s,
+        &["skill:discover", "--cache-ttl", "1", "--run-id", "fresh"],
+        &env,
+    )
+    .ok();
+    assert!(
+        out.stdout
+            .starts_with("Skills (4):\n  - sql-helper: data things ["),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("\nAgents (1):\n  - reviewer: reviews [")
+    );
+    assert!(
+        out.stdout
+            .contains("\nProcesses (4):\n  - data-flow [data]: ")
+    );
+
+    // Bad input.
+    let out = bs(&s, &["skill:discover", "--run-id", "../x", "--json"], &[]).fails();
+    assert!(out.stderr.contains("INVALID_RUN_ID"), "{}", out.stderr);
+    let out = bs(&s, &["skill:fetch-remote", "--json"], &[]).fails();
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stderr).unwrap(),
+        json!({"error": "MISSING_SOURCE_TYPE", "message": "--source-type is required (github or well-known)"})
+    );
+    let out = bs(
+        &s,
+        &["skill:fetch-remote", "--source-type", "ftp", "--url", "x"],
+        &[],
+    )
+    .fails();
+    assert_eq!(
+        out.stderr,
+        "Error: --source-type must be github or well-known\n"
+    );
+    let out = bs(&s, &["skill:fetch-remote", "--source-type", "github"], &[]).fails();
+    assert_eq!(out.stderr, "Error: --url is required\n");
+    let out = bs(
+        &s,
+        &[
+            "skill:fetch-remote",
+            "--source-type",
+            "github",
+            "--url",
+            "https://github.com/a/b",
+            "--json",
+        ],
+        &[],
+    )
+    .fails();
+    assert_eq!(
+        serde_json::from_str::<Value>(&out.stderr).unwrap()["error"],
+        "REMOTE_FETCH_UNAVAILABLE"
+    );
+}

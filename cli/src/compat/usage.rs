@@ -46,6 +46,8 @@ pub const USAGE: &str = "Usage:
   babysitter tokens:stats [<runId>] [--all] [--json]   (COMPRESSION_APPLIED events of a run, or of all runs)
   babysitter profile:read|render --user|--project [--dir <dir>] [--json]
   babysitter profile:write|merge --user|--project --input <file> [--dir <dir>] [--json]
+  babysitter skill:discover [--plugin-root <dir>] [--run-id <id>] [--process-path <file>] [--cache-ttl <s>] [--summary-only] [--json]
+  babysitter skill:fetch-remote --source-type <github|well-known> --url <url> [--json]   (needs the network: not available in this build)
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 

@@ -474,6 +474,23 @@ pub fn ensure_active(
     Ok(out)
 }
 
+/// The active library's directory (`getActiveProcessLibraryPath`): the bound directory when it
+/// exists, else the default clone's processes when present.
+pub fn active_path(store: &Store<'_>, scope: Scope<'_>) -> Option<PathBuf> {
+    match store.resolve_active(scope) {
+        Ok(r) => {
+            if let Some(dir) = r.dir().map(|d| store.resolve(d)).filter(|d| exists(d)) {
+                return Some(dir);
+            }
+        }
+        Err(e) => {
+            errln!("[babysitter] active process library resolution failed, using default: {e}")
+        }
+    }
+    let spec = store.spec(None, None, None);
+    exists(&spec.process_root).then_some(spec.process_root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
