@@ -29,6 +29,7 @@ mod cli;
 pub mod client;
 mod compress_output;
 mod compression;
+mod configure;
 mod health;
 mod hook;
 mod instructions;
@@ -229,6 +230,7 @@ const IMPLEMENTED: &[&str] = &[
     "profile:render",
     "skill:discover",
     "skill:fetch-remote",
+    "configure",
     "version",
 ];
 
@@ -289,6 +291,7 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         }
         "tokens:stats" => tokens_stats::run(cli).await,
         "skill:discover" => skill::discover(cli).await,
+        "configure" => configure::run(cli).await,
         "skill:fetch-remote" => skill::fetch_remote(cli).await,
         "profile:read" | "profile:write" | "profile:merge" | "profile:render" => {
             profile::run(cli, &command["profile:".len()..]).await

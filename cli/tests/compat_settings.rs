@@ -594,3 +594,134 @@ fn compat_profile_write_read_merge_render() {
         "{broken"
     );
 }
+
+#[test]
+fn compat_configure_show_validate_paths() {
+    let s = Sandbox::new();
+    let v = s.cmd(&["configure", "--json"]).ok().json();
+    assert_eq!(keys(&v), ["values", "timestamp"]);
+    let values = v["values"].as_array().unwrap();
+    let keys_in_order: Vec<&str> = values.iter().map(|x| x["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys_in_order,
+        [
+            "runsDir",
+            "maxIterations",
+            "qualityThreshold",
+            "timeout",
+            "logLevel",
+            "allowSecretLogs",
+            "hookTimeout",
+            "nodeTaskTimeout",
+            "clockStepMs",
+            "clockStartMs",
+            "layoutVersion",
+            "largeResultPreviewLimit"
+        ]
+    );
+    assert_eq!(
+        values[1],
+        json!({"key": "maxIterations", "value": 65000, "source": "default", "envVar": "BABYSITTER_MAX_ITERATIONS",
+               "docLink": "https://docs.a5c.ai/sdk/config#max-iterations", "description": "Maximum iterations before run terminates"})
+    );
+    // Repo scope in the sandbox: the project's runs directory.
+    assert_eq!(values[0]["value"], s.runs().display().to_string());
+    assert_eq!(
+        keys(&values[8]),
+        ["key", "value", "source", "docLink", "description"]
+    );
+
+    // Variables that parse override; one that does not still counts as set (as the reference).
+    let v = s
+        .cmd_env(
+            &["configure", "show", "--json"],
+            &[
+                ("BABYSITTER_TIMEOUT", "5000ms"),
+                ("BABYSITTER_LOG_LEVEL", "LOUD"),
+                ("BABYSITTER_ALLOW_SECRET_LOGS", "TRUE"),
+            ],
+        )
+        .ok()
+        .json();
+    assert_eq!(
+        (&v["values"][3]["value"], &v["values"][3]["source"]),
+        (&json!(5000), &json!("env"))
+    );
+    assert_eq!(
+        (&v["values"][4]["value"], &v["values"][4]["source"]),
+        (&json!("info"), &json!("env"))
+    );
+    assert_eq!(v["values"][5]["value"], true);
+    let v = s
+        .cmd_env(
+            &["configure", "--defaults-only", "--json"],
+            &[("BABYSITTER_TIMEOUT", "5000")],
+        )
+        .ok()
+        .json();
+    assert_eq!(
+        (&v["values"][3]["value"], &v["values"][3]["source"]),
+        (&json!(120000), &json!("default"))
+    );
+    let out = s
+        .cmd_env(&["configure"], &[("BABYSITTER_MAX_ITERATIONS", "12")])
+        .ok();
+    assert!(
+        out.stdout.contains("  maxIterations            12 "),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("Environment Overrides:\n  BABYSITTER_MAX_ITERATIONS = 12\n")
+    );
+    assert!(out.stdout.contains("  timeout                  120,000 "));
+
+    // validate: warnings keep exit 0, an error exits 1.
+    let v = s.cmd(&["configure", "validate", "--json"]).ok().json();
+    assert_eq!(v["valid"], true);
+    assert_eq!(
+        v["warnings"],
+        json!(["maxIterations is unusually high (>10000), this may cause performance issues"])
+    );
+    let out = s
+        .cmd_env(
+            &["configure", "validate", "--json"],
+            &[("BABYSITTER_QUALITY_THRESHOLD", "150")],
+        )
+        .fails();
+    assert_eq!(
+        out.json()["errors"],
+        json!(["qualityThreshold must be a number between 0 and 100"])
+    );
+    let out = s
+        .cmd_env(
+            &["configure", "validate"],
+            &[("BABYSITTER_MAX_ITERATIONS", "10")],
+        )
+        .ok();
+    assert_eq!(
+        out.stdout,
+        "\n[PASS] Configuration is valid\n\nAll configuration values are within valid ranges.\n\n"
+    );
+
+    // paths.
+    std::fs::create_dir_all(s.project.join(".a5c/processes")).unwrap();
+    let v = s.cmd(&["configure", "paths", "--json"]).ok().json();
+    let p = &v["paths"];
+    assert_eq!(
+        p[1],
+        json!({"name": "a5cDir", "path": s.project.join(".a5c").display().to_string(), "exists": true, "description": "Root directory for babysitter data"})
+    );
+    assert_eq!(p[2]["exists"], false);
+    assert_eq!(p[3]["exists"], true);
+
+    // An unknown subcommand.
+    let out = s.cmd(&["configure", "bogus", "--json"]).fails();
+    assert_eq!(out.json(), json!({"error": "Unknown subcommand: bogus"}));
+    let out = s.cmd(&["configure", "bogus"]).fails();
+    assert!(
+        out.stderr
+            .starts_with("Error: Unknown subcommand: bogus\n\nAvailable subcommands:\n")
+    );
+}

@@ -9,13 +9,12 @@
 //! naming it for `<runId>`, and left out with a note on stderr for `--all`.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal as _;
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
 use crate::compat::cli::Cli;
-use crate::compat::output;
+use crate::compat::output::{self, Style, locale_number};
 use crate::compat::paths;
 use crate::compat::run_dir::Run;
 
@@ -109,42 +108,8 @@ async fn run_stats(run_id: &str, dir: &Path) -> Result<RunStats, String> {
     Ok(stats)
 }
 
-/// `toLocaleString("en-US")`: thousands separators, at most three decimals.
-fn fmt_num(n: f64) -> String {
-    let rounded = (n * 1000.0).round() / 1000.0;
-    let text = format!("{:.3}", rounded.abs());
-    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
-    let mut grouped = String::new();
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (int.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    let frac = frac.trim_end_matches('0');
-    let sign = if rounded < 0.0 { "-" } else { "" };
-    if frac.is_empty() {
-        format!("{sign}{grouped}")
-    } else {
-        format!("{sign}{grouped}.{frac}")
-    }
-}
-
 fn fmt_pct(n: f64) -> String {
     format!("{n:.1}%")
-}
-
-/// ANSI styling when the reference would colour (`NO_COLOR` unset; `FORCE_COLOR` or a terminal).
-struct Style(bool);
-
-impl Style {
-    fn paint(&self, text: &str, code: &str) -> String {
-        if self.0 {
-            format!("\x1b[{code}m{text}\x1b[0m")
-        } else {
-            text.to_owned()
-        }
-    }
 }
 
 const BOLD: &str = "1";
@@ -169,19 +134,19 @@ fn single_table(s: &RunStats, st: &Style) -> String {
     out.push(st.paint("  Summary", CYAN));
     out.push(format!(
         "  Events:            {}",
-        st.paint(&fmt_num(t.events as f64), BOLD)
+        st.paint(&locale_number(t.events as f64), BOLD)
     ));
     out.push(format!(
         "  Original tokens:   {}",
-        st.paint(&fmt_num(t.original), BOLD)
+        st.paint(&locale_number(t.original), BOLD)
     ));
     out.push(format!(
         "  Compressed tokens: {}",
-        st.paint(&fmt_num(t.compressed), BOLD)
+        st.paint(&locale_number(t.compressed), BOLD)
     ));
     out.push(format!(
         "  Tokens saved:      {}",
-        st.paint(&fmt_num(t.saved()), GREEN)
+        st.paint(&locale_number(t.saved()), GREEN)
     ));
     out.push(format!(
         "  Reduction:         {}",
@@ -199,10 +164,10 @@ fn single_table(s: &RunStats, st: &Style) -> String {
         out.push(format!(
             "  {:<8}  {:>8}  {:>12}  {:>12}  {:>12}  {:>10}",
             format!("Layer {name}"),
-            fmt_num(l.events as f64),
-            fmt_num(l.original),
-            fmt_num(l.compressed),
-            fmt_num(l.saved()),
+            locale_number(l.events as f64),
+            locale_number(l.original),
+            locale_number(l.compressed),
+            locale_number(l.saved()),
             fmt_pct(l.reduction_pct()),
         ));
     }
@@ -221,7 +186,7 @@ fn aggregate_table(runs: &[RunStats], all: &Totals, st: &Style) -> String {
         out.push(String::new());
         return out.join("\n");
     }
-    let n = |v: f64| st.paint(&fmt_num(v), BOLD);
+    let n = |v: f64| st.paint(&locale_number(v), BOLD);
     out.push(format!(
         "  Total runs with compression: {}",
         n(runs.len() as f64)
@@ -240,7 +205,7 @@ fn aggregate_table(runs: &[RunStats], all: &Totals, st: &Style) -> String {
     ));
     out.push(format!(
         "  Total tokens saved:          {}",
-        st.paint(&fmt_num(all.saved()), GREEN)
+        st.paint(&locale_number(all.saved()), GREEN)
     ));
     out.push(format!(
         "  Overall reduction:           {}",
@@ -262,9 +227,9 @@ fn aggregate_table(runs: &[RunStats], all: &Totals, st: &Style) -> String {
             "  {:<28}  {:<24}  {:>8}  {:>12}  {:>12}  {:>10}",
             r.run_id,
             r.date.chars().take(24).collect::<String>(),
-            fmt_num(r.totals.events as f64),
-            fmt_num(r.totals.original),
-            fmt_num(r.totals.compressed),
+            locale_number(r.totals.events as f64),
+            locale_number(r.totals.original),
+            locale_number(r.totals.compressed),
             fmt_pct(r.totals.reduction_pct()),
         ));
     }
@@ -277,10 +242,7 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
     let runs_dir = cli.runs_dir();
     let readable = paths::readable_runs_dirs(&runs_dir, &cli.cwd);
-    let style = Style(
-        cli.env.get("NO_COLOR").is_none()
-            && (cli.env.get("FORCE_COLOR").is_some() || std::io::stdout().is_terminal()),
-    );
+    let style = Style::for_stdout(cli.env);
     if a.flag("--all") {
         let mut runs = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -375,12 +337,6 @@ mod tests {
 
     #[test]
     fn numbers_format_as_en_us() {
-        assert_eq!(fmt_num(0.0), "0");
-        assert_eq!(fmt_num(999.0), "999");
-        assert_eq!(fmt_num(1234.0), "1,234");
-        assert_eq!(fmt_num(1234567.5), "1,234,567.5");
-        assert_eq!(fmt_num(-1200.0), "-1,200");
-        assert_eq!(fmt_num(1.23456), "1.235");
         assert_eq!(fmt_pct(33.333), "33.3%");
     }
 }
