@@ -146,7 +146,7 @@ async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 }
 
 /// Commands of the reference this build does not implement yet.
-const NOT_YET: &[&str] = &["skill:discover", "skill:fetch-remote", "configure"];
+const NOT_YET: &[&str] = &["discover", "list"];
 
 /// Commands the reference moved to the separate harness CLI.
 const MOVED: &[&str] = &[
@@ -389,6 +389,24 @@ impl CliError {
             errln!("{}", output::pretty(&self.structured()));
         } else {
             errln!("{}", self.text());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_tables_do_not_overlap() {
+        for c in IMPLEMENTED {
+            assert!(
+                !NOT_YET.contains(c) && !MOVED.contains(c),
+                "{c} is implemented"
+            );
+        }
+        for c in NOT_YET {
+            assert!(!MOVED.contains(c), "{c}");
         }
     }
 }
