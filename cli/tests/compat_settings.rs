@@ -725,3 +725,107 @@ fn compat_configure_show_validate_paths() {
             .starts_with("Error: Unknown subcommand: bogus\n\nAvailable subcommands:\n")
     );
 }
+
+/// The settings commands beside the reference CLI (0.0.187, where it has them) in the same
+/// sandbox: the same JSON for the same files. Skips, saying so, without the reference.
+#[test]
+fn compat_settings_match_the_reference() {
+    let Some(reference) = compat_support::reference_cli() else {
+        return; // skipped: reference_cli() recorded why
+    };
+    let s = Sandbox::new();
+    let both = |args: &[&str]| {
+        let ours = s.cmd(args);
+        let theirs = s.cmd_ref(&reference, args);
+        assert_eq!(
+            ours.code, theirs.code,
+            "{args:?}\nours: {ours:?}\ntheirs: {theirs:?}"
+        );
+        (ours, theirs)
+    };
+    // Same answers, byte for byte.
+    for args in [
+        &["compression:status", "--json"][..],
+        &["profile:read", "--user", "--json"],
+        &["profile:read", "--project", "--json"],
+        &["tokens:stats", "--all", "--json"],
+    ] {
+        let (ours, theirs) = both(args);
+        assert_eq!(ours.stdout, theirs.stdout, "{args:?}");
+    }
+    // Edits: same answer and the same file.
+    let file = s.project.join(".a5c/compression.config.json");
+    for args in [
+        &[
+            "compression:set",
+            "userPromptHook.threshold",
+            "300",
+            "--json",
+        ][..],
+        &["compression:toggle", "sdkContextHook", "off", "--json"],
+        &[
+            "compression:set",
+            "commandOutputHook.excludeCommands",
+            "go,rust",
+            "--json",
+        ],
+    ] {
+        let before = std::fs::read_to_string(&file).ok();
+        let ours = s.cmd(args).ok();
+        let written = std::fs::read_to_string(&file).unwrap();
+        match &before {
+            Some(text) => std::fs::write(&file, text).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        let theirs = s.cmd_ref(&reference, args).ok();
+        assert_eq!(ours.stdout, theirs.stdout, "{args:?}");
+        assert_eq!(written, std::fs::read_to_string(&file).unwrap(), "{args:?}");
+    }
+    let (ours, theirs) = both(&["compression:toggle", "nope", "on", "--json"]);
+    assert_eq!(ours.stderr, theirs.stderr);
+    // Profiles: what one writes the other reads.
+    s.write("p.json", &json!({"name": "Ada", "specialties": [], "expertiseLevels": {}, "goals": [], "preferences": {}, "toolPreferences": {}, "breakpointTolerance": {"global": "low"}, "communicationStyle": {}, "experience": {}, "updatedAt": "U", "version": 1}).to_string());
+    s.cmd_ref(
+        &reference,
+        &["profile:write", "--user", "--input", "p.json"],
+    )
+    .ok();
+    let (ours, theirs) = both(&["profile:render", "--user", "--json"]);
+    assert_eq!(ours.stdout, theirs.stdout);
+    s.write(
+        "m.json",
+        &json!({"specialties": [{"domain": "web"}]}).to_string(),
+    );
+    let (ours, theirs) = both(&["profile:merge", "--user", "--input", "m.json", "--json"]);
+    // Ours merged first (1 → 2), then the reference merged into ours (2 → 3).
+    assert_eq!(ours.json()["version"], 2);
+    assert_eq!(theirs.json()["version"], 3);
+    let merged = read_json(&s.tmp.path().join("home/.a5c/user-profile.json"));
+    assert_eq!(merged["specialties"], json!([{"domain": "web"}]));
+    // Process library: a binding made by either is resolved the same by both.
+    let lib = s.project.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    s.cmd_ref(
+        &reference,
+        &[
+            "process-library:use",
+            "--dir",
+            "lib",
+            "--run-id",
+            "R",
+            "--json",
+        ],
+    )
+    .ok();
+    let (ours, theirs) = both(&["process-library:active", "--run-id", "R", "--json"]);
+    let (mut o, mut t) = (ours.json(), theirs.json());
+    for v in [&mut o, &mut t] {
+        // 0.0.187 puts the reference docs under library/ (6.0.0: plugins/babysitter/reference).
+        v["defaultSpec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("referenceRoot");
+    }
+    assert_eq!(o, t);
+    assert_eq!(o["binding"]["dir"], lib.display().to_string());
+}
