@@ -118,6 +118,12 @@ const CYAN: &str = "36";
 const GREEN: &str = "32";
 const YELLOW: &str = "33";
 
+/// A table's dim header line and its rule.
+fn head(out: &mut Vec<String>, hdr: &str, st: &Style) {
+    out.push(st.paint(&format!("  {hdr}"), DIM));
+    out.push(st.paint(&format!("  {}", "-".repeat(hdr.chars().count())), DIM));
+}
+
 fn single_table(s: &RunStats, st: &Style) -> String {
     let mut out = vec![
         String::new(),
@@ -158,8 +164,7 @@ fn single_table(s: &RunStats, st: &Style) -> String {
         "{:<8}  {:>8}  {:>12}  {:>12}  {:>12}  {:>10}",
         "Layer", "Events", "Original", "Compressed", "Saved", "Reduction"
     );
-    out.push(st.paint(&format!("  {hdr}"), DIM));
-    out.push(st.paint(&format!("  {}", "-".repeat(hdr.chars().count())), DIM));
+    head(&mut out, &hdr, st);
     for (name, l) in &s.by_layer {
         out.push(format!(
             "  {:<8}  {:>8}  {:>12}  {:>12}  {:>12}  {:>10}",
@@ -217,8 +222,7 @@ fn aggregate_table(runs: &[RunStats], all: &Totals, st: &Style) -> String {
         "{:<28}  {:<24}  {:>8}  {:>12}  {:>12}  {:>10}",
         "Run ID", "Date", "Events", "Original", "Compressed", "Reduction"
     );
-    out.push(st.paint(&format!("  {hdr}"), DIM));
-    out.push(st.paint(&format!("  {}", "-".repeat(hdr.chars().count())), DIM));
+    head(&mut out, &hdr, st);
     let mut sorted: Vec<&RunStats> = runs.iter().collect();
     // Most saved first; a stable sort keeps the listing order among equals, as the reference.
     sorted.sort_by(|a, b| b.totals.saved().total_cmp(&a.totals.saved()));
