@@ -30,6 +30,7 @@ pub mod client;
 mod compress_output;
 mod compression;
 mod configure;
+mod discover;
 mod health;
 mod hook;
 mod instructions;
@@ -146,7 +147,7 @@ async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 }
 
 /// Commands of the reference this build does not implement yet.
-const NOT_YET: &[&str] = &["discover", "list"];
+const NOT_YET: &[&str] = &[];
 
 /// Commands the reference moved to the separate harness CLI.
 const MOVED: &[&str] = &[
@@ -231,6 +232,8 @@ const IMPLEMENTED: &[&str] = &[
     "skill:discover",
     "skill:fetch-remote",
     "configure",
+    "discover",
+    "list",
     "version",
 ];
 
@@ -292,6 +295,7 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "tokens:stats" => tokens_stats::run(cli).await,
         "skill:discover" => skill::discover(cli).await,
         "configure" => configure::run(cli).await,
+        "discover" | "list" => discover::run(cli).await,
         "skill:fetch-remote" => skill::fetch_remote(cli).await,
         "profile:read" | "profile:write" | "profile:merge" | "profile:render" => {
             profile::run(cli, &command["profile:".len()..]).await

@@ -829,3 +829,103 @@ fn compat_settings_match_the_reference() {
     assert_eq!(o, t);
     assert_eq!(o["binding"]["dir"], lib.display().to_string());
 }
+
+#[test]
+fn compat_discover_reports_installed_and_calling_harnesses() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = Sandbox::new();
+    let bin = s.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (name, script) in [
+        ("claude", "#!/bin/sh\necho '2.1.159 (Claude Code)'\n"),
+        ("gh", "#!/bin/sh\nexit 3\n"),
+        ("codex", "not executable"),
+    ] {
+        let p = bin.join(name);
+        std::fs::write(&p, script).unwrap();
+        let mode = if name == "codex" { 0o644 } else { 0o755 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::create_dir_all(s.tmp.path().join("home/.gemini")).unwrap();
+    std::fs::create_dir_all(s.project.join(".cursor")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let v = s
+        .cmd_env(
+            &["discover", "--json"],
+            &[("PATH", &path), ("PI_SESSION_ID", "p1")],
+        )
+        .ok()
+        .json();
+    assert_eq!(keys(&v), ["installed", "caller"]);
+    let list = v["installed"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "claude-code",
+            "codex",
+            "cursor",
+            "gemini-cli",
+            "genty",
+            "github-copilot",
+            "hermes",
+            "oh-my-pi",
+            "openclaw",
+            "opencode",
+            "pi",
+            "unified"
+        ]
+    );
+    assert_eq!(
+        list[0],
+        json!({"name": "claude-code", "installed": true, "version": "2.1.159",
+               "cliPath": bin.join("claude").display().to_string(), "cliCommand": "claude",
+               "configFound": false, "capabilities": ["session-binding", "stop-hook", "mcp", "headless-prompt"],
+               "platform": "linux"})
+    );
+    // Not executable: not installed; a CLI whose --version fails has no version.
+    assert_eq!(
+        keys(&list[1]),
+        [
+            "name",
+            "installed",
+            "cliCommand",
+            "configFound",
+            "capabilities",
+            "platform"
+        ]
+    );
+    assert_eq!(list[1]["installed"], false);
+    assert_eq!(
+        (&list[5]["installed"], list[5].get("version")),
+        (&json!(true), None)
+    );
+    // Config directories in the project or the home.
+    assert_eq!(
+        (&list[2]["configFound"], &list[3]["configFound"]),
+        (&json!(true), &json!(true))
+    );
+    assert_eq!(
+        v["caller"],
+        json!({"name": "pi", "matchedEnvVars": ["PI_SESSION_ID"], "capabilities": ["programmatic", "session-binding", "stop-hook", "headless-prompt"]})
+    );
+
+    // `list` is the same command; text form; no caller.
+    let out = s.cmd_env(&["list"], &[("PATH", &path)]).ok();
+    assert!(out.stdout.starts_with("\nInstalled Harnesses\n\n  Name            Installed  Version          Config   Capabilities\n"), "{}", out.stdout);
+    assert!(out.stdout.contains(&format!(
+        "\n  {:<14}  {:<9}  {:<15}  {:<7}  session-binding, stop-hook, mcp, headless-prompt\n",
+        "claude-code", "yes", "2.1.159", "no"
+    )));
+    assert!(
+        out.stdout.ends_with("\nCaller Harness  none detected\n\n"),
+        "{}",
+        out.stdout
+    );
+    // AGENT_SESSION_ID alone names no harness.
+    let v = s
+        .cmd_env(&["list", "--json"], &[("AGENT_SESSION_ID", "x")])
+        .ok()
+        .json();
+    assert_eq!(v["caller"], serde_json::Value::Null);
+}

@@ -49,6 +49,7 @@ pub const USAGE: &str = "Usage:
   babysitter skill:discover [--plugin-root <dir>] [--run-id <id>] [--process-path <file>] [--cache-ttl <s>] [--summary-only] [--json]
   babysitter skill:fetch-remote --source-type <github|well-known> --url <url> [--json]   (needs the network: not available in this build)
   babysitter configure [show|validate|paths] [--defaults-only] [--json]
+  babysitter discover|list [--json]   (installed harnesses and the calling one)
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 
