@@ -751,6 +751,38 @@ fn compat_skill_discover_lists_library_plugin_and_project_skills() {
     let out = bs(&s, &["skill:discover", "--summary-only"], &env).ok();
     assert_eq!(out.stdout, format!("{}\n", v["summary"].as_str().unwrap()));
 
+    // session:iteration-message --plugin-root: the summary as skillContext.
+    let msg = |extra: &[&str]| {
+        let mut args = vec!["session:iteration-message", "--iteration", "2", "--json"];
+        args.extend_from_slice(extra);
+        bs(&s, &args, &[]).ok().json()
+    };
+    assert_eq!(
+        msg(&["--plugin-root", &plugin_s])["skillContext"],
+        v["summary"]
+    );
+    assert_eq!(msg(&[])["skillContext"], Value::Null);
+    let out = bs(
+        &s,
+        &[
+            "session:iteration-message",
+            "--iteration",
+            "2",
+            "--plugin-root",
+            &plugin_s,
+        ],
+        &[],
+    )
+    .ok();
+    assert!(
+        out.stdout.contains(&format!(
+            "skillContext={} systemMessage=",
+            v["summary"].as_str().unwrap()
+        )),
+        "{}",
+        out.stdout
+    );
+
     // A process of a specialization: only that specialization's skills and processes.
     let v = bs(
         &s,

@@ -180,45 +180,69 @@ pub async fn discover(cli: &Cli<'_>) -> anyhow::Result<u8> {
             "[skill:discover] --include-remote: remote skill sources need the network, which this build does not reach; listing local skills only"
         );
     }
+    // Without --plugin-root, the user's active library (`~/.a5c`) comes first.
+    let with_library = flag_root.is_none();
+    let result = discovery(cli, plugin_root, with_library, run_id, process_path, ttl);
+    print(cli, &result);
+    Ok(0)
+}
+
+/// The discovery for a run: from the per-run cache when fresh (no process path), else scanned
+/// (and cached). `with_library`: the user's active library is where the processes are.
+fn discovery(
+    cli: &Cli<'_>,
+    plugin_root: &str,
+    with_library: bool,
+    run_id: &str,
+    process_path: Option<&str>,
+    ttl: u64,
+) -> Map<String, Value> {
     let tmp = PathBuf::from(cli.env.get_non_empty("TMPDIR").unwrap_or("/tmp"));
     let (cache_json, cache_summary) = scan::cache_paths(&tmp, run_id);
     let now_ms = chrono::Utc::now().timestamp_millis();
-
-    let result = match process_path
-        .is_none()
-        .then(|| scan::read_cache(&cache_json, ttl, now_ms))
-        .flatten()
+    if process_path.is_none()
+        && let Some(c) = scan::read_cache(&cache_json, ttl, now_ms)
     {
-        Some(c) => {
-            let mut m = Map::new();
-            for k in ["skills", "agents", "summary"] {
-                m.insert(k.into(), c.get(k).cloned().unwrap_or(Value::Null));
-            }
-            m.insert("cached".into(), json!(true));
-            m
+        let mut m = Map::new();
+        for k in ["skills", "agents", "summary"] {
+            m.insert(k.into(), c.get(k).cloned().unwrap_or(Value::Null));
         }
-        None => {
-            // Without --plugin-root, the user's active library (`~/.a5c`) comes first.
-            let library = flag_root
-                .is_none()
-                .then(|| {
-                    let user = Store {
-                        env: cli.env,
-                        cwd: &cli.cwd,
-                        state_dir_flag: None,
-                    };
-                    store::active_path(&user, Scope::default())
-                })
-                .flatten();
-            let m = fresh(cli, plugin_root, library, run_id, process_path);
-            if process_path.is_none() {
-                write_cache(&cache_json, &cache_summary, &m, now_ms);
-            }
-            m
-        }
-    };
-    print(cli, &result);
-    Ok(0)
+        m.insert("cached".into(), json!(true));
+        return m;
+    }
+    let library = with_library
+        .then(|| {
+            let user = Store {
+                env: cli.env,
+                cwd: &cli.cwd,
+                state_dir_flag: None,
+            };
+            store::active_path(&user, Scope::default())
+        })
+        .flatten();
+    let m = fresh(cli, plugin_root, library, run_id, process_path);
+    if process_path.is_none() {
+        write_cache(&cache_json, &cache_summary, &m, now_ms);
+    }
+    m
+}
+
+/// `skillContext` of `session:iteration-message --plugin-root <dir>`: the discovery summary for
+/// the run (its entry as the process path), `None` when empty or the run id is not a valid id.
+pub fn context_summary(
+    cli: &Cli<'_>,
+    plugin_root: &str,
+    run_id: &str,
+    process_path: Option<&str>,
+) -> Option<String> {
+    if !run_id.is_empty() && babysitter_journal::validate_id("run id", run_id).is_err() {
+        return None;
+    }
+    let m = discovery(cli, plugin_root, true, run_id, process_path, 300);
+    m.get("summary")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// Scans everything (no cache): `{skills, agents, processes, summary, cached: false}`.
