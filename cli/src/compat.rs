@@ -11,6 +11,9 @@
 //! - [`run`], [`task`], [`health`]: the commands, one module per verb.
 //! - [`hook`], [`session`]: `hook:run` (the stop hook, §6.1) and the session-file commands (§6.2–6.3).
 //! - [`instructions`]: the orchestration instructions agents load (`instructions:babysit-skill`).
+//! - [`process_library`], [`skill`], [`profile`], [`compression`], [`tokens_stats`],
+//!   [`configure`], [`discover`]: the peripheral commands (`process-library:*`, `skill:*`,
+//!   `profile:*`, `compression:*`, `tokens:stats`, `configure`, `discover` / `list`).
 //!
 //! Behaviour fixes of the reference kept here (formats unchanged, §11.2): `run:iterate` appends
 //! `RUN_ITERATION` and reports true counts (B2), `hookStatus` never claims hooks ran (B12),
