@@ -11,6 +11,9 @@
 //! - [`run`], [`task`], [`health`]: the commands, one module per verb.
 //! - [`hook`], [`session`]: `hook:run` (the stop hook, §6.1) and the session-file commands (§6.2–6.3).
 //! - [`instructions`]: the orchestration instructions agents load (`instructions:babysit-skill`).
+//! - [`process_library`], [`skill`], [`profile`], [`compression`], [`tokens_stats`],
+//!   [`configure`], [`discover`]: the peripheral commands (`process-library:*`, `skill:*`,
+//!   `profile:*`, `compression:*`, `tokens:stats`, `configure`, `discover` / `list`).
 //!
 //! Behaviour fixes of the reference kept here (formats unchanged, §11.2): `run:iterate` appends
 //! `RUN_ITERATION` and reports true counts (B2), `hookStatus` never claims hooks ran (B12),
@@ -21,7 +24,7 @@
 
 // First: its `errln!` macro serves every command module below.
 #[macro_use]
-mod output;
+pub(crate) mod output;
 
 mod args;
 mod breakpoint;
@@ -29,20 +32,26 @@ mod cli;
 pub mod client;
 mod compress_output;
 mod compression;
+mod configure;
+mod discover;
 mod health;
 mod hook;
 mod hooks_adapter;
 mod instructions;
+mod json_file;
 mod lock;
 pub(crate) mod log;
-mod mcp;
 pub(crate) mod paths;
 mod plugin_cmds;
+mod process_library;
+mod profile;
 mod run;
 mod run_dir;
 mod runtime_hooks;
 mod session;
+mod skill;
 mod task;
+mod tokens_stats;
 mod usage;
 pub mod warm;
 
@@ -143,12 +152,7 @@ async fn execute_command(argv: &[String], env: &EnvMap, cwd: PathBuf) -> u8 {
 }
 
 /// Commands of the reference this build does not implement yet.
-const NOT_YET: &[&str] = &[
-    "skill:discover",
-    "skill:fetch-remote",
-    "configure",
-    "tokens:stats",
-];
+const NOT_YET: &[&str] = &[];
 
 /// Commands the reference moved to the separate harness CLI.
 const MOVED: &[&str] = &[
@@ -217,6 +221,24 @@ const IMPLEMENTED: &[&str] = &[
     "instructions:orchestrate",
     "instructions:process-create",
     "instructions:breakpoint-handling",
+    "process-library:clone",
+    "process-library:update",
+    "process-library:use",
+    "process-library:active",
+    "compression:status",
+    "compression:toggle",
+    "compression:set",
+    "compression:reset",
+    "tokens:stats",
+    "profile:read",
+    "profile:write",
+    "profile:merge",
+    "profile:render",
+    "skill:discover",
+    "skill:fetch-remote",
+    "configure",
+    "discover",
+    "list",
     "version",
     "hooks:invoke",
     "harness:install-plugin",
@@ -224,7 +246,6 @@ const IMPLEMENTED: &[&str] = &[
     "plugin:list-installed",
     "plugin:uninstall",
     "plugin:generate",
-    "mcp:serve",
 ];
 
 async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -272,7 +293,6 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         "plugin:list-installed" => plugin_cmds::list_installed(cli).await,
         "plugin:uninstall" => plugin_cmds::uninstall(cli).await,
         "plugin:generate" => plugin_cmds::generate(cli).await,
-        "mcp:serve" => mcp::serve(cli).await,
         "log" => log::log(cli).await,
         "breakpoint:approve-rule" => breakpoint::approve_rule(cli).await,
         "breakpoint:remove-rule" => breakpoint::remove_rule(cli).await,
@@ -294,6 +314,24 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
         | "instructions:process-create"
         | "instructions:breakpoint-handling" => {
             instructions::instructions(cli, &command["instructions:".len()..]).await
+        }
+        "tokens:stats" => tokens_stats::run(cli).await,
+        "skill:discover" => skill::discover(cli).await,
+        "configure" => configure::run(cli).await,
+        "discover" | "list" => discover::run(cli).await,
+        "skill:fetch-remote" => skill::fetch_remote(cli).await,
+        "profile:read" | "profile:write" | "profile:merge" | "profile:render" => {
+            profile::run(cli, &command["profile:".len()..]).await
+        }
+        "compression:status" => compression::commands::status(cli).await,
+        "compression:toggle" => compression::commands::toggle(cli).await,
+        "compression:set" => compression::commands::set(cli).await,
+        "compression:reset" => compression::commands::reset(cli).await,
+        "process-library:clone"
+        | "process-library:update"
+        | "process-library:use"
+        | "process-library:active" => {
+            process_library::run(cli, &command["process-library:".len()..]).await
         }
         other => {
             unknown_command(other).report_pretty(cli.args.json());
@@ -378,6 +416,24 @@ impl CliError {
             errln!("{}", output::pretty(&self.structured()));
         } else {
             errln!("{}", self.text());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_tables_do_not_overlap() {
+        for c in IMPLEMENTED {
+            assert!(
+                !NOT_YET.contains(c) && !MOVED.contains(c),
+                "{c} is implemented"
+            );
+        }
+        for c in NOT_YET {
+            assert!(!MOVED.contains(c), "{c}");
         }
     }
 }

@@ -15,6 +15,7 @@ static ALLOC: babysitter_cli_alloc::Chosen = babysitter_cli_alloc::Chosen;
 mod compat;
 mod flags;
 mod journal_options;
+mod mcp;
 mod plugins;
 mod remote;
 mod run;
@@ -71,6 +72,11 @@ fn main() -> ExitCode {
         (Some("run"), _) => run::main(&args[1..], &env, fs),
         (Some("up"), _) => up::main(&args[1..], fs),
         (Some("warm"), _) => compat::warm::main(&args[1..], &env, fs),
+        (Some("mcp:serve"), _) if args.iter().any(|a| a == "--help" || a == "-h") => {
+            mcp::help();
+            ExitCode::SUCCESS
+        }
+        (Some("mcp:serve"), _) => mcp::main(&env, fs),
         (Some(cmd), Some((url, rest))) if remote::COMMANDS.contains(&cmd) => {
             remote::main(cmd, &url, &rest, &env)
         }

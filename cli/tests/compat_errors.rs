@@ -380,7 +380,7 @@ fn compat_errors_cli_surface() {
         "{}",
         out.stderr
     );
-    let out = s.cmd(&["tokens:stats", "--json"]).fails();
+    let out = s.cmd(&["session:bogus", "--json"]).fails();
     assert!(out.stderr.contains("NotImplementedError"));
     // Parse errors: plain Error, exit 1.
     let out = s.cmd(&["run:events", "x", "--limit"]).fails();

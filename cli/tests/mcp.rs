@@ -44,6 +44,10 @@ fn the_official_python_client_lists_and_calls_every_tool() {
         return;
     }
     let s = Sandbox::with_demo();
+    // A bound process library (the default one would be cloned from the network).
+    std::fs::create_dir_all(s.project.join("library")).unwrap_or_else(|e| panic!("{e}"));
+    s.cmd(&["process-library:use", "--dir", "library", "--json"])
+        .ok();
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let out = s.exec(
         &python,

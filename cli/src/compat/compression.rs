@@ -8,6 +8,8 @@
 //! `ruby`). Files are merged key by key as the reference merges them; a file that is not JSON is
 //! skipped with a warning on stderr (the reference skips it silently).
 
+pub mod commands;
+
 use std::path::Path;
 
 use babysitter_common::EnvMap;
@@ -27,14 +29,38 @@ pub struct Compression {
     pub commands_excluded: Vec<String>,
 }
 
+/// The reference's `DEFAULT_COMPRESSION_CONFIG`, every layer (the hooks use two; the
+/// `compression:*` commands show and edit all four).
 fn defaults() -> Value {
     json!({
         "enabled": true,
         "layers": {
             "userPromptHook": {"enabled": true, "engine": "density-filter", "threshold": 500, "keepRatio": 0.78},
             "commandOutputHook": {"enabled": true, "engine": "command-compressor", "excludeCommands": ["node", "python", "ruby"]},
+            "sdkContextHook": {
+                "enabled": true, "engine": "sentence-extractor", "targetReduction": 0.15,
+                "minCompressionTokens": 150,
+                "perTaskKind": {"agent": 0.15, "skill": 0.2, "breakpoint": 0.1},
+            },
+            "processLibraryCache": {"enabled": true, "engine": "sentence-extractor", "targetReduction": 0.35, "ttlHours": 24},
         }
     })
+}
+
+/// Each layer and the variable that switches it while compression is on.
+pub const LAYERS: &[(&str, &str)] = &[
+    ("userPromptHook", "BABYSITTER_COMPRESSION_USER_PROMPT"),
+    ("commandOutputHook", "BABYSITTER_COMPRESSION_COMMANDS"),
+    ("sdkContextHook", "BABYSITTER_COMPRESSION_SDK_CONTEXT"),
+    (
+        "processLibraryCache",
+        "BABYSITTER_COMPRESSION_LIBRARY_CACHE",
+    ),
+];
+
+/// The project's settings file, `<dir>/.a5c/compression.config.json`.
+pub fn config_file(dir: &Path) -> std::path::PathBuf {
+    dir.join(".a5c").join("compression.config.json")
 }
 
 /// `base` with `over` merged in: objects key by key, anything else replaced.
@@ -56,7 +82,7 @@ fn merge(base: &mut Value, over: Value) {
 }
 
 fn file_config(dir: &Path) -> Option<Value> {
-    let path = dir.join(".a5c").join("compression.config.json");
+    let path = config_file(dir);
     let text = std::fs::read_to_string(&path).ok()?;
     match serde_json::from_str::<Value>(&text) {
         Ok(v @ Value::Object(_)) => Some(v),
@@ -86,20 +112,53 @@ fn flag(env: &EnvMap, key: &str) -> Option<bool> {
     }
 }
 
+/// The whole resolved settings document (`loadCompressionConfig`): defaults, then the user's
+/// file, the project's, then the environment.
+pub fn resolved(env: &EnvMap, cwd: &Path, home: Option<&Path>) -> Value {
+    let mut doc = defaults();
+    for dir in [home, Some(cwd)].into_iter().flatten() {
+        if let Some(v) = file_config(dir) {
+            merge(&mut doc, v);
+        }
+    }
+    let set_layer = |doc: &mut Value, layer: &str, on: bool| {
+        if let Some(l) = doc.pointer_mut(&format!("/layers/{layer}")) {
+            if !l.is_object() {
+                *l = json!({});
+            }
+            l["enabled"] = json!(on);
+        }
+    };
+    if let Some(master) = flag(env, "BABYSITTER_COMPRESSION_ENABLED") {
+        doc["enabled"] = json!(master);
+        if !master {
+            for (layer, _) in LAYERS {
+                set_layer(&mut doc, layer, false);
+            }
+        }
+    }
+    if doc
+        .get("enabled")
+        .is_some_and(crate::compat::output::js_truthy)
+    {
+        for (layer, var) in LAYERS {
+            if let Some(on) = flag(env, var) {
+                set_layer(&mut doc, layer, on);
+            }
+        }
+    }
+    doc
+}
+
 impl Compression {
     /// The settings for a command run in `cwd` by a user whose home is `home`.
     pub fn load(env: &EnvMap, cwd: &Path, home: Option<&Path>) -> Compression {
-        let mut doc = defaults();
-        for dir in [home, Some(cwd)].into_iter().flatten() {
-            if let Some(v) = file_config(dir) {
-                merge(&mut doc, v);
-            }
-        }
+        let doc = resolved(env, cwd, home);
         let layer = |name: &str| doc.pointer(&format!("/layers/{name}")).cloned();
         let prompt = layer("userPromptHook").unwrap_or(Value::Null);
         let commands = layer("commandOutputHook").unwrap_or(Value::Null);
         let on = |v: &Value| v.get("enabled").and_then(Value::as_bool).unwrap_or(false);
-        let mut c = Compression {
+        Compression {
             enabled: doc.get("enabled").and_then(Value::as_bool).unwrap_or(false),
             prompt_enabled: on(&prompt),
             prompt_threshold: prompt
@@ -121,23 +180,7 @@ impl Compression {
                         .collect()
                 })
                 .unwrap_or_default(),
-        };
-        if let Some(master) = flag(env, "BABYSITTER_COMPRESSION_ENABLED") {
-            c.enabled = master;
-            if !master {
-                c.prompt_enabled = false;
-                c.commands_enabled = false;
-            }
         }
-        if c.enabled {
-            if let Some(p) = flag(env, "BABYSITTER_COMPRESSION_USER_PROMPT") {
-                c.prompt_enabled = p;
-            }
-            if let Some(p) = flag(env, "BABYSITTER_COMPRESSION_COMMANDS") {
-                c.commands_enabled = p;
-            }
-        }
-        c
     }
 }
 

@@ -7,9 +7,13 @@
 //! The texts are this project's own (`instructions/*.md`), adapted per harness: who drives the
 //! loop (a blocking stop hook re-prompting the agent, or the agent looping in-turn), how
 //! sub-agents and human questions are reached, and how a session is bound. `orchestrate` is the
-//! loop `babysit-skill` teaches. The JSON answer has the reference's shape; the parts this build
-//! has no data for are empty (`suggestedProcesses: []`, `existingRun: null`: no process library,
-//! no run detection).
+//! loop `babysit-skill` teaches. The JSON answer has the reference's shape:
+//! `suggestedProcesses` are the process-library paths (relative to the active library's root,
+//! `process-library:active`) for the context's capability flags, in the reference's order
+//! (its `CAPABILITY_PROCESS_MAP`); `existingRun` is this project's live run, if any
+//! ([`existing_run`]).
+
+mod existing_run;
 
 use babysitter_common::EnvMap;
 use serde_json::{Value, json};
@@ -312,6 +316,99 @@ fn capability_flags(ctx: &Value) -> Value {
     })
 }
 
+/// The reference's `CAPABILITY_PROCESS_MAP`: for each capability flag, the library processes
+/// (relative to the process library's root) to prefer, in priority order.
+const CAPABILITY_PROCESSES: &[(&str, &[&str])] = &[
+    (
+        "hasPrPolicies",
+        &[
+            "specializations/collaboration/github/pr-lifecycle-router.js",
+            "specializations/collaboration/github/pr-policies.js",
+        ],
+    ),
+    (
+        "hasBranchPolicies",
+        &["specializations/collaboration/github/branch-policies.js"],
+    ),
+    (
+        "hasIssueLinking",
+        &["specializations/collaboration/github/issue-linking.js"],
+    ),
+    (
+        "hasDraftPrProhibition",
+        &["specializations/collaboration/github/draft-pr-policy.js"],
+    ),
+    (
+        "hasLabelTaxonomy",
+        &["specializations/collaboration/github/label-taxonomy.js"],
+    ),
+    (
+        "hasSingleChannelRule",
+        &["processes/shared/communication/single-channel-communication.js"],
+    ),
+    (
+        "hasSourceQuoteCap",
+        &["processes/shared/communication/source-quote-discipline.js"],
+    ),
+    (
+        "hasHandoffConventions",
+        &["processes/shared/communication/handoff-conventions.js"],
+    ),
+    (
+        "hasIdempotencyAndAbort",
+        &["processes/shared/ci/idempotency-and-safe-abort.js"],
+    ),
+    (
+        "hasIssueOnlyNoDirectCommits",
+        &["specializations/collaboration/github/issue-only-no-direct-commits.js"],
+    ),
+    (
+        "hasPrCommentFormat",
+        &[
+            "specializations/collaboration/github/pr-lifecycle-comment-response.js",
+            "specializations/collaboration/github/pr-comment-response.js",
+        ],
+    ),
+    (
+        "hasSixDimensionReview",
+        &["specializations/collaboration/code-review/six-dimension-review.js"],
+    ),
+    (
+        "hasScheduledReportFormat",
+        &[
+            "processes/shared/reporting/scheduled-report.js",
+            "specializations/research/news-intelligence-pipeline.js",
+        ],
+    ),
+    (
+        "hasLocalDevRelax",
+        &["processes/shared/local-dev-workflow.js"],
+    ),
+];
+
+/// The reference's `processPathsForCapabilities`: the processes of every flag that is `true`,
+/// in the flags' order, each once.
+fn suggested_processes(flags: &Value) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    let Some(flags) = flags.as_object() else {
+        return out;
+    };
+    for (flag, active) in flags {
+        if active != &Value::Bool(true) {
+            continue;
+        }
+        let Some((_, processes)) = CAPABILITY_PROCESSES.iter().find(|(f, _)| f == flag) else {
+            continue;
+        };
+        for p in *processes {
+            if !out.contains(p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// `instructions:<kind>`: `babysit-skill`, `orchestrate`, `process-create` or
 /// `breakpoint-handling`.
 pub async fn instructions(cli: &Cli<'_>, kind: &str) -> anyhow::Result<u8> {
@@ -339,6 +436,10 @@ pub async fn instructions(cli: &Cli<'_>, kind: &str) -> anyhow::Result<u8> {
     if a.json() {
         let ctx = execution_context(cli.env);
         let flags = capability_flags(&ctx);
+        let suggested = suggested_processes(&flags);
+        // The reference looks in the default runs root (no `--runs-dir`).
+        let runs_dir = crate::compat::paths::resolve_runs_dir(cli.env, &cli.cwd, None);
+        let existing = existing_run::detect(&runs_dir, &cli.cwd).await;
         let mut out = json!({
             "harness": h.name, "harnessSource": source, "discoveryEvidence": evidence,
         });
@@ -352,8 +453,8 @@ pub async fn instructions(cli: &Cli<'_>, kind: &str) -> anyhow::Result<u8> {
             ("warnings", json!(warnings)),
             ("executionContext", ctx),
             ("capabilityFlags", flags),
-            ("suggestedProcesses", json!([])),
-            ("existingRun", Value::Null),
+            ("suggestedProcesses", json!(suggested)),
+            ("existingRun", existing.unwrap_or(Value::Null)),
             ("content", json!(content)),
             ("partsIncluded", json!(parts)),
         ] {
@@ -420,5 +521,16 @@ mod tests {
         let local = execution_context(&EnvMap::default());
         assert_eq!(local["trigger"], "manual");
         assert_eq!(capability_flags(&local)["hasLocalDevRelax"], true);
+        assert_eq!(
+            suggested_processes(&capability_flags(&local)),
+            ["processes/shared/local-dev-workflow.js"]
+        );
+        let gha = suggested_processes(&capability_flags(&ctx));
+        assert_eq!(
+            gha[0],
+            "specializations/collaboration/github/pr-lifecycle-router.js"
+        );
+        assert!(gha.contains(&"processes/shared/ci/idempotency-and-safe-abort.js"));
+        assert!(!gha.contains(&"processes/shared/local-dev-workflow.js"));
     }
 }

@@ -50,6 +50,80 @@ fn write_compact(out: &mut String, value: &Value) {
     }
 }
 
+/// JavaScript truthiness of a JSON value (`if (value)`).
+pub fn js_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0 && !f.is_nan()),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(_) | Value::Object(_) => true,
+    }
+}
+
+/// The text a template literal makes of a value (`${value}`): strings raw, `undefined` for a
+/// missing one, arrays joined by `,`, objects `[object Object]`, numbers as Node prints them.
+pub fn js_template(v: Option<&Value>) -> String {
+    match v {
+        None => "undefined".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Value::Null => String::new(),
+                other => js_template(Some(other)),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        Some(Value::Object(_)) => "[object Object]".into(),
+        Some(other) => compact(other),
+    }
+}
+
+/// `toLocaleString("en-US")`: thousands separators, at most three decimals.
+pub fn locale_number(n: f64) -> String {
+    let rounded = (n * 1000.0).round() / 1000.0;
+    let text = format!("{:.3}", rounded.abs());
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let mut grouped = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let frac = frac.trim_end_matches('0');
+    let sign = if rounded < 0.0 { "-" } else { "" };
+    if frac.is_empty() {
+        format!("{sign}{grouped}")
+    } else {
+        format!("{sign}{grouped}.{frac}")
+    }
+}
+
+/// ANSI styling where the reference colours its tables: `NO_COLOR` unset, and `FORCE_COLOR`
+/// set or stdout a terminal.
+pub struct Style(pub bool);
+
+impl Style {
+    pub fn for_stdout(env: &babysitter_common::EnvMap) -> Style {
+        use std::io::IsTerminal as _;
+        Style(
+            env.get("NO_COLOR").is_none()
+                && (env.get("FORCE_COLOR").is_some() || std::io::stdout().is_terminal()),
+        )
+    }
+
+    /// `text` in the SGR `code` (`1` bold, `2` dim, `32` green, …), reset after.
+    pub fn paint(&self, text: &str, code: &str) -> String {
+        if self.0 {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+}
+
 /// Writes one line to stdout (a closed pipe is not an error worth reporting).
 pub fn line(text: &str) {
     write_out(format_args!("{text}\n"));
@@ -307,6 +381,16 @@ mod tests {
             "{\"1\":[],\"2\":{},\"b\":1,\"a\":[1,\"x/é\\u0001\",null,true]}"
         );
         assert_eq!(compact(&json!(1e21)), "1e+21");
+    }
+
+    #[test]
+    fn numbers_format_as_en_us() {
+        assert_eq!(locale_number(0.0), "0");
+        assert_eq!(locale_number(999.0), "999");
+        assert_eq!(locale_number(1234.0), "1,234");
+        assert_eq!(locale_number(1234567.5), "1,234,567.5");
+        assert_eq!(locale_number(-1200.0), "-1,200");
+        assert_eq!(locale_number(1.23456), "1.235");
     }
 
     #[test]

@@ -35,6 +35,21 @@ pub const USAGE: &str = "Usage:
   babysitter session:whoami [--harness <name>] [--state-dir <dir>] [--json]
   babysitter session:cleanup [--harness <name>] [--state-dir <dir>] [--dry-run] [--json]
   babysitter instructions:babysit-skill|orchestrate|process-create|breakpoint-handling [--harness <name>] [--interactive|--no-interactive] [--json]
+  babysitter process-library:clone [--repo <url|path>] [--dir <dir>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:update [--dir <dir>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:use [--dir <dir>] [--run-id <id>] [--session-id <id>] [--ref <ref>] [--state-dir <dir>] [--json]
+  babysitter process-library:active [--run-id <id>] [--session-id <id>] [--state-dir <dir>] [--json]
+  babysitter compression:status [--json]
+  babysitter compression:toggle <userPromptHook|commandOutputHook|sdkContextHook|processLibraryCache> <on|off> [--json]
+  babysitter compression:set <layer.key> <value> [--json]   (e.g. userPromptHook.threshold 300, enabled false)
+  babysitter compression:reset [--json]
+  babysitter tokens:stats [<runId>] [--all] [--json]   (COMPRESSION_APPLIED events of a run, or of all runs)
+  babysitter profile:read|render --user|--project [--dir <dir>] [--json]
+  babysitter profile:write|merge --user|--project --input <file> [--dir <dir>] [--json]
+  babysitter skill:discover [--plugin-root <dir>] [--run-id <id>] [--process-path <file>] [--cache-ttl <s>] [--summary-only] [--json]
+  babysitter skill:fetch-remote --source-type <github|well-known> --url <url> [--json]   (needs the network: not available in this build)
+  babysitter configure [show|validate|paths] [--defaults-only] [--json]
+  babysitter discover|list [--json]   (installed harnesses and the calling one)
   babysitter run <process> [...]          (drive a whole process on this machine; see babysitter run --help)
   babysitter version
 

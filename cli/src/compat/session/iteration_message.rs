@@ -2,8 +2,8 @@
 //! banner a harness without a blocking stop hook shows at the start of each iteration — what the
 //! run is waiting on, or that it completed and the agent must emit the completion proof.
 //!
-//! `skillContext` is always `null`: skill discovery (`--plugin-root`) is not implemented by this
-//! build.
+//! With `--plugin-root`, `skillContext` is the skill discovery summary for the run (as
+//! `skill:discover` finds it, the run's entry as the process path); `null` otherwise.
 
 use serde_json::json;
 
@@ -14,14 +14,38 @@ use crate::compat::run_dir::Run;
 use crate::compat::{output, paths};
 use babysitter_engine::lifecycle::completion_proof;
 
-/// Observed state, pending kinds and (completed runs only) the completion proof.
-async fn facts(cli: &Cli<'_>, run_id: &str) -> Option<(ObservedState, String, Option<String>)> {
+/// What the message needs of a run.
+struct Facts {
+    state: ObservedState,
+    kinds: String,
+    /// Completed runs only.
+    proof: Option<String>,
+}
+
+/// The run's entry (`run.json`'s `entrypoint.importPath`) and, when its journal reads, its
+/// facts.
+async fn facts(cli: &Cli<'_>, run_id: &str) -> (Option<String>, Option<Facts>) {
     let dir = paths::resolve_existing_run_dir(run_id, &cli.runs_dir(), &cli.cwd);
-    let run = Run::open(&dir).ok()?;
-    let meta = run.metadata().ok()?;
-    let f = run_facts(&run).await.ok()?;
+    let Ok(run) = Run::open(&dir) else {
+        return (None, None);
+    };
+    let Ok(meta) = run.metadata() else {
+        return (None, None);
+    };
+    let entry = meta
+        .pointer("/entrypoint/importPath")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    let Ok(f) = run_facts(&run).await else {
+        return (entry, None);
+    };
     let proof = (f.state == ObservedState::Completed).then(|| completion_proof(&meta));
-    Some((f.state, f.pending_kinds, proof))
+    let facts = Facts {
+        state: f.state,
+        kinds: f.pending_kinds,
+        proof,
+    };
+    (entry, Some(facts))
 }
 
 /// The banner for iteration `n` (the reference's wording).
@@ -52,16 +76,24 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             &["Error: --iteration is required for session:iteration-message".into()],
         ));
     };
-    let found = match cli.args.value("--run-id").filter(|r| !r.is_empty()) {
+    let run_id = cli.args.value("--run-id").filter(|r| !r.is_empty());
+    let (entry, found) = match run_id {
         Some(id) => facts(cli, id).await,
-        None => None,
+        None => (None, None),
     };
-    let state = found.as_ref().map(|f| f.0);
+    let state = found.as_ref().map(|f| f.state);
     let kinds = found
         .as_ref()
-        .map(|f| f.1.clone())
+        .map(|f| f.kinds.clone())
         .filter(|k| !k.is_empty());
-    let proof = found.and_then(|f| f.2);
+    let proof = found.and_then(|f| f.proof);
+    let skill_context = cli
+        .args
+        .value("--plugin-root")
+        .filter(|r| !r.is_empty())
+        .and_then(|root| {
+            crate::compat::skill::context_summary(cli, root, run_id.unwrap_or(""), entry.as_deref())
+        });
     let message = system_message(n, state, kinds.as_deref().unwrap_or(""), proof.is_some());
     if cli.args.json() {
         output::line(&output::pretty(&json!({
@@ -69,16 +101,17 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             "runState": state.map(ObservedState::as_str),
             "completionProof": proof,
             "pendingKinds": kinds,
-            "skillContext": null,
+            "skillContext": skill_context,
             "iteration": n,
         })));
     } else {
         let none = || "none".to_owned();
         output::line(&format!(
-            "[session:iteration-message] iteration={n} runState={} pendingKinds={} completionProof={} skillContext=none systemMessage={message}",
+            "[session:iteration-message] iteration={n} runState={} pendingKinds={} completionProof={} skillContext={} systemMessage={message}",
             state.map_or_else(none, |s| s.as_str().to_owned()),
             kinds.unwrap_or_else(none),
             proof.unwrap_or_else(none),
+            skill_context.unwrap_or_else(none),
         ));
     }
     Ok(0)

@@ -5,7 +5,7 @@
 //! `configure_show`) plus breakpoints and the process library.
 //!
 //! Each tool is one table row: its parameters (the JSON schema the client sees) and the
-//! `babysitter` command line they become. A call runs that command through [`super::execute`]
+//! `babysitter` command line they become. A call runs that command through [`compat::execute`]
 //! — the same code a shell call runs, with this server's environment, working directory,
 //! journal runtime and run client — its output captured: the tool result is the command's JSON
 //! (and its text), `isError` with the command's error when it exits non-zero. A call whose
@@ -25,8 +25,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 
-use crate::compat::cli::Cli;
-use crate::compat::{client, output, run_dir};
+use crate::compat::{self, client, output};
 
 /// A parameter: name, JSON type, required, description.
 type Param = (&'static str, &'static str, bool, &'static str);
@@ -446,7 +445,7 @@ impl Server {
             Err(why) => return tool_error(format!("{}: {why}", spec.name)),
         };
         let _turn = self.one_at_a_time.lock().await;
-        let (code, captured) = output::captured(super::execute(
+        let (code, captured) = output::captured(compat::execute(
             &argv,
             &self.env,
             self.cwd.clone(),
@@ -515,23 +514,51 @@ impl ServerHandler for Server {
     }
 }
 
-/// `mcp:serve`: serves until the client closes stdin.
-pub async fn serve(cli: &Cli<'_>) -> anyhow::Result<u8> {
-    let fs = run_dir::fs_runtime().map_err(|e| anyhow::anyhow!(e))?;
+/// `babysitter mcp:serve --help`.
+pub fn help() {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stdout(),
+        "babysitter mcp:serve: an MCP server over stdio with the run, task, session, breakpoint and\n\
+         process-library tools; the runs are this machine's, resolved as the commands resolve them."
+    );
+}
+
+/// `babysitter mcp:serve`: serves until the client closes stdin; the runs are this machine's
+/// (the runs directory the commands resolve from the working directory and environment).
+pub fn main(env: &EnvMap, fs: FsRuntime) -> std::process::ExitCode {
+    let fail = |what: String| {
+        eprintln!("babysitter mcp:serve: {what}");
+        std::process::ExitCode::from(1)
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return fail(format!("cannot read the working directory: {e}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
     let server = Server {
-        env: Arc::new(cli.env.clone()),
-        cwd: cli.cwd.clone(),
+        env: Arc::new(env.clone()),
+        cwd,
         fs,
-        client: client::current(),
+        client: Arc::new(client::OnDisk::Local),
         one_at_a_time: Arc::new(tokio::sync::Mutex::new(())),
     };
-    let running = server
-        .serve(rmcp::transport::io::stdio())
-        .await
-        .map_err(|e| anyhow::anyhow!("mcp:serve: the client's initialisation failed: {e}"))?;
-    running
-        .waiting()
-        .await
-        .map_err(|e| anyhow::anyhow!("mcp:serve: {e}"))?;
-    Ok(0)
+    let served = runtime.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::io::stdio())
+            .await
+            .map_err(|e| format!("the client's initialisation failed: {e}"))?;
+        running.waiting().await.map_err(|e| e.to_string())
+    });
+    match served {
+        Ok(_) => std::process::ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
 }
