@@ -345,3 +345,78 @@ fn discover_lists_every_harness() {
             .is_some_and(|a| a.iter().all(|h| h["installed"] == false))
     );
 }
+
+#[test]
+fn harness_install_plans_the_pinned_npm_install_and_reports_npm_failing() {
+    let s = Sandbox::new();
+    let v = s
+        .cmd(&[
+            "harness:install",
+            "codex",
+            "--prefix",
+            "tools",
+            "--dry-run",
+            "--json",
+        ])
+        .ok()
+        .json();
+    let prefix = s.project.join("tools");
+    assert_eq!(v["status"], "planned");
+    assert_eq!(
+        v["command"],
+        format!(
+            "npm install --prefix {} @openai/codex@0.171.0",
+            prefix.display()
+        )
+    );
+    assert_eq!(
+        v["location"],
+        prefix.join("node_modules/.bin/codex").display().to_string()
+    );
+    let v = s
+        .cmd(&["harness:install", "claude-code", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        v["command"],
+        "npm install -g @anthropic-ai/claude-code@2.1.197"
+    );
+    let out = s.cmd(&["harness:install", "cursor", "--dry-run"]).fails();
+    assert!(
+        out.stderr.contains("not distributed through npm"),
+        "{}",
+        out.stderr
+    );
+
+    // A real npm against a registry that refuses: exit 1 with npm's own words, nothing left.
+    let npm = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("npm"))
+        .find(|p| p.is_file());
+    if npm.is_none() {
+        skip::skip::<()>("needs npm on PATH (Node 20)");
+        return;
+    }
+    let out = s.cmd_env(
+        &["harness:install", "pi", "--prefix", "tools", "--json"],
+        &[
+            ("NPM_CONFIG_REGISTRY", "http://127.0.0.1:9/"),
+            ("NPM_CONFIG_FETCH_RETRIES", "0"),
+            (
+                "NPM_CONFIG_CACHE",
+                &s.tmp.path().join("npm-cache").display().to_string(),
+            ),
+            ("PATH", &std::env::var("PATH").unwrap_or_default()),
+        ],
+    );
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let v = out.json();
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["success"], false);
+    assert!(
+        v["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("127.0.0.1:9")),
+        "{v}"
+    );
+    assert!(!prefix.join("node_modules/.bin/pi").is_file());
+}

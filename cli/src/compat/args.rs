@@ -113,6 +113,7 @@ const VALUE_FLAGS: &[(&str, Check)] = &[
     ("--phase", Check::Text),
     ("--timeout-ms", Check::Text),
     ("--out", Check::Text),
+    ("--prefix", Check::Text),
 ];
 
 /// The reference's boolean flags (`argFlags.ts`).

@@ -1,5 +1,5 @@
-//! The plugin commands: `harness:install-plugin`, `harness:discover`, `plugin:list-installed`,
-//! `plugin:uninstall` and `plugin:generate` — thin over [`crate::plugins`], which renders the
+//! The plugin commands: `harness:install-plugin`, `harness:install`, `harness:discover`,
+//! `plugin:list-installed`, `plugin:uninstall` and `plugin:generate` — thin over [`crate::plugins`], which renders the
 //! bundles and owns what an install writes. Output is one JSON document with `--json`, a few
 //! lines of text otherwise; a bad harness name or scope is an error naming the choices.
 
@@ -359,4 +359,79 @@ pub async fn generate(cli: &Cli<'_>) -> anyhow::Result<u8> {
         &lines,
     );
     Ok(0)
+}
+
+/// `harness:install <harness> [--prefix DIR] [--dry-run] [--json]`: installs the harness's CLI
+/// from npm, at the version babysitter is tested with (`npm install -g`, or into `--prefix`).
+/// The answer has the reference's fields (`status`, `command`, `output`, `location`,
+/// `success`); a failed npm is exit 1 with npm's output.
+pub async fn install_harness(cli: &Cli<'_>) -> anyhow::Result<u8> {
+    let h = harness_arg(cli, "harness:install")?;
+    let Some((package, version)) = h.npm_package() else {
+        return Err(usage_error(format!(
+            "{} is not distributed through npm: install it from its vendor, then `babysitter harness:install-plugin {}`",
+            h.label(),
+            h.key()
+        )));
+    };
+    let spec = format!("{package}@{version}");
+    let prefix = cli
+        .args
+        .value("--prefix")
+        .map(|d| paths::resolve(&cli.cwd, d));
+    let mut args = vec!["install".to_owned()];
+    match &prefix {
+        Some(p) => args.extend(["--prefix".to_owned(), p.display().to_string()]),
+        None => args.push("-g".to_owned()),
+    }
+    args.push(spec.clone());
+    let command = format!("npm {}", args.join(" "));
+    let location = prefix.as_ref().map(|p| {
+        p.join("node_modules/.bin")
+            .join(h.binary())
+            .display()
+            .to_string()
+    });
+    if cli.args.dry_run() {
+        let v = json!({"harness": h.key(), "status": "planned", "success": true,
+                       "command": command, "location": location});
+        show(
+            cli,
+            &v,
+            &[format!("Status: planned"), format!("Command: {command}")],
+        );
+        return Ok(0);
+    }
+    let out = tokio::process::Command::new("npm")
+        .args(&args)
+        .current_dir(&cli.cwd)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await;
+    let (ok, output) = match out {
+        Ok(o) => (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+            .trim()
+            .to_owned(),
+        ),
+        Err(e) => (false, format!("cannot run npm: {e}")),
+    };
+    let status = if ok { "installed" } else { "failed" };
+    let v = json!({"harness": h.key(), "status": status, "success": ok, "command": command,
+                   "output": output, "location": location});
+    let mut lines = vec![format!("Status: {status}"), format!("Command: {command}")];
+    if !output.is_empty() {
+        lines.push(output.clone());
+    }
+    if let Some(l) = &location {
+        lines.push(format!("Location: {l}"));
+    }
+    show(cli, &v, &lines);
+    Ok(if ok { 0 } else { 1 })
 }

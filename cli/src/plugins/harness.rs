@@ -202,6 +202,19 @@ impl Harness {
         }
     }
 
+    /// The npm package of the harness's CLI and the version babysitter is tested with
+    /// (`scripts/ensure-*.sh` pin the same); `None`: not distributed through npm.
+    pub fn npm_package(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Harness::ClaudeCode => Some(("@anthropic-ai/claude-code", "2.1.197")),
+            Harness::Codex => Some(("@openai/codex", "0.171.0")),
+            Harness::GeminiCli => Some(("@google/gemini-cli", "0.61.0")),
+            Harness::OpenCode => Some(("opencode-ai", "1.18.33")),
+            Harness::Pi => Some(("@mariozechner/pi-coding-agent", "0.73.1")),
+            Harness::Cursor => None,
+        }
+    }
+
     /// How a user invokes the plugin's commands in this harness.
     pub fn command_prefix(self) -> &'static str {
         match self {
