@@ -398,7 +398,7 @@ pub async fn install_harness(cli: &Cli<'_>) -> anyhow::Result<u8> {
         show(
             cli,
             &v,
-            &[format!("Status: planned"), format!("Command: {command}")],
+            &["Status: planned".to_owned(), format!("Command: {command}")],
         );
         return Ok(0);
     }
@@ -427,7 +427,7 @@ pub async fn install_harness(cli: &Cli<'_>) -> anyhow::Result<u8> {
                    "output": output, "location": location});
     let mut lines = vec![format!("Status: {status}"), format!("Command: {command}")];
     if !output.is_empty() {
-        lines.push(output.clone());
+        lines.push(output);
     }
     if let Some(l) = &location {
         lines.push(format!("Location: {l}"));
