@@ -48,7 +48,7 @@ mod profile;
 mod run;
 mod run_dir;
 mod runtime_hooks;
-mod session;
+pub(crate) mod session;
 mod skill;
 mod task;
 mod tokens_stats;

@@ -27,7 +27,13 @@ fn main() -> ExitCode {
     let first = args.first().map(String::as_str);
     let remote = match first {
         Some(cmd) if remote::COMMANDS.contains(&cmd) || compat::client::REMOTE.contains(&cmd) => {
-            remote::server_of(&args[1..], &env)
+            remote::server_of(&args[1..], &env).or_else(|| {
+                // A harness session bound to a run on an orchestrator sends that run's
+                // commands there.
+                let cwd = std::env::current_dir().ok()?;
+                compat::session::binding::bound_server(&args[1..], &env, &cwd)
+                    .map(|url| (url, args[1..].to_vec()))
+            })
         }
         // `run` follows a run on a server itself; `up` and `warm` are servers.
         Some(cmd)

@@ -63,7 +63,10 @@ struct Project {
 
 impl Project {
     fn new(harness_bin_var: (&str, &Path)) -> Project {
-        let s = Sandbox::new();
+        Project::in_sandbox(Sandbox::new(), harness_bin_var)
+    }
+
+    fn in_sandbox(s: Sandbox, harness_bin_var: (&str, &Path)) -> Project {
         let fixtures = fixtures();
         std::fs::copy(
             fixtures.join("two-steps.mjs"),
@@ -166,10 +169,21 @@ impl Project {
     /// The journal of `plugin-run` holds two effects, each requested and resolved once, one
     /// completion, and the stop-hook decisions block then approve for `harness`'s `session`.
     fn check_journal(&self, harness: &str, session: &str) -> String {
-        let journal = self
-            .cmd(&["run:events", "plugin-run", "--json"])
-            .ok()
-            .json();
+        self.check_journal_at(harness, session, &[])
+    }
+
+    /// [`Project::check_journal`] of a run read with `at` (`--server URL`: a run on an
+    /// orchestrator, whose journal takes no stop-hook decisions from a session).
+    fn check_journal_at(&self, harness: &str, session: &str, at: &[&str]) -> String {
+        let with = |args: &[&str]| -> Vec<String> {
+            args.iter().chain(at).map(|a| (*a).to_owned()).collect()
+        };
+        let run = |args: &[&str]| {
+            let argv = with(args);
+            let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+            self.cmd(&refs).ok().json()
+        };
+        let journal = run(&["run:events", "plugin-run", "--json"]);
         let evs = journal["events"].as_array().cloned().unwrap_or_default();
         let types: Vec<&str> = evs.iter().filter_map(|e| e["type"].as_str()).collect();
         let mut per_effect: BTreeMap<String, (u32, u32)> = BTreeMap::new();
@@ -203,23 +217,18 @@ impl Project {
                 (f("decision"), f("harness"), f("sessionId"))
             })
             .collect();
-        assert_eq!(
-            stops,
+        let expected: Vec<(String, String, String)> = if at.is_empty() {
             vec![
                 ("block".into(), harness.into(), session.into()),
                 ("approve".into(), harness.into(), session.into()),
-            ],
-            "{harness}: the stop-hook decisions"
-        );
-        let status = self
-            .cmd(&["run:status", "plugin-run", "--json"])
-            .ok()
-            .json();
+            ]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(stops, expected, "{harness}: the stop-hook decisions");
+        let status = run(&["run:status", "plugin-run", "--json"]);
         assert_eq!(status["state"], "completed", "{status}");
-        let proof = self
-            .cmd(&["run:iterate", "plugin-run", "--json"])
-            .ok()
-            .json()["completionProof"]
+        let proof = run(&["run:iterate", "plugin-run", "--json"])["completionProof"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
@@ -742,4 +751,98 @@ async fn opencode_loads_the_plugin_and_its_hooks_reach_babysitter() {
             ("session.idle", "session.idle"),
         ],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_session_drives_a_run_that_lives_on_the_teams_server() {
+    let Some(claude) = installed("harness-claude", "claude", "ensure-claude-code.sh") else {
+        return;
+    };
+    // `babysitter up` (journal and orchestrator, no worker) as the team's server; the session
+    // is told of it by `run:create --server` alone.
+    let s = Sandbox::new();
+    // The server keeps its runs in its own data directory, away from the project.
+    let data = s.tmp.path().join("server-data");
+    let mut s = s.remote_at(data.clone());
+    let pos = s.env.iter().position(|(k, _)| k == "BABYSITTER_SERVER");
+    let url = pos.map(|i| s.env.remove(i).1).unwrap_or_default();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let p = Project::in_sandbox(s, ("CLAUDE_BIN", &claude));
+    p.cmd(&[
+        "harness:install-plugin",
+        "claude-code",
+        "--project",
+        ".",
+        "--json",
+    ])
+    .ok();
+    let server = scripted("Bash", &format!("claude-code --server {url}")).await;
+    let (status, events, stderr) = p
+        .session(
+            &claude,
+            &[
+                "-p",
+                "/babysitter:call run the two-steps process on the team server",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+            ],
+            &[
+                ("IS_SANDBOX", "1".into()),
+                ("ANTHROPIC_BASE_URL", server.url()),
+                ("ANTHROPIC_API_KEY", "sk-ant-scripted-0000".into()),
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+                ("CLAUDE_CODE_STOP_HOOK_BLOCK_CAP", "0".into()),
+            ],
+        )
+        .await;
+    let result = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "result")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert!(
+        status.success() && result["subtype"] == "success" && result["is_error"] == false,
+        "claude: {status}\nresult: {result}\nstderr: {stderr}"
+    );
+    let session_id = result["session_id"].as_str().unwrap_or_default().to_owned();
+    // The run and its journal are the server's: read there, the loop's work is all in it.
+    let proof = p.check_journal_at("claude-code", &session_id, &["--server", &url]);
+    assert_eq!(
+        result["result"].as_str().unwrap_or_default(),
+        format!("The run is complete. <promise>{proof}</promise>")
+    );
+    // The stop hook read the unfinished run on the server and kept the session going once.
+    let feedback = events
+        .iter()
+        .filter(|e| {
+            e["type"] == "user"
+                && e["message"]["content"].as_array().is_some_and(|c| {
+                    c.iter().any(|p| {
+                        p["text"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("Stop hook feedback:"))
+                    })
+                })
+        })
+        .count();
+    assert_eq!(feedback, 1, "the stop hook's blocks");
+    let state = std::fs::read_to_string(p.home().join(format!(".a5c/state/{session_id}.md")))
+        .unwrap_or_default();
+    assert!(
+        state.contains(&format!("metadata_server: \"{url}\"")),
+        "{state}"
+    );
+    // The run is in the server's data directory, and nothing of it in the project.
+    assert!(data.join("runs/plugin-run/run.json").is_file());
+    assert!(!p.s.project.join(".a5c/runs").try_exists().unwrap_or(true));
+    // A teammate elsewhere sees it, by its id.
+    let teammate = Sandbox::new();
+    let seen = teammate
+        .cmd(&["run:status", "plugin-run", "--server", &url, "--json"])
+        .ok()
+        .json();
+    assert_eq!(seen["state"], "completed", "{seen}");
 }

@@ -108,6 +108,11 @@ pub trait RunClient: Send + Sync + std::fmt::Debug {
     /// `failed`) carrying `reason`; `force`: also when it has already ended (the caller checked
     /// that it had not, or was told to seal it anyway).
     async fn seal(&self, run: &Run, seal: Seal<'_>) -> anyhow::Result<Sealed>;
+
+    /// The orchestrator's URL when the runs live on one.
+    fn server(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A runs directory on this machine: opened by this process ([`OnDisk::Local`]) or by the

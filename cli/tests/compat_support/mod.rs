@@ -146,9 +146,14 @@ impl Sandbox {
     /// directory (data dir `<project>/.a5c`, so its runs are `<project>/.a5c/runs`) on a loopback
     /// port, and sends every command of this sandbox that has a remote form to it
     /// (`BABYSITTER_SERVER`): the runs live on the orchestrator, in the same layout.
-    pub fn remote(mut self) -> Self {
-        use std::io::BufRead as _;
+    pub fn remote(self) -> Self {
         let data = self.project.join(".a5c");
+        self.remote_at(data)
+    }
+
+    /// [`Sandbox::remote`] with the server's data directory at `data`.
+    pub fn remote_at(mut self, data: PathBuf) -> Self {
+        use std::io::BufRead as _;
         std::fs::create_dir_all(&data).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
             .args(["up", "--no-worker", "--data-dir"])

@@ -241,6 +241,10 @@ fn iteration_of(r: pb::IterateRunResponse, head: Head) -> Result<Iteration, Stri
 
 #[async_trait]
 impl RunClient for Remote {
+    fn server(&self) -> Option<&str> {
+        Some(&self.url)
+    }
+
     async fn open(&self, dir: &Path) -> Result<Run, String> {
         let run_id = dir
             .file_name()

@@ -16,8 +16,6 @@
 //! session start — after `/compact` or a resume too — abandoning the run the agent was driving)
 //! and records the run directory in the session file as `run:create` does.
 
-use std::io::Write as _;
-
 use babysitter_engine::lifecycle::Entrypoint;
 use serde_json::{Map, Value};
 
@@ -27,7 +25,8 @@ use crate::compat::client;
 use crate::compat::run::new_run::new_run;
 use crate::compat::session::binding::{self, Adapter};
 use crate::compat::session::file::{
-    DEFAULT_MAX_ITERATIONS, SessionFile, session_file_path, state_dir, write_file_atomic,
+    DEFAULT_MAX_ITERATIONS, SessionFile, export_to_env_file, session_file_path, state_dir,
+    write_file_atomic,
 };
 use crate::compat::session::markers;
 
@@ -76,7 +75,7 @@ pub(super) async fn run(cli: &Cli<'_>, harness: &str) -> anyhow::Result<u8> {
     }
     if adapter.name == "claude-code"
         && let Some(env_file) = cli.env.get_non_empty("CLAUDE_ENV_FILE")
-        && let Err(e) = export_session_id(env_file, &sid)
+        && let Err(e) = export_to_env_file(env_file, "AGENT_SESSION_ID", &sid)
     {
         errln!("[hook:run session-start] cannot write AGENT_SESSION_ID to {env_file}: {e}");
     }
@@ -111,40 +110,6 @@ fn session_id(cli: &Cli<'_>, adapter: &Adapter, payload: &Map<String, Value>) ->
 
 /// Appends `export AGENT_SESSION_ID="<id>"` to Claude Code's env file, unless its last such line
 /// names this session already. Only ids that need no shell quoting are written.
-fn export_session_id(env_file: &str, sid: &str) -> std::io::Result<()> {
-    let plain = sid
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if !plain {
-        return Err(std::io::Error::other(format!(
-            "session id {sid:?} would need shell quoting"
-        )));
-    }
-    let line = format!("export AGENT_SESSION_ID=\"{sid}\"");
-    let current = match std::fs::read_to_string(env_file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e),
-    };
-    let last = current
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with("export AGENT_SESSION_ID="));
-    if last.map(str::trim) == Some(line.as_str()) {
-        return Ok(());
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(env_file)?;
-    let sep = if current.is_empty() || current.ends_with('\n') {
-        ""
-    } else {
-        "\n"
-    };
-    f.write_all(format!("{sep}{line}\n").as_bytes())
-}
-
 /// Unified: a bare run (harness `unified`) bound to the session, unless the session already has a
 /// run that has not ended.
 async fn bind_bare_run(

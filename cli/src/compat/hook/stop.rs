@@ -26,8 +26,10 @@ use tokio::time::Instant;
 
 use super::protocol::{allow, block, parse_payload, read_payload, str_field};
 use crate::compat::cli::Cli;
+use crate::compat::client::RunClient as _;
+use crate::compat::client::remote::Remote;
 use crate::compat::run_dir::Run;
-use crate::compat::session::binding::valid_session_id;
+use crate::compat::session::binding::{SERVER, valid_session_id};
 use crate::compat::session::decide::{
     self, Approval, Continuation, Decision, Facts, Reason, Recovery, RunView, StateFields, decide,
 };
@@ -81,6 +83,9 @@ struct RunSeen {
     run: Option<Run>,
     /// The journal's `(type, effectId)` pairs, for back-off counting.
     events: Vec<(String, Option<String>)>,
+    /// The orchestrator the run lives on (`run:create --server`), read again while backing
+    /// off; its journal takes no stop-hook events from here, so decisions are not journaled.
+    remote: Option<Remote>,
 }
 
 impl StopHook<'_, '_> {
@@ -106,7 +111,7 @@ impl StopHook<'_, '_> {
         loop {
             match decide(&facts) {
                 Decision::FindRun => {
-                    seen.run = self.bound_run(&file.state);
+                    (seen.run, seen.remote) = self.bound_run(&file.state).await;
                     facts.run_found = Some(seen.run.is_some());
                 }
                 Decision::ReadRun => {
@@ -198,11 +203,31 @@ impl StopHook<'_, '_> {
         text.as_deref().and_then(extract_promise)
     }
 
-    /// The bound run: the session's `run_dir` when it holds `run.json`, else the run id looked
-    /// up under the readable runs roots.
-    fn bound_run(&self, st: &SessionState) -> Option<Run> {
+    /// The bound run: on its orchestrator when the session names one (`metadata_server`), else
+    /// the session's `run_dir` when it holds `run.json`, else the run id looked up under the
+    /// readable runs roots.
+    async fn bound_run(&self, st: &SessionState) -> (Option<Run>, Option<Remote>) {
         if st.run_id.is_empty() {
-            return None;
+            return (None, None);
+        }
+        if let Some(url) = st.metadata_value(SERVER) {
+            let remote = match Remote::connect(url, self.cli.env) {
+                Ok(r) => r,
+                Err(e) => {
+                    errln!(
+                        "[hook:run] stop: cannot reach {url} for run {}: {e:#}",
+                        st.run_id
+                    );
+                    return (None, None);
+                }
+            };
+            return match remote.open(Path::new(&st.run_id)).await {
+                Ok(run) => (Some(run), Some(remote)),
+                Err(e) => {
+                    errln!("[hook:run] stop: run {} on {url}: {e}", st.run_id);
+                    (None, None)
+                }
+            };
         }
         let dir = st
             .run_dir
@@ -213,9 +238,9 @@ impl StopHook<'_, '_> {
                 paths::resolve_existing_run_dir(&st.run_id, &self.cli.runs_dir(), &self.cli.cwd)
             });
         if !dir.join("run.json").is_file() {
-            return None;
+            return (None, None);
         }
-        Run::open(&dir).ok()
+        (Run::open(&dir).ok(), None)
     }
 
     /// What the run's journal says (a read failure is reported here, as it happens), and its
@@ -262,7 +287,7 @@ impl StopHook<'_, '_> {
             ),
             _ => {}
         }
-        if let (Some(fields), Some(run)) = (&a.journal, &seen.run) {
+        if let (Some(fields), Some(run), None) = (&a.journal, &seen.run, &seen.remote) {
             let extra = state_fields(fields);
             let iteration = file.state.iteration;
             self.journal(run, sid, iteration, "approve", a.reason.as_str(), extra)
@@ -295,9 +320,16 @@ impl StopHook<'_, '_> {
         // The run was found before the loop could continue; journaling is best effort.
         if let Some(run) = &seen.run {
             let backoff = match &c.backoff_effect {
-                Some(effect) => Some(self.backoff(run, effect, &seen.events).await),
+                Some(effect) => Some(
+                    self.backoff(run, seen.remote.as_ref(), effect, &seen.events)
+                        .await,
+                ),
                 None => None,
             };
+            if seen.remote.is_some() {
+                block(&self.harness, &c.reason, &c.system_message);
+                return 0;
+            }
             let mut extra = state_fields(&c.fields);
             if let Some(b) = &backoff {
                 extra.insert("effectId".into(), json!(b.effect_id));
@@ -362,6 +394,7 @@ impl StopHook<'_, '_> {
     async fn backoff(
         &self,
         run: &Run,
+        remote: Option<&Remote>,
         effect_id: &str,
         events: &[(String, Option<String>)],
     ) -> Backoff {
@@ -375,7 +408,17 @@ impl StopHook<'_, '_> {
         while start.elapsed().as_secs_f64() < planned {
             let remaining = planned - start.elapsed().as_secs_f64();
             tokio::time::sleep(Duration::from_secs_f64(poll.min(remaining.max(0.0)))).await;
-            let still = run
+            // A run on an orchestrator is read again: its copy here does not change.
+            let fresh = match remote {
+                Some(r) => match r.open(&run.dir).await {
+                    Ok(run) => Some(run),
+                    Err(_) => break,
+                },
+                None => None,
+            };
+            let still = fresh
+                .as_ref()
+                .unwrap_or(run)
                 .inspect(|_, idx| idx.pending().any(|r| r.effect_id == effect_id))
                 .await;
             match still {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::compat::cli::Cli;
+use crate::compat::client;
 use crate::compat::output;
 use crate::compat::session::binding::{self, Adapter, BindRequest, Bound};
 use crate::compat::session::file::{DEFAULT_MAX_ITERATIONS, state_dir};
@@ -113,6 +114,8 @@ impl Plan {
             return Some(Bound::failed(harness, "", adapter.missing_id_hint()));
         };
         let a = &cli.args;
+        let home = client::current();
+        let server = home.server();
         let req = BindRequest {
             adapter,
             session_id: sid,
@@ -125,7 +128,10 @@ impl Plan {
                 .unwrap_or(DEFAULT_MAX_ITERATIONS),
             prompt: a.value("--prompt").unwrap_or(""),
             verbose: a.verbose(),
+            server,
         };
+        // A run on an orchestrator: the session file records it, and the session's later
+        // commands on the run follow it there (`binding::bound_server`).
         Some(binding::bind(&req).await)
     }
 

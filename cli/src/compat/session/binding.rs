@@ -298,6 +298,49 @@ pub struct BindRequest<'a> {
     pub max_iterations: u64,
     pub prompt: &'a str,
     pub verbose: bool,
+    /// The orchestrator the run lives on (`run:create --server`): recorded in the session file
+    /// (`metadata_server`), so the stop hook reads the run there.
+    pub server: Option<&'a str>,
+}
+
+/// The session-file metadata key naming the orchestrator a bound run lives on.
+pub const SERVER: &str = "server";
+
+/// The orchestrator a run command should go to without `--server`: the one recorded in this
+/// harness session's file when the session is bound to that very run (`run:create --server`
+/// bound it). So a session's `run:iterate`, `task:list` and `task:post` follow its run to the
+/// server whatever harness runs them. `argv`: the command's arguments after its name (the first
+/// positional is the run directory or id).
+pub fn bound_server(argv: &[String], env: &EnvMap, cwd: &Path) -> Option<String> {
+    let mut state_flag = None;
+    let mut run_arg = None;
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        if a == "--state-dir" {
+            state_flag = it.next().map(String::as_str);
+        } else if let Some(v) = a.strip_prefix("--state-dir=") {
+            state_flag = Some(v);
+        } else if !a.starts_with('-') && run_arg.is_none() {
+            run_arg = Some(a.as_str());
+        }
+    }
+    let run_id = Path::new(run_arg?).file_name()?.to_str()?;
+    let state_dir = super::file::state_dir(env, cwd, state_flag);
+    [
+        "AGENT_SESSION_ID",
+        "CLAUDE_CODE_SESSION_ID",
+        "CODEX_THREAD_ID",
+        "GEMINI_SESSION_ID",
+    ]
+    .iter()
+    .filter_map(|k| env.get_non_empty(k))
+    .filter(|sid| valid_session_id(sid).is_ok())
+    .find_map(|sid| {
+        let file = SessionFile::read(&session_file_path(&state_dir, sid.trim())).ok()??;
+        (file.state.run_id == run_id)
+            .then(|| file.state.metadata_value(SERVER).map(str::to_owned))
+            .flatten()
+    })
 }
 
 /// The observed state of the run in `run_dir` (`None`: it cannot be read).
@@ -382,6 +425,10 @@ fn update(req: &BindRequest<'_>, mut file: SessionFile, path: &Path) -> Result<(
     file.state.run_id = req.run_id.to_owned();
     file.state.run_dir = Some(req.run_dir.display().to_string());
     file.state.active = true;
+    match req.server {
+        Some(url) => file.state.set_metadata(SERVER, url),
+        None => file.state.remove_metadata(SERVER),
+    }
     // A file made by session-start has no prompt yet: the stop hook re-injects this one.
     if file.prompt.is_empty() {
         file.prompt = req.prompt.to_owned();
@@ -401,6 +448,9 @@ fn update(req: &BindRequest<'_>, mut file: SessionFile, path: &Path) -> Result<(
 fn create(req: &BindRequest<'_>, path: &Path) -> Result<(), String> {
     let mut state = SessionState::new(req.max_iterations, req.run_id);
     state.run_dir = Some(req.run_dir.display().to_string());
+    if let Some(url) = req.server {
+        state.set_metadata(SERVER, url);
+    }
     let file = SessionFile {
         state,
         prompt: req.prompt.to_owned(),

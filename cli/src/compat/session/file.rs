@@ -95,6 +95,19 @@ impl SessionState {
         }
     }
 
+    /// One metadata entry's value.
+    pub fn metadata_value(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Removes one metadata entry.
+    pub fn remove_metadata(&mut self, key: &str) {
+        self.metadata.retain(|(k, _)| k != key);
+    }
+
     /// Sets (or replaces) one metadata entry.
     pub fn set_metadata(&mut self, key: &str, value: impl Into<String>) {
         let value = value.into();
@@ -295,6 +308,44 @@ pub(super) fn leading_int(value: &str) -> Option<u64> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().ok()
+}
+
+/// Appends `export NAME="value"` to a harness's env file (Claude Code's `CLAUDE_ENV_FILE`, which
+/// it sources before each tool command), unless its last export of `NAME` already says so. A
+/// value the double quotes would not hold literally is refused.
+pub fn export_to_env_file(env_file: &str, name: &str, value: &str) -> std::io::Result<()> {
+    if value
+        .chars()
+        .any(|c| matches!(c, '$' | '`' | '\\' | '"') || c.is_control())
+    {
+        return Err(std::io::Error::other(format!(
+            "{name} value {value:?} would need shell quoting"
+        )));
+    }
+    let line = format!("export {name}=\"{value}\"");
+    let current = match std::fs::read_to_string(env_file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let prefix = format!("export {name}=");
+    let last = current
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with(&prefix));
+    if last.map(str::trim) == Some(line.as_str()) {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env_file)?;
+    let sep = if current.is_empty() || current.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    std::io::Write::write_all(&mut f, format!("{sep}{line}\n").as_bytes())
 }
 
 #[cfg(test)]
