@@ -456,3 +456,122 @@ fn the_shim_without_a_babysitter_binary_allows_and_says_why() {
         String::from_utf8_lossy(&out.stderr).contains("hooks:invoke: unknown harness \"nope\"")
     );
 }
+
+#[test]
+fn extra_handlers_see_the_unified_event_and_their_answers_merge() {
+    let s = Sandbox::with_demo();
+    let seen = s.tmp.path().join("seen.json");
+    let record = format!("cat > '{}'; echo '{{}}'", seen.display());
+    let deny = r#"echo '{"decision":"deny","reason":"no git here"}'"#;
+    let ctx_a = r#"echo '{"additionalContext":"first"}'"#;
+    let ctx_b = r#"echo '{"additionalContext":"second","systemMessage":"hello"}'"#;
+    let broken = "echo nope >&2; exit 3";
+
+    // PreToolUse: babysitter rewrites `git status`, a handler denies it: the denial wins.
+    let pre = payload("claude-code", "PreToolUse", "sess-h", &s.project, "");
+    let out = s.cmd_input(
+        &[
+            "hooks:invoke",
+            "--harness",
+            "claude-code",
+            "--phase",
+            "tool.before",
+            "--handler",
+            &record,
+            "--handler",
+            deny,
+            "--handler",
+            broken,
+        ],
+        &pre,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "deny", "{v}");
+    assert_eq!(
+        v["hookSpecificOutput"]["permissionDecisionReason"],
+        "babysitter output compression\n---\nno git here"
+    );
+    assert!(
+        out.stderr.contains("failed (exit status: 3); ignored"),
+        "{}",
+        out.stderr
+    );
+    // What the first handler was given: the a5c.hooks.v1 event.
+    let e = read_json(&seen);
+    assert_eq!(e["version"], "a5c.hooks.v1");
+    assert_eq!(e["adapter"], "claude-code");
+    assert_eq!(e["phase"], "tool.before");
+    assert_eq!(e["rawEventName"], "PreToolUse");
+    assert_eq!(e["execution"]["sessionId"], "sess-h");
+    assert_eq!(e["payload"]["toolInput"]["command"], "git status");
+    assert!(
+        e["raw"]
+            .as_str()
+            .is_some_and(|r| r.contains("toolu_90d38211660f43b19708"))
+    );
+
+    // SessionStart: two handlers' context, joined, as Claude Code's additionalContext.
+    let start = payload("claude-code", "SessionStart", "sess-h", &s.project, "");
+    let out = s.cmd_input_env(
+        &[
+            "hooks:invoke",
+            "--harness",
+            "claude-code",
+            "--phase",
+            "session.start",
+            "--handler",
+            ctx_a,
+            "--handler",
+            ctx_b,
+        ],
+        &start,
+        &[("BABYSITTER_STATE_DIR", &s.state_dir().display().to_string())],
+    );
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    assert_eq!(
+        v["hookSpecificOutput"]["additionalContext"], "first\n---\nsecond",
+        "{v}"
+    );
+    assert_eq!(v["systemMessage"], "hello");
+
+    // A stop babysitter blocks stays blocked whatever another handler allows.
+    let id = s.create("run-h", "processes/demo.mjs#process");
+    s.iterate(&id);
+    let extra = s.session_env();
+    let refs: Vec<(&str, &str)> = extra
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    s.cmd_env(
+        &[
+            "session:init",
+            "--session-id",
+            "sess-h2",
+            "--run-id",
+            &id,
+            "--prompt",
+            "p",
+            "--json",
+        ],
+        &refs,
+    )
+    .ok();
+    let stop = payload("claude-code", "Stop", "sess-h2", &s.project, "done?");
+    let allow = r#"echo '{"decision":"allow"}'"#;
+    let out = s.cmd_input_env(
+        &[
+            "hooks:invoke",
+            "--harness",
+            "claude-code",
+            "--phase",
+            "turn.stop",
+            "--handler",
+            allow,
+        ],
+        &stop,
+        &refs,
+    );
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    assert_eq!(v["decision"], "block", "{v}");
+}

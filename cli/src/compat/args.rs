@@ -114,6 +114,7 @@ const VALUE_FLAGS: &[(&str, Check)] = &[
     ("--timeout-ms", Check::Text),
     ("--out", Check::Text),
     ("--prefix", Check::Text),
+    ("--handler", Check::Text),
 ];
 
 /// The reference's boolean flags (`argFlags.ts`).
@@ -165,6 +166,8 @@ pub struct Parsed {
     /// Value flags by name; the last occurrence wins (`--run-id` also keeps all in `run_ids`).
     values: BTreeMap<&'static str, String>,
     pub run_ids: Vec<String>,
+    /// Every `--handler` (`hooks:invoke`'s extra handlers), in order.
+    pub handlers: Vec<String>,
     /// `--session-id` given without a value.
     pub session_id_flag: bool,
     /// `--interactive` → `Some(true)`, `--no-interactive` / `--non-interactive` → `Some(false)`.
@@ -280,6 +283,9 @@ impl Parsed {
     fn set_value(&mut self, name: &'static str, value: String) {
         if name == "--run-id" {
             self.run_ids.push(value.clone());
+        }
+        if name == "--handler" {
+            self.handlers.push(value.clone());
         }
         self.values.insert(name, value);
     }

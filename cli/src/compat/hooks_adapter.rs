@@ -9,10 +9,17 @@
 //! 3. runs babysitter's own hook for the phase (`hook:run`'s handlers: the stop hook that drives
 //!    the loop, session start, prompt and tool hooks) on a babysitter-shaped payload, within a
 //!    time limit;
-//! 4. renders the answer in the harness's native format ([`render`]): Claude Code, Codex and
+//! 4. runs each `--handler` command too (the `a5c.hooks.v1` event on its stdin and in
+//!    `HOOKS_PROXY_EVENT`, its stdout a `UnifiedHookResult`) and merges the answers by the
+//!    spec's rules ([`unified`]: the most restrictive decision wins, texts join);
+//! 5. renders the merged answer in the harness's native format ([`render`]): Claude Code, Codex and
 //!    Gemini CLI `{"decision":"block","reason",…}` (never dropped, H2/H5), Claude Code's
 //!    `hookSpecificOutput` for tool rewrites (H3), Cursor's `followup_message`, and the unified
 //!    shape the OpenCode and Pi modules read.
+//!
+//! The plugin is dormant until its session is bound to a run (`run:create` in the session):
+//! before that every hook answers "allow" and writes nothing but the session-start state; while
+//! the bound run is unfinished the loop phases keep the agent on it.
 //!
 //! It fails open, loudly: an unknown harness, a payload of another harness's shape, a payload
 //! that is not JSON, a handler error or a handler past its time limit each print one line on
@@ -32,6 +39,7 @@ use crate::plugins::harness::{Harness, Phase};
 
 mod normalise;
 mod render;
+mod unified;
 
 pub use normalise::Event;
 
@@ -70,9 +78,90 @@ pub async fn invoke(cli: &Cli<'_>) -> anyhow::Result<u8> {
     for note in &event.notes {
         errln!("hooks:invoke ({h} {}): {note}", event.native);
     }
-    let answer = run_handler(cli, &event).await;
-    output::line(&output::compact(&render::render(h, event.phase, answer)));
+    let mut results = Vec::new();
+    if let Some(answer) = run_handler(cli, &event).await {
+        results.push(render::from_answer(answer));
+    }
+    for command in &cli.args.handlers {
+        if let Some(r) = run_command(cli, &event, command).await {
+            results.push(r);
+        }
+    }
+    let (merged, conflicts) = unified::merge(results);
+    for c in conflicts {
+        errln!("hooks:invoke ({h} {}): {c}", event.native);
+    }
+    output::line(&output::compact(&render::render(h, event.phase, &merged)));
     Ok(0)
+}
+
+/// One `--handler` command: the unified event on its stdin (and in `HOOKS_PROXY_EVENT`), its
+/// stdout its result; a failure or a timeout is reported and counts as no answer (§1.3).
+async fn run_command(cli: &Cli<'_>, event: &Event, command: &str) -> Option<unified::HookResult> {
+    use tokio::io::AsyncWriteExt as _;
+    let key = event.harness.key();
+    let unified = output::compact(&event.unified());
+    let mut child = match tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(event.cwd.as_deref().unwrap_or("."))
+        .env("HOOKS_PROXY_EVENT", &unified)
+        .env("AGENT_ADAPTER", key)
+        .env(
+            "AGENT_SESSION_ID",
+            event.session_id.as_deref().unwrap_or(""),
+        )
+        .env("AGENT_WORKSPACE_ROOT", event.cwd.as_deref().unwrap_or(""))
+        .env(
+            "AGENT_TRANSCRIPT_PATH",
+            event.transcript_path.as_deref().unwrap_or(""),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            errln!(
+                "hooks:invoke ({key} {}): cannot start handler {command:?}: {e}",
+                event.native
+            );
+            return None;
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A handler that does not read its input closes the pipe: not an error.
+        let _ = stdin.write_all(unified.as_bytes()).await;
+    }
+    let limit = limit(cli, event.phase);
+    match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Err(_) => {
+            errln!(
+                "hooks:invoke ({key} {}): handler {command:?} did not answer within {} ms; ignored",
+                event.native,
+                limit.as_millis()
+            );
+            None
+        }
+        Ok(Err(e)) => {
+            errln!(
+                "hooks:invoke ({key} {}): handler {command:?}: {e}; ignored",
+                event.native
+            );
+            None
+        }
+        Ok(Ok(out)) if !out.status.success() => {
+            errln!(
+                "hooks:invoke ({key} {}): handler {command:?} failed ({}); ignored",
+                event.native,
+                out.status
+            );
+            None
+        }
+        Ok(Ok(out)) => Some(unified::parse(&String::from_utf8_lossy(&out.stdout))),
+    }
 }
 
 /// The babysitter hook type a phase runs, if any (the others are observed, answered "allow").
@@ -162,6 +251,33 @@ fn drain_stdin() {
 }
 
 impl Event {
+    /// The event as the `a5c.hooks.v1` `UnifiedHookEvent` (§1.7), for `--handler` commands.
+    fn unified(&self) -> Value {
+        json!({
+            "version": "a5c.hooks.v1",
+            "adapter": self.harness.key(),
+            "phase": self.phase.as_str(),
+            "rawEventName": self.native,
+            "supportLevel": "native",
+            "execution": {
+                "sessionId": self.session_id,
+                "adapter": self.harness.key(),
+                "cwd": self.cwd,
+                "transcriptPath": self.transcript_path,
+                "toolName": self.tool_name,
+                "nativeEventName": self.native,
+                "metadata": {"stop_hook_active": self.stop_hook_active},
+            },
+            "payload": {
+                "prompt": self.prompt,
+                "toolName": self.tool_name,
+                "toolInput": self.tool_input,
+                "lastAssistantMessage": self.last_message,
+            },
+            "raw": self.raw,
+        })
+    }
+
     /// The payload babysitter's own hooks read (Claude Code's field names, which `hook:run`
     /// has always taken).
     fn babysitter_payload(&self) -> Map<String, Value> {

@@ -32,6 +32,8 @@ pub struct Event {
     pub stop_hook_active: bool,
     /// Things worth saying on stderr that did not stop the hook.
     pub notes: Vec<String>,
+    /// The payload as the harness sent it.
+    pub raw: String,
 }
 
 fn text(m: &Map<String, Value>, k: &str) -> Option<String> {
@@ -191,5 +193,6 @@ pub fn normalise(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         notes,
+        raw: raw.to_owned(),
     })
 }
