@@ -15,6 +15,14 @@ pub const USAGE: &str = "Usage:
   babysitter task:show <runDir> <effectId> [--json]
   babysitter task:cancel <runDir> <effectId> [--reason <text>] [--json]
   babysitter health [--json] [--verbose]
+  babysitter hooks:invoke --harness <claude-code|codex|gemini-cli|cursor|opencode|pi> --phase <phase> [--handler <cmd>]... [--timeout-ms <n>]   (the harness's hook payload on stdin; answers in its format)
+  babysitter harness:install-plugin <harness> [--project [<dir>] | --user] [--json]
+  babysitter plugin:uninstall <harness> [--project [<dir>] | --user] [--json]
+  babysitter plugin:list-installed [--json]
+  babysitter harness:discover [--json]
+  babysitter harness:install <harness> [--prefix <dir>] [--dry-run] [--json]
+  babysitter plugin:generate --out <dir> [--harness <name>]
+  babysitter mcp:serve   (an MCP server over stdio)
   babysitter hook:run --hook-type <stop|session-end|session-start|user-prompt-submit|pre-tool-use> [--harness <name>] [--state-dir <dir>] [--runs-dir <dir>] [--json]   (hook JSON on stdin)
   babysitter compress-output <command> [args...]   (runs the command, prints its condensed output)
   babysitter log --type <process|hook|cli> --message <msg> [--run-id <id>] [--process-id <id>] [--label <label>] [--level <debug|info|warn|error>] [--source <src>] [--json]
