@@ -107,6 +107,12 @@ fn parse(args: &[String]) -> Result<Args> {
 }
 
 pub fn main(args: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
+    // Help asked for is an answer, on stdout, exit 0 (a usage error is exit 2, on stderr).
+    if args.first().is_some_and(|a| a == "--help" || a == "-h") {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), "{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let args = match parse(args) {
         Ok(a) => a,
         Err(e) => {

@@ -390,3 +390,20 @@ fn process_root_confines_imports_and_can_be_given() {
     assert_eq!(finished["status"], "completed", "{finished}");
     assert_eq!(finished["output"]["said"], "from shared");
 }
+
+/// `--help` is an answer (stdout, exit 0); no process at all is a usage error (stderr, exit 2).
+#[test]
+fn help_is_an_answer_and_a_missing_process_a_usage_error() {
+    let out = babysitter()
+        .args(["run", "--help"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: babysitter run <process.mjs"));
+    let out = babysitter()
+        .args(["run"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: babysitter run"));
+}
