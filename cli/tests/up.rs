@@ -341,3 +341,58 @@ fn a_second_up_on_the_same_data_dir_waits_for_the_first_to_stop() {
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     assert!(second.wait().unwrap().success());
 }
+
+/// `--dump-config` names every setting, the unset ones too: a deployment's token files, the
+/// engine's runs directory and the S3 endpoint appear with their environment variables, and
+/// leave that list once set.
+#[test]
+fn dump_config_lists_the_unset_settings_a_deployment_needs() {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_babysitter"))
+            .arg("up")
+            .args(extra)
+            .arg("--dump-config")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = run(&[]);
+    for (key, var) in [
+        (
+            "orchestrator.journal.token-file",
+            "BABYSITTER_UP__ORCHESTRATOR__JOURNAL__TOKEN_FILE",
+        ),
+        (
+            "orchestrator.engine.runs-dir",
+            "BABYSITTER_UP__ORCHESTRATOR__ENGINE__RUNS_DIR",
+        ),
+        (
+            "orchestrator.journal.store.endpoint",
+            "BABYSITTER_UP__ORCHESTRATOR__JOURNAL__STORE__ENDPOINT",
+        ),
+        (
+            "launcher.orchestrator.token-file",
+            "BABYSITTER_UP__LAUNCHER__ORCHESTRATOR__TOKEN_FILE",
+        ),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("#   ") && l.contains(key));
+        assert!(
+            line.is_some_and(|l| l.ends_with(var)),
+            "{key}: {line:?}\n{text}"
+        );
+    }
+    let set = run(&["--set", "orchestrator.engine.runs-dir=/srv/runs"]);
+    assert!(set.contains("runs-dir = \"/srv/runs\""), "{set}");
+    assert!(
+        !set.lines()
+            .any(|l| l.starts_with("#   orchestrator.engine.runs-dir")),
+        "{set}"
+    );
+}

@@ -277,9 +277,49 @@ pub fn env_var_name(prefix: &str, key: &str) -> String {
 }
 
 /// The effective configuration as TOML, for `--dump-config`. Secret fields (auth tokens) print
-/// redacted.
-pub fn dump_config<T: Serialize>(config: &T) -> Result<String, ConfigError> {
-    Ok(toml::to_string_pretty(config)?)
+/// redacted. Settings that are unset and have no default (a token file, an S3 endpoint) have
+/// no TOML form, so they follow as comments, each with its environment variable: every setting
+/// a deployment may need is on this page.
+pub fn dump_config<T: Serialize>(config: &T, env_prefix: &str) -> Result<String, ConfigError> {
+    let mut text = toml::to_string_pretty(config)?;
+    // serde_json keeps a `None` as `null` where TOML drops it.
+    let mut unset = Vec::new();
+    if let Ok(v) = serde_json::to_value(config) {
+        unset_keys(&v, "", &mut unset);
+    }
+    if !unset.is_empty() {
+        text.push_str(
+            "\n# Unset, no default. Set one in the config file, in the environment, or with\n\
+             # --set key=value:\n",
+        );
+        let width = unset.iter().map(String::len).max().unwrap_or(0);
+        for key in &unset {
+            text.push_str(&format!(
+                "#   {key:<width$}  {}\n",
+                env_var_name(env_prefix, key)
+            ));
+        }
+    }
+    Ok(text)
+}
+
+/// The dotted paths of `null`s in `v` (inside tables; array items are values, not settings).
+fn unset_keys(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    let serde_json::Value::Object(m) = v else {
+        return;
+    };
+    for (k, v) in m {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            serde_json::Value::Null => out.push(path),
+            serde_json::Value::Object(_) => unset_keys(v, &path, out),
+            _ => {}
+        }
+    }
 }
 
 fn read_file(path: &Path) -> Result<Table, ConfigError> {

@@ -55,7 +55,7 @@ where
         }
     };
     if args.dump_config {
-        return match dump_config(&config) {
+        return match dump_config(&config, env_prefix) {
             Ok(text) => {
                 #[allow(clippy::print_stdout)]
                 {

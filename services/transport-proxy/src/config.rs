@@ -804,7 +804,7 @@ provider = "gemini"
         let cfg = f.resolve(&|_| None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(cfg.routes[0].name, "r");
         assert_eq!(cfg.routes[0].policy.max_retries, 2);
-        let dumped = babysitter_common::config::dump_config(&ConfigFile::default())
+        let dumped = babysitter_common::config::dump_config(&ConfigFile::default(), ENV_PREFIX)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(toml::from_str::<ConfigFile>(&dumped).is_ok(), "{dumped}");
     }

@@ -279,15 +279,53 @@ fn dump_round_trips_through_the_loader() {
     let mut cfg = TestConfig::default();
     cfg.store.url = "s3://bucket/prefix".into();
     cfg.server.idle_timeout = Some(Duration::from_millis(1500));
-    let text = dump_config(&cfg).unwrap();
+    let text = dump_config(&cfg, "BABYSITTER_TEST").unwrap();
     assert!(text.contains("[server]"), "{text}");
     assert!(text.contains("request-timeout = \"30s\""), "{text}");
     assert!(text.contains("idle-timeout = \"1s 500ms\""), "{text}");
     let f = write_file(&text);
     let back: TestConfig = loader().file(Some(f.path())).load().unwrap();
     assert_eq!(back, cfg);
-    let none = dump_config(&TestConfig::default()).unwrap();
+    let none = dump_config(&TestConfig::default(), "BABYSITTER_TEST").unwrap();
     assert!(none.contains("idle-timeout = \"off\""), "{none}");
+}
+
+#[test]
+fn dump_lists_unset_settings_with_their_variables() {
+    #[derive(serde::Serialize)]
+    struct Inner {
+        #[serde(rename = "token-file")]
+        token_file: Option<String>,
+        set: Option<u32>,
+    }
+    #[derive(serde::Serialize)]
+    struct Outer {
+        journal: Inner,
+        endpoint: Option<String>,
+        list: Vec<u32>,
+    }
+    let cfg = Outer {
+        journal: Inner {
+            token_file: None,
+            set: Some(3),
+        },
+        endpoint: None,
+        list: vec![1],
+    };
+    let text = dump_config(&cfg, "BABYSITTER_X").unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("#   ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "#   journal.token-file  BABYSITTER_X__JOURNAL__TOKEN_FILE",
+            "#   endpoint            BABYSITTER_X__ENDPOINT",
+        ],
+        "{text}"
+    );
+    assert!(text.contains("set = 3"), "{text}");
+    // Nothing unset: no such section.
+    let full = dump_config(&serde_json::json!({"a": 1}), "BABYSITTER_X").unwrap();
+    assert!(!full.contains("Unset"), "{full}");
 }
 
 #[test]
