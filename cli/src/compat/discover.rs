@@ -134,7 +134,7 @@ fn platform() -> &'static str {
 }
 
 /// The first executable `cli` on `PATH` (`which`).
-fn which(path_var: Option<&str>, cwd: &Path, cli: &str) -> Option<PathBuf> {
+pub(super) fn which(path_var: Option<&str>, cwd: &Path, cli: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     path_var?
         .split(':')
@@ -164,7 +164,7 @@ fn version_in(raw: &str) -> Option<String> {
 }
 
 /// `<cli> --version`'s version, within [`VERSION_TIMEOUT`].
-async fn version_of(cli: &Path, env: &babysitter_common::EnvMap) -> Option<String> {
+pub(super) async fn version_of(cli: &Path, env: &babysitter_common::EnvMap) -> Option<String> {
     let mut cmd = tokio::process::Command::new(cli);
     cmd.arg("--version")
         .env_clear()

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::compat::cli::Cli;
 use crate::compat::output::{self, Category, CliError};
-use crate::compat::paths;
+use crate::compat::{discover, paths};
 use crate::plugins::bundle;
 use crate::plugins::harness::Harness;
 use crate::plugins::install::{self, Scope};
@@ -71,13 +71,14 @@ fn scope(cli: &Cli<'_>) -> anyhow::Result<(Scope, PathBuf)> {
     Ok((Scope::Project, dir))
 }
 
+/// The harness's executable: `<BIN>_BIN` (e.g. `CLAUDE_BIN`) when set, else the first on `PATH`
+/// (`discover`'s lookup).
 fn harness_bin(cli: &Cli<'_>, h: Harness) -> Option<PathBuf> {
     let var = format!("{}_BIN", h.binary().to_uppercase().replace('-', "_"));
-    install::find_binary(
-        h,
-        cli.env.get_non_empty(&var),
-        cli.env.get_non_empty("PATH"),
-    )
+    if let Some(b) = cli.env.get_non_empty(&var) {
+        return Some(PathBuf::from(b));
+    }
+    discover::which(cli.env.get_non_empty("PATH"), &cli.cwd, h.binary())
 }
 
 fn now() -> String {
@@ -259,7 +260,7 @@ pub async fn discover(cli: &Cli<'_>) -> anyhow::Result<u8> {
     for h in Harness::ALL {
         let bin = harness_bin(cli, *h);
         let version = match bin.as_deref() {
-            Some(b) => version_of(b).await,
+            Some(b) => discover::version_of(b, cli.env).await,
             None => None,
         };
         let plugin: Vec<&str> = project
@@ -295,24 +296,6 @@ pub async fn discover(cli: &Cli<'_>) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `<bin> --version`'s first version-looking word, within 10 s.
-async fn version_of(bin: &Path) -> Option<String> {
-    let out = tokio::process::Command::new(bin)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(10), out)
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
-        .map(|w| w.trim_end_matches([',', ')']).to_owned())
-}
-
 /// `plugin:generate --out DIR [--harness H]`: writes the bundles (`plugins/dist` in the
 /// repository), replacing each harness's directory whole.
 pub async fn generate(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -336,19 +319,8 @@ pub async fn generate(cli: &Cli<'_>) -> anyhow::Result<u8> {
         }
         for (rel, f) in &b {
             let path = dir.join(rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| anyhow::anyhow!("{}", output::io_message("create", parent, &e)))?;
-            }
-            std::fs::write(&path, &f.bytes)
-                .map_err(|e| anyhow::anyhow!("{}", output::io_message("write", &path, &e)))?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt as _;
-                let mode = if f.executable { 0o755 } else { 0o644 };
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| anyhow::anyhow!("{}", output::io_message("chmod", &path, &e)))?;
-            }
+            install::write_atomic(&path, &f.bytes, f.executable)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             written.push(path);
         }
     }

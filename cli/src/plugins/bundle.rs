@@ -208,35 +208,31 @@ pub fn render(h: Harness) -> Result<Bundle, SourceError> {
             }
             out.text("rules/babysitter.mdc", cursor_rule(&agents));
         }
-        Harness::OpenCode => {
-            out.text(
-                "plugins/babysitter.js",
-                source::text("harness/opencode-plugin.js")?.to_owned(),
-            );
-            out.shim(&format!("plugins/babysitter/{SHIM}"))?;
+        // In-process harnesses: the module, the shim it calls beside it, skills, commands.
+        Harness::OpenCode | Harness::Pi => {
+            let (module, src, shim_dir, commands_dir) = if h == Harness::OpenCode {
+                (
+                    "plugins/babysitter.js",
+                    "harness/opencode-plugin.js",
+                    "plugins/babysitter",
+                    "commands",
+                )
+            } else {
+                (
+                    "extensions/babysitter/index.ts",
+                    "harness/pi-extension.ts",
+                    "extensions/babysitter",
+                    "prompts",
+                )
+            };
+            out.text(module, source::text(src)?.to_owned());
+            out.shim(&format!("{shim_dir}/{SHIM}"))?;
             for (p, t) in skills {
                 out.text(p, t);
             }
             for (name, c) in &commands {
                 out.text(
-                    format!("commands/babysitter-{name}.md"),
-                    c.body_with_description(),
-                );
-            }
-            out.text("AGENTS.md", agents);
-        }
-        Harness::Pi => {
-            out.text(
-                "extensions/babysitter/index.ts",
-                source::text("harness/pi-extension.ts")?.to_owned(),
-            );
-            out.shim(&format!("extensions/babysitter/{SHIM}"))?;
-            for (p, t) in skills {
-                out.text(p, t);
-            }
-            for (name, c) in &commands {
-                out.text(
-                    format!("prompts/babysitter-{name}.md"),
+                    format!("{commands_dir}/babysitter-{name}.md"),
                     c.body_with_description(),
                 );
             }

@@ -134,7 +134,8 @@ fn write_record(base: &Path, r: &Record) -> Result<(), InstallError> {
     write_atomic(&path, &bytes, false)
 }
 
-fn write_atomic(path: &Path, bytes: &[u8], executable: bool) -> Result<(), InstallError> {
+/// Writes `path` whole (a temporary file renamed over it), 0755 or 0644, its directories made.
+pub fn write_atomic(path: &Path, bytes: &[u8], executable: bool) -> Result<(), InstallError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let tmp = dir.join(format!(
@@ -151,16 +152,6 @@ fn write_atomic(path: &Path, bytes: &[u8], executable: bool) -> Result<(), Insta
             .map_err(|e| io(&tmp, e))?;
     }
     std::fs::rename(&tmp, path).map_err(|e| io(path, e))
-}
-
-/// The harness's executable: `<HARNESS>_BIN` (e.g. `CLAUDE_BIN`) when set, else on `PATH`.
-pub fn find_binary(h: Harness, env_bin: Option<&str>, path_var: Option<&str>) -> Option<PathBuf> {
-    if let Some(b) = env_bin.filter(|b| !b.is_empty()) {
-        return Some(PathBuf::from(b));
-    }
-    std::env::split_paths(path_var?)
-        .map(|d| d.join(h.binary()))
-        .find(|p| p.is_file())
 }
 
 /// Everything an install needs from its caller.

@@ -11,6 +11,7 @@
 use babysitter_common::EnvMap;
 use serde_json::{Map, Value};
 
+use crate::compat::session::binding;
 use crate::plugins::harness::{Harness, Phase};
 
 /// One hook invocation, normalised.
@@ -44,10 +45,10 @@ fn text(m: &Map<String, Value>, k: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Where each harness keeps what babysitter reads.
+/// Where each harness's payload keeps what babysitter reads (its session-id variables are the
+/// session binding's, [`binding::Adapter::session_variables`]).
 struct Fields {
     session: &'static [&'static str],
-    session_env: &'static [&'static str],
     last_message: &'static [&'static str],
 }
 
@@ -55,32 +56,26 @@ fn fields(h: Harness) -> Fields {
     match h {
         Harness::ClaudeCode => Fields {
             session: &["session_id"],
-            session_env: &["CLAUDE_CODE_SESSION_ID"],
             last_message: &["last_assistant_message"],
         },
         Harness::Codex => Fields {
             session: &["session_id"],
-            session_env: &["CODEX_THREAD_ID", "CODEX_SESSION_ID"],
             last_message: &["last_assistant_message"],
         },
         Harness::GeminiCli => Fields {
             session: &["session_id"],
-            session_env: &["GEMINI_SESSION_ID"],
             last_message: &["prompt_response"],
         },
         Harness::Cursor => Fields {
             session: &["conversation_id", "session_id"],
-            session_env: &["CURSOR_SESSION_ID"],
             last_message: &[],
         },
         Harness::OpenCode => Fields {
             session: &["session_id"],
-            session_env: &["OPENCODE_SESSION_ID"],
             last_message: &["last_assistant_message"],
         },
         Harness::Pi => Fields {
             session: &["session_id"],
-            session_env: &["PI_SESSION_ID"],
             last_message: &["last_assistant_message"],
         },
     }
@@ -165,8 +160,9 @@ pub fn normalise(
         .iter()
         .find_map(|k| text(&payload, k))
         .or_else(|| {
-            f.session_env
-                .iter()
+            binding::by_name(h.key())
+                .into_iter()
+                .flat_map(binding::Adapter::session_variables)
                 .find_map(|k| env.get_non_empty(k).map(|v| v.trim().to_owned()))
         });
     let cwd = text(&payload, "cwd").or_else(|| {

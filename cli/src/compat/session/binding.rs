@@ -189,6 +189,14 @@ const ADAPTERS: &[Adapter] = &[
     adapter("custom", &[], &[], &[], false, false, false),
 ];
 
+impl Adapter {
+    /// The harness's own session-id variables: its native ones, then its fallbacks (the
+    /// hooks adapter and [`bound_server`] read a session id from the environment this way).
+    pub fn session_variables(&self) -> impl Iterator<Item = &'static str> {
+        self.native.iter().chain(self.fallback).copied()
+    }
+}
+
 /// Every adapter's name, in the reference's order (`hook:run`'s supported harnesses).
 pub fn names() -> Vec<&'static str> {
     ADAPTERS.iter().map(|a| a.name).collect()
