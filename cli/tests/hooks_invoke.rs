@@ -87,6 +87,30 @@ fn invoke(s: &Sandbox, harness: &str, phase: &str, input: &str) -> Out {
     )
 }
 
+/// Binds session `sid` to run `id` with `verb` (`session:init` for a new session file,
+/// `session:associate` for the one a session start made), in the stop-hook environment.
+fn bind(s: &Sandbox, verb: &str, sid: &str, id: &str) {
+    let extra = s.session_env();
+    let refs: Vec<(&str, &str)> = extra
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    s.cmd_env(
+        &[
+            verb,
+            "--session-id",
+            sid,
+            "--run-id",
+            id,
+            "--prompt",
+            "do it",
+            "--json",
+        ],
+        &refs,
+    )
+    .ok();
+}
+
 fn stop_decisions(s: &Sandbox, id: &str) -> Vec<String> {
     let v = s
         .cmd(&[
@@ -159,25 +183,7 @@ fn each_harness_is_held_while_its_run_is_unfinished_and_let_go_with_the_proof() 
             out.stderr
         );
         // Bind the session to the run, as run:create does inside the harness.
-        let extra = s.session_env();
-        let refs: Vec<(&str, &str)> = extra
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        s.cmd_env(
-            &[
-                "session:associate",
-                "--session-id",
-                &sid,
-                "--run-id",
-                &id,
-                "--prompt",
-                "do it",
-                "--json",
-            ],
-            &refs,
-        )
-        .ok();
+        bind(&s, "session:associate", &sid, &id);
 
         // A stop while the run waits: blocked, in the harness's format.
         let stop = payload(case.harness, case.stop, &sid, &s.project, "I am done");
@@ -232,25 +238,7 @@ fn the_payload_names_the_event_and_the_phase_flag_only_fills_in() {
     // journaled.
     let id = s.create("run-end", "processes/demo.mjs#process");
     s.iterate(&id);
-    let extra = s.session_env();
-    let refs: Vec<(&str, &str)> = extra
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    s.cmd_env(
-        &[
-            "session:init",
-            "--session-id",
-            "sess-end",
-            "--run-id",
-            &id,
-            "--prompt",
-            "p",
-            "--json",
-        ],
-        &refs,
-    )
-    .ok();
+    bind(&s, "session:init", "sess-end", &id);
     let end = payload("claude-code", "SessionEnd", "sess-end", &s.project, "");
     let out = invoke(&s, "claude-code", "turn.stop", &end);
     assert_eq!(out.stdout.trim(), "{}");
@@ -538,25 +526,12 @@ fn extra_handlers_see_the_unified_event_and_their_answers_merge() {
     // A stop babysitter blocks stays blocked whatever another handler allows.
     let id = s.create("run-h", "processes/demo.mjs#process");
     s.iterate(&id);
+    bind(&s, "session:init", "sess-h2", &id);
     let extra = s.session_env();
     let refs: Vec<(&str, &str)> = extra
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    s.cmd_env(
-        &[
-            "session:init",
-            "--session-id",
-            "sess-h2",
-            "--run-id",
-            &id,
-            "--prompt",
-            "p",
-            "--json",
-        ],
-        &refs,
-    )
-    .ok();
     let stop = payload("claude-code", "Stop", "sess-h2", &s.project, "done?");
     let allow = r#"echo '{"decision":"allow"}'"#;
     let out = s.cmd_input_env(
