@@ -177,6 +177,42 @@ impl Cluster {
         cluster::journal_events(&self.journal.ready, token, run_id).await
     }
 
+    /// Every log line (orchestrators, workers, journal) naming an effect of the ledger lines
+    /// `repeated` (`<run>/<effect> <attempt>`): what each process did with a task that ran twice.
+    fn log_lines_naming(&self, repeated: &[String]) -> String {
+        let effects: HashSet<&str> = repeated
+            .iter()
+            .filter_map(|l| l.split([' ', '/']).nth(1))
+            .collect();
+        let mut out = String::new();
+        let mut logs: Vec<_> = std::fs::read_dir(self.dir.path())
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        logs.retain(|p| p.extension().is_some_and(|e| e == "log"));
+        logs.sort();
+        // The whole logs, kept for a closer look when asked (the temp dir goes with the test).
+        if let Some(keep) = std::env::var_os("BABYSITTER_TEST_KEEP_LOGS") {
+            let keep = Path::new(&keep).join(format!("cluster-{}", std::process::id()));
+            if std::fs::create_dir_all(&keep).is_ok() {
+                for log in &logs {
+                    if let Some(name) = log.file_name() {
+                        let _ = std::fs::copy(log, keep.join(name));
+                    }
+                }
+                out.push_str(&format!("logs kept in {}\n", keep.display()));
+            }
+        }
+        for log in logs {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            for line in text.lines() {
+                if effects.iter().any(|e| line.contains(e)) {
+                    out.push_str(&format!("{}: {line}\n", log.display()));
+                }
+            }
+        }
+        out
+    }
+
     fn logs(&self) -> String {
         let mut s = String::new();
         if let Some(o) = &self.orchestrator {
@@ -482,7 +518,11 @@ async fn the_orchestrator_killed_at_random_points_during_20_runs_loses_and_repea
     }
     // No worker died, so every task ran exactly once: one ledger line per effect.
     let (twice, ran) = cluster::ledger_repeats(&ledger);
-    assert!(twice.is_empty(), "tasks ran more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "tasks ran more than once: {twice:?}\n{}",
+        cluster.log_lines_naming(&twice)
+    );
     assert_eq!(ran, 100, "20 runs × 5 tasks, each once");
 }
 

@@ -221,3 +221,64 @@ async fn a_result_spooled_by_a_worker_that_stopped_is_delivered_by_the_next_one(
     stop.cancel();
     w.await.unwrap().unwrap();
 }
+
+/// A draining orchestrator hands out nothing: its waiting polls end empty. While it drains it
+/// takes no new connection, so the worker that ran a task it recovered cannot come back to adopt
+/// it; a poll still waiting on an old connection must not take that task once its adoption grace
+/// runs out (the CI failure this guards against: a task run twice across a SIGTERM).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_orchestrator_hands_no_recovered_task_to_a_waiting_poll() {
+    let short = QueueConfig {
+        lease_duration: Duration::from_millis(300),
+        heartbeat_interval: Duration::from_millis(100),
+        max_poll_wait: Duration::from_secs(5),
+        ..QueueConfig::default()
+    };
+    let s = start(short, AuthConfig::default()).await;
+    let run = create(
+        &mut client(&s, None),
+        "",
+        GATED_TASK,
+        json!({"cmd": "echo hi"}),
+    )
+    .await;
+    let mut w1 = raw_worker(&s, "w1").await;
+    let task = poll_one(&mut w1, "w1").await;
+    assert_eq!(task.run_id, run.run_id);
+
+    // Restarted: the task is recovered and held for w1, which does not come back.
+    let s = s.halt().await.start().await;
+    assert!(s.manager.queue().is_known(&task.run_id, &task.effect_id));
+    let mut w2 = raw_worker(&s, "w2").await;
+    let waiting = tokio::spawn(async move {
+        w2.poll_tasks(pb::PollTasksRequest {
+            worker_id: "w2".into(),
+            max_tasks: 1,
+            wait: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+        })
+        .await
+    });
+    // The poll is waiting (the grace lasts 300 ms): now the server drains.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.stop.cancel();
+    let got = waiting
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiting poll failed: {e:?}"))
+        .into_inner();
+    assert!(
+        got.tasks.is_empty(),
+        "a draining orchestrator handed out {:?}",
+        got.tasks
+            .iter()
+            .map(|t| (&t.effect_id, t.attempt))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        s.manager.queue().is_known(&task.run_id, &task.effect_id),
+        "still queued for the next orchestrator to recover"
+    );
+}

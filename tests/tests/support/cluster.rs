@@ -187,11 +187,17 @@ pub fn ledger_repeats(ledger: &Path) -> (Vec<String>, usize) {
 pub struct Schedule(u64);
 
 impl Schedule {
+    /// Seeded from `BABYSITTER_TEST_SEED` when set (to replay a printed schedule), else the clock.
     pub fn from_clock() -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(7) as u64;
+        let seed = std::env::var("BABYSITTER_TEST_SEED")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(7) as u64
+            });
         eprintln!("schedule seed {seed}");
         Self(seed | 1)
     }

@@ -391,7 +391,8 @@ impl OrchestratorConfig {
 
     /// The run manager this config describes over `journal`: engine, queue (with a fresh
     /// incarnation id), every unfinished run resumed, the lease sweeper running. Returns it and
-    /// the number of runs resumed.
+    /// the number of runs resumed. Its recovered tasks stay held for the workers that ran them
+    /// until a `WorkerApi` is built over it (`Services::new`, right before serving).
     pub async fn start_manager(
         &self,
         journal: babysitter_journal::Journal,
@@ -403,6 +404,9 @@ impl OrchestratorConfig {
             self.queue.queue_config(),
             ulid::Ulid::generate().to_string(),
         );
+        // The recovered tasks' adoption grace starts when workers can reach this manager
+        // ([`super::runs::RunManager::open_to_workers`]), not while recovery still runs.
+        queue.hold_adoption();
         let mut manager_config = self.runs.manager_config();
         manager_config.secrets = secrets;
         let manager = super::runs::RunManager::new(engine, queue, manager_config);

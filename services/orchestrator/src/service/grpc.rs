@@ -124,8 +124,8 @@ pub struct Services {
 impl Services {
     pub fn new(manager: RunManager, shutdown: CancellationToken) -> Self {
         Self {
-            runs: RunApi::new(manager.clone(), shutdown),
-            workers: WorkerApi::new(manager),
+            runs: RunApi::new(manager.clone(), shutdown.clone()),
+            workers: WorkerApi::new(manager, shutdown),
         }
     }
 

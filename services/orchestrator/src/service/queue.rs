@@ -8,8 +8,10 @@
 //!   repeat of an accepted completion is idempotent; a completion under an expired or foreign lease
 //!   is refused (`lease-lost`) — the journal's single `EFFECT_RESOLVED` per effect is the last line;
 //! - leases are named `<incarnation>:<run>:<effect>:<attempt>:<nonce>`: after an orchestrator
-//!   restart, a task recovered from the journal is held back for one lease duration so the worker
-//!   that was running it can adopt it again by heartbeat or completion instead of it running twice;
+//!   restart, a task recovered from the journal is held back for one lease duration, counted from
+//!   when this orchestrator starts answering workers (not from recovery, which may take seconds),
+//!   so the worker that was running it can adopt it again by heartbeat or completion instead of
+//!   it running twice (and a draining server hands out nothing: `grpc::worker_api`);
 //! - routing: a worker gets a task only if it serves the namespace, advertises the task kind, has
 //!   the harness the task names (`execution.harness`) and carries every label the task requires
 //!   (`execution.labels`, our extension); concurrency is capped per run and per namespace.
@@ -24,6 +26,10 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// How far off a recovered task's grace is while calls are not served yet (re-set by
+/// [`TaskQueue::open_adoption`]; far enough that no sweep or poll reaches it first).
+const ADOPTION_NOT_OPEN: Duration = Duration::from_secs(365 * 86_400);
 
 /// Queue and lease settings.
 #[derive(Debug, Clone)]
@@ -184,6 +190,9 @@ struct Inner {
     /// The effect ids known per run (queued or leased): a run's counts cost O(1) and cancelling
     /// a run touches only its own tasks.
     tasks_per_run: HashMap<String, HashSet<String>>,
+    /// Set while recovery runs and calls are not served yet: recovered tasks wait for
+    /// [`TaskQueue::open_adoption`] to start their grace period.
+    adoption_held: bool,
 }
 
 impl Inner {
@@ -283,10 +292,11 @@ impl TaskQueue {
         let order = g.next_order;
         g.next_order += 1;
         g.queued.insert(order, key.clone());
-        let not_before = if recovered {
-            now + self.config.lease_duration
-        } else {
-            now
+        let not_before = match (recovered, g.adoption_held) {
+            (false, _) => now,
+            // Until calls are served no worker can adopt it: its grace has not started yet.
+            (true, true) => now + ADOPTION_NOT_OPEN,
+            (true, false) => now + self.config.lease_duration,
         };
         g.insert_task(
             key,
@@ -301,6 +311,34 @@ impl TaskQueue {
                 cancelled: None,
             },
         );
+        drop(g);
+        self.notify.notify_waiters();
+    }
+
+    /// Holds the grace period of tasks recovered from here on until [`TaskQueue::open_adoption`]
+    /// (called before recovery starts).
+    pub fn hold_adoption(&self) {
+        self.lock().adoption_held = true;
+    }
+
+    /// Starts the grace period of every recovered task now: called once this orchestrator
+    /// answers workers. Why not from when the task was recovered: recovering many runs takes
+    /// time (seconds under load), during which no worker can reach this orchestrator; a grace
+    /// counted from recovery would hand a still-running or finished task to a second worker
+    /// before the first one could adopt it (the task would run twice).
+    pub fn open_adoption(&self) {
+        let until = Instant::now() + self.config.lease_duration;
+        let mut g = self.lock();
+        g.adoption_held = false;
+        for task in g.tasks.values_mut() {
+            if let State::Queued {
+                not_before,
+                adoptable: true,
+            } = &mut task.state
+            {
+                *not_before = until;
+            }
+        }
         drop(g);
         self.notify.notify_waiters();
     }

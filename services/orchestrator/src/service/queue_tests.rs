@@ -199,17 +199,21 @@ async fn per_run_limit_caps_leases() {
     assert_eq!(q.poll(&w, 10, Duration::ZERO).await.unwrap().len(), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn recovered_tasks_are_adopted_by_their_old_lease() {
+/// A lease that worker `w1` took for `run`/`effect` from an orchestrator before a restart.
+async fn lease_of_a_previous_incarnation(run: &str, effect: &str) -> String {
     let old = TaskQueue::new(config(), "OLD");
     let w = shell_worker(&old, "w1");
-    old.enqueue(spec("r1", "e1", "shell"), false);
-    let lease = old
-        .poll(&w, 1, Duration::ZERO)
+    old.enqueue(spec(run, effect, "shell"), false);
+    old.poll(&w, 1, Duration::ZERO)
         .await
         .unwrap()
         .remove(0)
-        .lease_id;
+        .lease_id
+}
+
+#[tokio::test(start_paused = true)]
+async fn recovered_tasks_are_adopted_by_their_old_lease() {
+    let lease = lease_of_a_previous_incarnation("r1", "e1").await;
 
     // The orchestrator restarts: the queue is rebuilt from the journal.
     let q = TaskQueue::new(config(), "NEW");
@@ -238,6 +242,41 @@ async fn recovered_tasks_are_adopted_by_their_old_lease() {
     // A lease of the current incarnation that it never issued is not adoptable.
     let err = q.begin_completion(&w, "NEW:r1:e2:1:ff", "e2").unwrap_err();
     assert!(matches!(err, QueueError::LeaseLost { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adoption_grace_starts_when_workers_can_reach_the_queue_not_at_recovery() {
+    let lease = lease_of_a_previous_incarnation("r1", "e1").await;
+
+    // Recovery takes longer than a lease (many runs, a loaded machine): nothing is served yet.
+    let q = TaskQueue::new(config(), "NEW");
+    q.hold_adoption();
+    q.enqueue(spec("r1", "e1", "shell"), true);
+    tokio::time::advance(Duration::from_secs(25)).await;
+    assert!(q.expire().is_empty());
+    q.open_adoption();
+    let w = shell_worker(&q, "w1");
+    let other = shell_worker(&q, "w2");
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(q.expire().is_empty());
+    assert!(
+        q.poll(&other, 5, Duration::ZERO).await.unwrap().is_empty(),
+        "still held: its worker has had 9 s of the 10 s grace to come back"
+    );
+    assert!(matches!(
+        q.begin_completion(&w, &lease, "e1").unwrap(),
+        Completion::Proceed(_)
+    ));
+
+    // A task recovered after the queue opened gets the whole grace from then on.
+    q.enqueue(spec("r2", "e1", "shell"), true);
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(q.poll(&other, 5, Duration::ZERO).await.unwrap().is_empty());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    q.expire();
+    let got = q.poll(&other, 5, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1, "nobody adopted it within the grace");
+    assert_eq!(got[0].spec.run_id, "r2");
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,6 +9,7 @@ use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::worker_service_server::{
     WorkerService, WorkerServiceServer,
 };
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{agent_event_of, authorize, outcome_of, system_time_to_pb};
@@ -19,11 +20,16 @@ use crate::service::runs::{RunManager, TaskOutcome};
 #[derive(Debug, Clone)]
 pub struct WorkerApi {
     manager: RunManager,
+    /// The server's drain: from then on no task is handed out (see [`WorkerApi::assignments`]).
+    draining: CancellationToken,
 }
 
 impl WorkerApi {
-    pub(super) fn new(manager: RunManager) -> Self {
-        Self { manager }
+    /// Workers can reach `manager` from now on: the grace in which they adopt the tasks
+    /// recovered at its start begins here (not while recovery ran).
+    pub(super) fn new(manager: RunManager, draining: CancellationToken) -> Self {
+        manager.open_to_workers();
+        Self { manager, draining }
     }
 
     /// The tonic service, with the message-size limits and compression of `config`.
@@ -42,6 +48,12 @@ fn duration_pb(d: Duration) -> prost_types::Duration {
 impl WorkerApi {
     /// Long-polls the queue and turns assignments into wire tasks (secret placeholders resolved;
     /// a task naming an unknown secret is failed here instead of being sent).
+    ///
+    /// A draining server hands out nothing, and its waiting polls end empty at once. Why: while
+    /// it drains it accepts no new connection, so the workers that ran the tasks it recovered
+    /// cannot reach it to adopt them; a poll left waiting on an old connection would otherwise
+    /// take such a task once its adoption grace ran out, and run it a second time while its
+    /// first worker still holds the result.
     async fn assignments(
         &self,
         worker_id: &str,
@@ -51,12 +63,18 @@ impl WorkerApi {
         let wait = wait
             .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
             .unwrap_or_default();
-        let got = self
+        if self.draining.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        let polled = self
             .manager
             .queue()
-            .poll(worker_id, max_tasks.clamp(1, 1000) as usize, wait)
-            .await
-            .map_err(ServiceError::from)?;
+            .poll(worker_id, max_tasks.clamp(1, 1000) as usize, wait);
+        let got = tokio::select! {
+            biased;
+            () = self.draining.cancelled() => return Ok(Vec::new()),
+            got = polled => got.map_err(ServiceError::from)?,
+        };
         let mut ready = Vec::with_capacity(got.len());
         for a in got {
             match self.manager.dispatch_form(&a.spec.task_json) {

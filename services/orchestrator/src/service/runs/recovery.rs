@@ -73,6 +73,12 @@ impl RunManager {
         Ok(count)
     }
 
+    /// Starts the adoption grace of the tasks recovered at start (see
+    /// [`crate::service::queue::TaskQueue::open_adoption`]): call right before serving workers.
+    pub fn open_to_workers(&self) {
+        self.inner.queue.open_adoption();
+    }
+
     /// A run as the journal has it, finishing its creation if `RUN_CREATED` never landed.
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
         let Some(mut run) = self.read_run(run_id).await? else {
