@@ -232,16 +232,7 @@ async fn agent_task(cli: RealCli, upstream: Protocol) {
         "{last:?}\n{ctx}"
     );
     check_journal(&stack, &run_id, &watched, cli, upstream, &ctx).await;
-    let run = c
-        .get_run(pb::GetRunRequest {
-            run_id: run_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("get run")
-        .into_inner()
-        .run
-        .expect("the run");
+    let run = cluster::get_run(&mut c, &run_id).await;
     let output: Value = serde_json::from_slice(&run.output_json).unwrap_or_default();
     testing::check_done(&output["answer"], &ctx);
     testing::check_out_txt(&project, &ctx);

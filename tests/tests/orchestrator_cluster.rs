@@ -389,16 +389,7 @@ export async function process(inputs, ctx) {
     cluster.start_worker("survivor");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let run = loop {
-        let r = c
-            .get_run(pb::GetRunRequest {
-                run_id: run_id.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .run
-            .unwrap();
+        let r = cluster::get_run(&mut c, &run_id).await;
         if r.status == pb::RunStatus::Completed as i32 {
             break r;
         }
@@ -500,16 +491,7 @@ async fn the_orchestrator_killed_at_random_points_during_20_runs_loses_and_repea
             5
         );
         assert_eq!(events.last().unwrap().r#type, "RUN_COMPLETED");
-        let r = c
-            .get_run(pb::GetRunRequest {
-                run_id: run_id.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .run
-            .unwrap();
+        let r = cluster::get_run(&mut c, run_id).await;
         let output: Value = serde_json::from_slice(&r.output_json).unwrap();
         assert_eq!(
             output,

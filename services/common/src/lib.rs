@@ -21,6 +21,7 @@ pub mod env;
 pub mod error;
 pub mod ids;
 pub mod main_support;
+pub mod metrics;
 pub mod project;
 pub mod server;
 pub mod telemetry;

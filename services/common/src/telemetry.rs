@@ -5,6 +5,7 @@
 //! * An OpenTelemetry layer exporting spans over OTLP/gRPC, only when
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT` is set in the environment map and `OTEL_SDK_DISABLED` is not
 //!   `true`. `OTEL_SERVICE_NAME` overrides the service name in the exported resource.
+//! * The Prometheus endpoint ([`crate::metrics`]) on `metrics-listen-addr`, when set.
 //! * The W3C TraceContext propagator, installed globally, used by the helpers in [`propagation`]
 //!   to carry `traceparent` over every gRPC hop.
 //!
@@ -61,6 +62,9 @@ pub struct TelemetryConfig {
     pub log_filter: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
+    /// Where Prometheus scrapes `GET /metrics` (plain HTTP, no auth: bind it where only the
+    /// scraper reaches; `127.0.0.1:0` picks a port and prints it). Unset: not served.
+    pub metrics_listen_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for TelemetryConfig {
@@ -68,6 +72,7 @@ impl Default for TelemetryConfig {
         Self {
             log_filter: "info".to_owned(),
             log_format: LogFormat::Text,
+            metrics_listen_addr: None,
         }
     }
 }
@@ -101,6 +106,9 @@ pub enum TelemetryError {
     /// The filter could not be swapped.
     #[error("cannot reload the log filter: {0}")]
     Reload(String),
+    /// The metrics endpoint could not bind its address.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::EndpointError),
     /// Flushing or shutting the exporter down failed.
     #[error("telemetry shutdown failed: {0}")]
     Shutdown(String),
@@ -110,6 +118,8 @@ pub enum TelemetryError {
 pub struct TelemetryGuard {
     provider: Option<SdkTracerProvider>,
     filter: reload::Handle<EnvFilter, Registry>,
+    /// The Prometheus endpoint, when `metrics-listen-addr` is set (stops with the guard).
+    metrics: Option<crate::metrics::Endpoint>,
 }
 
 impl std::fmt::Debug for TelemetryGuard {
@@ -162,9 +172,14 @@ pub fn init_telemetry(
     if let Some(endpoint) = provider.as_ref().and(env.get_non_empty(OTEL_ENDPOINT_VAR)) {
         tracing::info!(%endpoint, "exporting traces over otlp/grpc");
     }
+    let metrics = config
+        .metrics_listen_addr
+        .map(crate::metrics::Endpoint::start)
+        .transpose()?;
     Ok(TelemetryGuard {
         provider,
         filter: filter_handle,
+        metrics,
     })
 }
 
@@ -270,6 +285,11 @@ fn otlp_provider(
 }
 
 impl TelemetryGuard {
+    /// Where the Prometheus endpoint listens, when it is served.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
+    }
+
     /// Whether spans are exported over OTLP.
     pub fn otel_enabled(&self) -> bool {
         self.provider.is_some()
@@ -372,12 +392,13 @@ mod tests {
     #[test]
     fn config_keys_are_kebab_case() {
         let cfg: TelemetryConfig =
-            toml::from_str("log-filter = \"debug\"\nlog-format = \"json\"").unwrap();
+            toml::from_str("log-filter = \"debug\"\nlog-format = \"json\"\nmetrics-listen-addr = \"127.0.0.1:9464\"").unwrap();
         assert_eq!(
             cfg,
             TelemetryConfig {
                 log_filter: "debug".into(),
-                log_format: LogFormat::Json
+                log_format: LogFormat::Json,
+                metrics_listen_addr: Some(([127, 0, 0, 1], 9464).into()),
             }
         );
         assert!(toml::from_str::<TelemetryConfig>("log-level = \"debug\"").is_err());

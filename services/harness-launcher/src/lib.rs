@@ -23,6 +23,7 @@ pub mod grpc;
 pub mod harness;
 pub mod home;
 pub mod hooks;
+mod metrics;
 pub mod outcome;
 pub mod parse;
 pub mod provider;

@@ -432,6 +432,7 @@ impl Worker {
     ) -> Option<pb::TaskAssignment> {
         let cancel = CancellationToken::new();
         let events = Arc::new(AtomicU64::new(0));
+        let harness = self.harness_of(&a);
         self.control.insert(Running {
             cancel: cancel.clone(),
             stopped: None,
@@ -441,7 +442,7 @@ impl Worker {
                 run_id: a.run_id.clone(),
                 effect_id: a.effect_id.clone(),
                 kind: a.kind.clone(),
-                harness: self.harness_of(&a),
+                harness: harness.clone(),
                 started_at: SystemTime::now(),
                 events_reported: 0,
                 attempt: a.attempt,
@@ -451,9 +452,18 @@ impl Worker {
         });
         let work_dir = self.home.task_dir(&a.run_id, &a.effect_id, a.attempt);
         let started = SystemTime::now();
+        let clock = tokio::time::Instant::now();
+        crate::metrics::started();
         let done = self.execute(&a, &work_dir, &cancel, &events).await;
         let finished = SystemTime::now();
         let stopped = self.control.stopped_reason(&a.lease_id);
+        let outcome = match (&stopped, &done.done.outcome) {
+            (Some((true, _)), _) => "lease_lost",
+            (Some((false, _)), _) => "cancelled",
+            (None, Ok(_)) => "succeeded",
+            (None, Err(_)) => "failed",
+        };
+        crate::metrics::finished(&a.kind, harness.as_deref(), outcome, clock.elapsed());
         let outcome = match stopped {
             Some((true, reason)) => {
                 tracing::info!(lease_id = %a.lease_id, %reason, "lease lost: result dropped");

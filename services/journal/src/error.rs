@@ -234,6 +234,15 @@ impl JournalError {
         }
     }
 
+    /// True for a failure of the storage underneath (i/o, the object store, a remote journal),
+    /// as opposed to a refusal of the request or damage to what is stored.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::Io { .. } | Self::ObjectStore { .. } | Self::Remote { .. }
+        )
+    }
+
     /// True for errors that say the stored journal itself is damaged.
     pub fn is_corruption(&self) -> bool {
         matches!(

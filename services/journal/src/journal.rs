@@ -173,6 +173,8 @@ struct Inner {
     ulids: StdMutex<ulid::Generator>,
     /// Background snapshot writes ([`Journal::flush`] waits for them).
     background: tokio_util::task::TaskTracker,
+    /// The store's kind, for metrics labels.
+    backend: &'static str,
 }
 
 /// The journal service. Cheap to clone.
@@ -183,8 +185,10 @@ pub struct Journal {
 
 impl Journal {
     pub fn new(store: Arc<dyn JournalStore>, options: JournalOptions) -> Self {
+        let backend = crate::metrics::backend_of(&store.describe());
         Self {
             inner: Arc::new(Inner {
+                backend,
                 store,
                 options,
                 views: StdMutex::new(HashMap::new()),
@@ -245,6 +249,14 @@ impl Journal {
 
     /// Events with `from <= seq <= to` (`to` = 0: up to the head), verified.
     pub async fn read(&self, run_id: &str, from: u64, to: u64) -> Result<Vec<StoredEvent>> {
+        let read = self.read_inner(run_id, from, to).await;
+        if let Err(e) = &read {
+            crate::metrics::failed(self.inner.backend, "read", e);
+        }
+        read
+    }
+
+    async fn read_inner(&self, run_id: &str, from: u64, to: u64) -> Result<Vec<StoredEvent>> {
         validate_id("run id", run_id)?;
         let from = from.max(1);
         let to = (to > 0).then_some(to);

@@ -22,6 +22,7 @@ pub mod grpc;
 pub mod index;
 pub mod journal;
 pub mod leadership;
+mod metrics;
 pub mod node_json;
 pub mod object;
 pub mod readiness;

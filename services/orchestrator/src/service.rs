@@ -21,6 +21,7 @@ pub mod bundle;
 pub mod config;
 pub mod grpc;
 pub mod leader;
+pub(crate) mod metrics;
 pub mod queue;
 pub mod runs;
 

@@ -104,6 +104,19 @@ pub async fn create(c: &mut RunServiceClient<AuthedChannel>, src: &str, inputs: 
     .run_id
 }
 
+/// The run `run_id` as `GetRun` answers it now.
+pub async fn get_run(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
+    c.get_run(pb::GetRunRequest {
+        run_id: run_id.to_owned(),
+        ..Default::default()
+    })
+    .await
+    .expect("get run")
+    .into_inner()
+    .run
+    .expect("the run")
+}
+
 /// A `JournalService` client for the journal at `addr` (`host:port`).
 fn journal_client(addr: &str, token: Option<&str>) -> JournalServiceClient<AuthedChannel> {
     let token = token.map(Secret::new);

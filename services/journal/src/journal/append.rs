@@ -53,11 +53,18 @@ impl Journal {
         }
         let this = self.clone();
         let run_id = run_id.to_owned();
-        spawn_whole(async move {
+        let count = events.len();
+        let started = tokio::time::Instant::now();
+        let appended = spawn_whole(async move {
             this.append_inner(&run_id, expected_next_seq, events, events_back)
                 .await
         })
-        .await
+        .await;
+        match &appended {
+            Ok(_) => crate::metrics::appended(self.inner.backend, count, started.elapsed()),
+            Err(e) => crate::metrics::failed(self.inner.backend, "append", e),
+        }
+        appended
     }
 
     async fn append_inner(

@@ -27,6 +27,8 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::metrics;
+
 /// How far off a recovered task's grace is while calls are not served yet (re-set by
 /// [`TaskQueue::open_adoption`]; far enough that no sweep or poll reaches it first).
 const ADOPTION_NOT_OPEN: Duration = Duration::from_secs(365 * 86_400);
@@ -223,9 +225,38 @@ const COMPLETED_MEMORY: usize = 100_000;
 #[derive(Debug, Clone)]
 pub struct TaskQueue {
     inner: Arc<Mutex<Inner>>,
+    /// What the metrics scrape reads of this queue (alive while a clone of the queue is).
+    _live: Arc<LiveQueue>,
     notify: Arc<Notify>,
     config: Arc<QueueConfig>,
     incarnation: Arc<str>,
+}
+
+/// The queue as the metrics scrape sees it: tasks by kind, namespace and state; live workers.
+#[derive(Debug)]
+struct LiveQueue {
+    inner: Arc<Mutex<Inner>>,
+    live_within: Duration,
+}
+
+impl metrics::Live for LiveQueue {
+    fn report(&self, into: &mut metrics::Snapshot) {
+        let now = Instant::now();
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for task in g.tasks.values() {
+            let state = match task.state {
+                State::Queued { .. } => "queued",
+                State::Leased { .. } | State::Completing { .. } => "leased",
+            };
+            let key = (task.spec.kind.clone(), task.spec.namespace.clone(), state);
+            *into.tasks.entry(key).or_default() += 1;
+        }
+        into.workers += g
+            .workers
+            .values()
+            .filter(|w| now.saturating_duration_since(w.last_seen) <= self.live_within)
+            .count() as i64;
+    }
 }
 
 fn lease_parts(lease_id: &str) -> Option<(&str, &str, &str)> {
@@ -241,8 +272,16 @@ fn lease_parts(lease_id: &str) -> Option<(&str, &str, &str)> {
 impl TaskQueue {
     /// `incarnation` names this orchestrator process in lease ids (a fresh ULID per start).
     pub fn new(config: QueueConfig, incarnation: impl Into<Arc<str>>) -> Self {
+        let inner: Arc<Mutex<Inner>> = Default::default();
+        let live = Arc::new(LiveQueue {
+            inner: inner.clone(),
+            live_within: config.lease_duration * 2,
+        });
+        let tracked = Arc::downgrade(&live);
+        metrics::track(tracked);
         Self {
-            inner: Default::default(),
+            inner,
+            _live: live,
             notify: Arc::new(Notify::new()),
             config: Arc::new(config),
             incarnation: incarnation.into(),
@@ -465,16 +504,16 @@ impl TaskQueue {
                 .unwrap_or(0);
             let run_extra = picked
                 .iter()
-                .filter(|(_, k): &&(u64, Key)| k.0 == task.spec.run_id)
+                .filter(|(_, k, _): &&(u64, Key, Instant)| k.0 == task.spec.run_id)
                 .count();
             if run_n + run_extra >= self.config.per_run_limit
                 || ns_n + picked.len() >= self.config.per_namespace_limit
             {
                 continue;
             }
-            picked.push((order, key.clone()));
+            picked.push((order, key.clone(), not_before));
         }
-        for (order, key) in picked {
+        for (order, key, ready_since) in picked {
             g.queued.remove(&order);
             let Some(task) = g.tasks.get_mut(&key) else {
                 continue;
@@ -495,6 +534,11 @@ impl TaskQueue {
             };
             let spec = task.spec.clone();
             let attempt = task.attempt;
+            metrics::lease_granted(
+                &spec.kind,
+                &spec.namespace,
+                now.saturating_duration_since(ready_since),
+            );
             g.leases.insert(lease_id.clone(), key);
             *g.leased_per_run.entry(spec.run_id.clone()).or_default() += 1;
             *g.leased_per_ns.entry(spec.namespace.clone()).or_default() += 1;
@@ -720,6 +764,7 @@ impl TaskQueue {
                 continue;
             };
             let spec = task.spec.clone();
+            metrics::lease_expired(&spec.kind, &spec.namespace);
             let holder = match &task.state {
                 State::Leased { worker, .. } => worker.clone(),
                 _ => String::new(),
@@ -730,6 +775,7 @@ impl TaskQueue {
                 g.remove_task(&key);
                 release(g, &spec, &holder);
                 if !cancelled {
+                    metrics::task_given_up(&spec.kind, &spec.namespace);
                     gave_up.push(GaveUp { spec, attempts });
                 }
                 continue;

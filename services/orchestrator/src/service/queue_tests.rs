@@ -131,6 +131,47 @@ async fn attempts_run_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn grants_expiries_and_give_ups_are_counted_and_the_queue_is_seen_by_a_scrape() {
+    // A namespace of its own: the registry is the process's, shared with the other tests.
+    let series = |name: &str| format!("{name}{{kind=\"shell\",namespace=\"metrics-test\"}}");
+    let value = |text: &str, s: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(s)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let q = TaskQueue::new(config(), "INC1");
+    let w = shell_worker(&q, "w1");
+    let mut task = spec("r1", "e1", "shell");
+    task.namespace = "metrics-test".into();
+    q.enqueue(task, false);
+    let queued = "babysitter_orchestrator_queue_tasks{kind=\"shell\",namespace=\"metrics-test\",state=\"queued\"}";
+    assert_eq!(value(&babysitter_common::metrics::render(), queued), 1.0);
+    for _ in 0..3 {
+        assert_eq!(
+            q.poll(&w, 1, Duration::from_secs(20)).await.unwrap().len(),
+            1
+        );
+        tokio::time::advance(Duration::from_secs(11)).await;
+        q.expire();
+    }
+    let text = babysitter_common::metrics::render();
+    let granted = series("babysitter_orchestrator_leases_granted_total");
+    let expired = series("babysitter_orchestrator_leases_expired_total");
+    let gave_up = series("babysitter_orchestrator_tasks_given_up_total");
+    assert_eq!(value(&text, &granted), 3.0, "{text}");
+    assert_eq!(value(&text, &expired), 3.0, "{text}");
+    assert_eq!(value(&text, &gave_up), 1.0, "{text}");
+    assert_eq!(value(&text, queued), 0.0, "given up: gone from the queue");
+    // Retries wait out their backoff: the dispatch latency counts from when a task was ready.
+    let latency = series("babysitter_orchestrator_dispatch_latency_seconds_sum");
+    assert_eq!(
+        value(&text, &latency),
+        0.0,
+        "each lease granted the moment it was polled"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn routing_by_kind_harness_labels_and_namespace() {
     let q = TaskQueue::new(config(), "INC1");
     let gpu = q.register(

@@ -83,6 +83,19 @@ impl RunStatus {
         }
     }
 
+    /// The lower-case name (metrics labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Halted => "halted",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -193,6 +206,15 @@ struct Inner {
     client_engine: std::sync::OnceLock<Engine>,
 }
 
+/// Live runs by state, for the metrics scrape.
+impl crate::service::metrics::Live for Inner {
+    fn report(&self, into: &mut crate::service::metrics::Snapshot) {
+        for run in lock(&self.runs).lives() {
+            *into.runs.entry(run.current().status.as_str()).or_default() += 1;
+        }
+    }
+}
+
 fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -205,17 +227,18 @@ impl RunManager {
     pub fn new(engine: Engine, queue: TaskQueue, config: ManagerConfig) -> Self {
         let shutdown = CancellationToken::new();
         let runs = RunTable::new(config.finished_runs_cached, shutdown.clone());
-        Self {
-            inner: Arc::new(Inner {
-                engine,
-                queue,
-                config,
-                runs: StdMutex::new(runs),
-                shutdown,
-                tracker: TaskTracker::new(),
-                client_engine: std::sync::OnceLock::new(),
-            }),
-        }
+        let inner = Arc::new(Inner {
+            engine,
+            queue,
+            config,
+            runs: StdMutex::new(runs),
+            shutdown,
+            tracker: TaskTracker::new(),
+            client_engine: std::sync::OnceLock::new(),
+        });
+        let live = Arc::downgrade(&inner);
+        crate::service::metrics::track(live);
+        Self { inner }
     }
 
     /// What of `req` differs from the request that created `run_id` (its process code, inputs,

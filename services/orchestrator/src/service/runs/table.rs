@@ -166,8 +166,10 @@ impl RunTable {
             return;
         };
         run.stop.cancel();
+        let summary = run.current();
+        crate::service::metrics::run_finished(summary.status.as_str());
         let finished = FinishedRun {
-            summary: run.current(),
+            summary,
             idempotency_key: run.idempotency_key,
         };
         self.keep_finished(run_id.to_owned(), finished);
