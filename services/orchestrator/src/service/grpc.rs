@@ -2,6 +2,7 @@
 //! ([`worker_api`]) over the [`TaskQueue`] + run manager. Handlers authorize (role, namespace),
 //! convert, call the core, and map the error; prost types stop here.
 
+mod ops_api;
 mod run_api;
 mod worker_api;
 

@@ -913,6 +913,10 @@ fn rand_u64() -> u64 {
     h.finish()
 }
 
+#[path = "queue_views.rs"]
+mod views;
+pub use views::{LeaseView, QueuedTask, WorkerView};
+
 #[cfg(test)]
 #[path = "queue_tests.rs"]
 mod tests;

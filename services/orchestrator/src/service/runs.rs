@@ -32,6 +32,7 @@ mod query;
 mod recovery;
 mod resolve;
 mod table;
+mod tasks;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,7 @@ use tokio_util::task::TaskTracker;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, TaskOutcome, Usage};
+pub use tasks::{LogHead, TaskDetail, TaskInfo, TaskState};
 pub use watch::{RunWatch, WatchUpdate};
 
 use super::bundle::{self, Bundle, BundleLimits, PROCESS_DIR};

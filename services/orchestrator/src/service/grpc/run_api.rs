@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::ops_api;
 use super::{
     agent_event_pb, authorize, json_bytes, namespace_for, outcome_of, parse_json, timestamp_of,
 };
@@ -133,6 +134,17 @@ fn output_bytes(r: &RunSummary) -> Option<(bytes::Bytes, String)> {
     Some((bytes, digest))
 }
 
+/// babysitter's serialized error (`{name, message, stack, data}`) as a `TaskError`.
+pub(super) fn task_error_pb(e: &Value) -> cpb::TaskError {
+    let text = |k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
+    cpb::TaskError {
+        name: text("name").unwrap_or_else(|| "Error".to_owned()),
+        message: text("message").unwrap_or_default(),
+        stack: text("stack").unwrap_or_default(),
+        data_json: e.get("data").map(json_bytes).unwrap_or_default(),
+    }
+}
+
 pub(crate) fn run_pb(r: &RunSummary) -> pb::Run {
     run_pb_with(r, Output::InlineIfSmall)
 }
@@ -150,24 +162,7 @@ pub(crate) fn run_pb_with(r: &RunSummary, output: Output) -> pb::Run {
         }
         None => Default::default(),
     };
-    let error = r.error.as_ref().map(|e| cpb::TaskError {
-        name: e
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("Error")
-            .to_owned(),
-        message: e
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        stack: e
-            .get("stack")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        data_json: e.get("data").map(json_bytes).unwrap_or_default(),
-    });
+    let error = r.error.as_ref().map(task_error_pb);
     pb::Run {
         run_id: r.run_id.clone(),
         namespace: r.namespace.clone(),
@@ -413,6 +408,60 @@ impl RunService for RunApi {
         Ok(Response::new(pb::HaltRunResponse {
             run: Some(run_pb(&run)),
             already_terminal: already,
+        }))
+    }
+
+    async fn list_tasks(
+        &self,
+        req: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        let r = req.into_inner();
+        let ns = namespace_for(&who, &r.namespace)?;
+        let token = page_token(&r.page_token, 1)?;
+        let (tasks, next) = self
+            .manager
+            .tasks(&ns, &r.run_id, page_size(r.page_size), token)
+            .await?;
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks: tasks.into_iter().map(ops_api::task_pb).collect(),
+            next_page_token: next.unwrap_or_default(),
+        }))
+    }
+
+    async fn get_task(
+        &self,
+        req: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::GetTaskResponse>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        let r = req.into_inner();
+        let ns = namespace_for(&who, &r.namespace)?;
+        let head = match r.log_head_bytes as usize {
+            0 => ops_api::DEFAULT_LOG_HEAD,
+            n => n.min(ops_api::MAX_LOG_HEAD),
+        };
+        let detail = self
+            .manager
+            .task(&ns, &r.run_id, &r.effect_id, head)
+            .await?;
+        Ok(Response::new(ops_api::task_detail_pb(detail)))
+    }
+
+    async fn list_workers(
+        &self,
+        req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        // An admin, or a token for every namespace, sees every worker.
+        let only = (who.role != Role::Admin && !who.namespaces.is_empty())
+            .then_some(who.namespaces.as_slice());
+        Ok(Response::new(pb::ListWorkersResponse {
+            workers: self
+                .manager
+                .workers(only)
+                .into_iter()
+                .map(ops_api::worker_pb)
+                .collect(),
         }))
     }
 
