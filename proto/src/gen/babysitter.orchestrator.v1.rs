@@ -260,6 +260,31 @@ pub struct CreateRunRequest {
     /// to workers; results come back through PostTaskResult. The orchestrator keeps its journal.
     #[prost(bool, tag = "10")]
     pub client_driven: bool,
+    /// What the run may spend, merged over its namespace's default budget (orchestrator config
+    /// `runs.budgets`); unset limits are unlimited. Stored with the run (run.json `budget`).
+    #[prost(message, optional, tag = "11")]
+    pub budget: ::core::option::Option<RunBudget>,
+}
+/// A run's budget. A run that reaches max_tokens or max_cost_usd (or runs max_wall_time)
+/// dispatches nothing more, its running tasks are cancelled and it fails with a
+/// BudgetExceededError naming the limit and the figures; one that requests more tasks than
+/// max_tasks / max_agent_tasks fails before the extra task is dispatched.
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct RunBudget {
+    #[prost(uint64, optional, tag = "1")]
+    pub max_tokens: ::core::option::Option<u64>,
+    #[prost(double, optional, tag = "2")]
+    pub max_cost_usd: ::core::option::Option<f64>,
+    #[prost(message, optional, tag = "3")]
+    pub max_wall_time: ::core::option::Option<::prost_types::Duration>,
+    #[prost(uint32, optional, tag = "4")]
+    pub max_tasks: ::core::option::Option<u32>,
+    #[prost(uint32, optional, tag = "5")]
+    pub max_agent_tasks: ::core::option::Option<u32>,
+    /// the fraction of a limit past which it is reported as a warning; unset = 0.8.
+    #[prost(double, optional, tag = "6")]
+    pub warn_at: ::core::option::Option<f64>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -580,6 +605,65 @@ pub struct IterateRunResponse {
     /// the run's summary after the iteration.
     #[prost(message, optional, tag = "9")]
     pub run: ::core::option::Option<Run>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetRunCostRequest {
+    /// empty = "default".
+    #[prost(string, tag = "1")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub run_id: ::prost::alloc::string::String,
+}
+/// One task's model usage and cost (from its COST_TRACKED events).
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct TaskCost {
+    #[prost(string, tag = "1")]
+    pub effect_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub kind: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub label: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub model: ::prost::alloc::string::String,
+    #[prost(uint64, tag = "5")]
+    pub input_tokens: u64,
+    #[prost(uint64, tag = "6")]
+    pub output_tokens: u64,
+    #[prost(uint64, tag = "7")]
+    pub cache_read_tokens: u64,
+    #[prost(uint64, tag = "8")]
+    pub cache_write_tokens: u64,
+    #[prost(double, tag = "9")]
+    pub cost_usd: f64,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct GetRunCostResponse {
+    /// the run's budget; absent when it has none.
+    #[prost(message, optional, tag = "1")]
+    pub budget: ::core::option::Option<RunBudget>,
+    /// spent so far: tokens of every kind, USD, tasks dispatched, agent tasks, time since creation.
+    #[prost(uint64, tag = "2")]
+    pub tokens: u64,
+    #[prost(double, tag = "3")]
+    pub cost_usd: f64,
+    #[prost(uint32, tag = "4")]
+    pub tasks: u32,
+    #[prost(uint32, tag = "5")]
+    pub agent_tasks: u32,
+    #[prost(double, tag = "6")]
+    pub wall_time_seconds: f64,
+    /// the tasks that reported usage, in request order.
+    #[prost(message, repeated, tag = "7")]
+    pub task_costs: ::prost::alloc::vec::Vec<TaskCost>,
+    /// limits past their warning fraction, e.g. "tokens 850 of 1000".
+    #[prost(string, repeated, tag = "8")]
+    pub warnings: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// the limit the run crossed ("budget_exceeded: tokens 1200 of 1000"); empty when none.
+    #[prost(string, tag = "9")]
+    pub exceeded: ::prost::alloc::string::String,
 }
 /// Where a task stands.
 #[allow(clippy::all)]
@@ -1248,6 +1332,36 @@ pub mod run_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// What a run has spent against its budget: totals, per task, warnings, the limit crossed.
+        pub async fn get_run_cost(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetRunCostRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetRunCostResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.orchestrator.v1.RunService/GetRunCost",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.orchestrator.v1.RunService",
+                        "GetRunCost",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1386,6 +1500,14 @@ pub mod run_service_server {
             request: tonic::Request<super::ListWorkersRequest>,
         ) -> std::result::Result<
             tonic::Response<super::ListWorkersResponse>,
+            tonic::Status,
+        >;
+        /// What a run has spent against its budget: totals, per task, warnings, the limit crossed.
+        async fn get_run_cost(
+            &self,
+            request: tonic::Request<super::GetRunCostRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::GetRunCostResponse>,
             tonic::Status,
         >;
     }
@@ -2080,6 +2202,51 @@ pub mod run_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ListWorkersSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.orchestrator.v1.RunService/GetRunCost" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetRunCostSvc<T: RunService>(pub Arc<T>);
+                    impl<
+                        T: RunService,
+                    > tonic::server::UnaryService<super::GetRunCostRequest>
+                    for GetRunCostSvc<T> {
+                        type Response = super::GetRunCostResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetRunCostRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RunService>::get_run_cost(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetRunCostSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

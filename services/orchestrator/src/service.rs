@@ -17,6 +17,7 @@
 //! exactly one `EFFECT_RESOLVED` because results are only committed while the effect is pending,
 //! under the run's lock, against the journal's create-only append.
 
+pub mod budget;
 pub mod bundle;
 pub mod config;
 pub mod grpc;

@@ -59,6 +59,7 @@ fn new_run(client_driven: bool) -> NewRun {
         prompt: None,
         idempotency_key: None,
         client_driven,
+        budget: None,
     }
 }
 

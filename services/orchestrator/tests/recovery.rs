@@ -111,3 +111,80 @@ async fn a_run_json_without_a_process_is_reported_and_left_alone() {
     assert_eq!(journal.run_files(&run_id).await.unwrap().run_json, broken);
     manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_creation_cut_before_its_bundle_was_stored_is_failed_and_its_key_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+
+    // CreateRun wrote run.json (naming the bundle's blob) and was cut before storing the blob.
+    let run_id = ulid::Ulid::generate().to_string();
+    let mut new = NewRun::new(
+        &run_id,
+        "p",
+        Entrypoint {
+            import_path: "process/main.mjs".into(),
+            export_name: None,
+        },
+        "2026-01-01T00:00:00.000Z".into(),
+    );
+    let missing = babysitter_journal::store::BlobRef::of(b"export async function process() {}");
+    new.extra.insert("namespace".into(), json!("default"));
+    new.extra.insert("idempotencyKey".into(), json!("deploy-7"));
+    new.extra.insert(
+        "processBundle".into(),
+        json!({"entry": "main.mjs", "files": {"main.mjs": missing.to_string()}}),
+    );
+    journal
+        .create_run(
+            &run_id,
+            RunFiles {
+                run_json: new.run_json(),
+                inputs_json: None,
+            },
+        )
+        .await
+        .unwrap();
+
+    let manager = manager(journal.clone(), &runs);
+    assert_eq!(manager.recover().await.unwrap(), 0, "nothing to resume");
+    let events = journal.read(&run_id, 1, 0).await.unwrap();
+    let kinds: Vec<String> = events.iter().map(|e| e.body.kind.to_string()).collect();
+    assert_eq!(kinds, ["RUN_CREATED", "RUN_FAILED"]);
+    assert_eq!(
+        events[1].body.data["error"]["name"],
+        "RunCreationIncompleteError"
+    );
+    let run = manager.get("default", &run_id).await.unwrap();
+    assert!(run.status.is_terminal(), "{run:?}");
+
+    // The client's retry under the same key creates the run afresh.
+    let retry = manager
+        .create(babysitter_orchestrator::service::runs::NewRun {
+            namespace: "default".into(),
+            bundle: babysitter_orchestrator::service::bundle::Bundle {
+                entry_path: "main.mjs".into(),
+                export_name: None,
+                files: vec![(
+                    "main.mjs".into(),
+                    b"export async function process() { return 1; }"
+                        .to_vec()
+                        .into(),
+                )],
+            },
+            inputs: None,
+            labels: Default::default(),
+            run_id: None,
+            process_id: None,
+            request: None,
+            prompt: None,
+            idempotency_key: Some("deploy-7".into()),
+            client_driven: false,
+            budget: None,
+        })
+        .await
+        .unwrap();
+    assert_ne!(retry.run_id, run_id);
+    manager.shutdown().await;
+}

@@ -316,6 +316,9 @@ impl RunClient for Remote {
             prompt: spec.prompt.clone().unwrap_or_default(),
             idempotency_key: String::new(),
             client_driven: true,
+            // A client-driven run's budget is its client's to keep (the server dispatches none
+            // of its tasks); `babysitter run --server --budget` is not offered yet.
+            budget: None,
         };
         match self.client().create_run(request).await {
             Ok(_) => {}

@@ -155,6 +155,19 @@ pub async fn store(journal: &Journal, run_id: &str, bundle: &Bundle) -> Result<(
     Ok(())
 }
 
+/// Whether every blob the manifest names is stored (false: the creation that wrote the manifest
+/// was cut before its bundle was; see `runs::recovery`).
+pub async fn is_stored(journal: &Journal, run_id: &str, manifest: &Value) -> Result<bool> {
+    for (_, blob) in manifest_files(run_id, manifest)? {
+        match journal.get_blob(run_id, &blob).await {
+            Ok(_) => {}
+            Err(babysitter_journal::JournalError::BlobNotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
+}
+
 /// The manifest's files: path → blob.
 fn manifest_files(run_id: &str, manifest: &Value) -> Result<BTreeMap<String, BlobRef>> {
     let corrupt =

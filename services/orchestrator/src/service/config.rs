@@ -293,6 +293,9 @@ pub struct RunsSettings {
     /// `GetRun` / `ListRuns` read older ones from the journal, and a `CreateRun` retry is
     /// deduplicated by its idempotency key while its run is live or cached. Since v0.3.
     pub finished_runs_cached: usize,
+    /// Default budgets by namespace (`default` for every namespace without its own); a
+    /// `CreateRun` budget's limits override them one by one. Since v0.5.
+    pub budgets: std::collections::BTreeMap<String, super::budget::Budget>,
 }
 
 impl Default for RunsSettings {
@@ -304,6 +307,7 @@ impl Default for RunsSettings {
             max_bundle_files: b.max_files,
             max_bundle_bytes: b.max_total_bytes,
             finished_runs_cached: super::runs::DEFAULT_FINISHED_RUNS_CACHED,
+            budgets: Default::default(),
         }
     }
 }
@@ -318,6 +322,7 @@ impl RunsSettings {
             sweep_interval: Duration::from_millis(self.sweep_interval_ms.max(10)),
             evict_idle_sessions: self.evict_idle_sessions,
             finished_runs_cached: self.finished_runs_cached,
+            budgets: self.budgets.clone(),
             ..ManagerConfig::default()
         }
     }

@@ -32,6 +32,8 @@ struct Static {
     tasks_given_up: Family<KindLabels, Counter>,
     dispatch_latency: Family<KindLabels, Histogram>,
     runs_finished: Family<[(&'static str, String); 1], Counter>,
+    budget_exceeded: Family<[(&'static str, &'static str); 1], Counter>,
+    budget_warnings: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 static METRICS: LazyLock<Static> = LazyLock::new(|| {
@@ -41,6 +43,8 @@ static METRICS: LazyLock<Static> = LazyLock::new(|| {
         tasks_given_up: Family::default(),
         dispatch_latency: Family::new_with_constructor(metrics::latency_histogram),
         runs_finished: Family::default(),
+        budget_exceeded: Family::default(),
+        budget_warnings: Family::default(),
     };
     metrics::register(
         "orchestrator_leases_granted",
@@ -66,6 +70,16 @@ static METRICS: LazyLock<Static> = LazyLock::new(|| {
         "orchestrator_runs_finished",
         "Runs that reached a terminal state, by status",
         m.runs_finished.clone(),
+    );
+    metrics::register(
+        "orchestrator_budget_exceeded",
+        "Runs stopped because they crossed a budget limit, by limit",
+        m.budget_exceeded.clone(),
+    );
+    metrics::register(
+        "orchestrator_budget_warnings",
+        "Budget limits a run passed the warning fraction of, by limit",
+        m.budget_warnings.clone(),
     );
     metrics::register_collector(LiveCollector);
     m
@@ -100,6 +114,22 @@ pub(crate) fn run_finished(status: &str) {
     METRICS
         .runs_finished
         .get_or_create(&[("status", status.to_owned())])
+        .inc();
+}
+
+/// A run crossed its `limit` and was stopped.
+pub(crate) fn budget_exceeded(limit: &'static str) {
+    METRICS
+        .budget_exceeded
+        .get_or_create(&[("limit", limit)])
+        .inc();
+}
+
+/// A run passed the warning fraction of its `limit`.
+pub(crate) fn budget_warning(limit: &'static str) {
+    METRICS
+        .budget_warnings
+        .get_or_create(&[("limit", limit)])
         .inc();
 }
 

@@ -31,6 +31,7 @@ mod driver;
 mod query;
 mod recovery;
 mod resolve;
+mod spend;
 mod table;
 mod tasks;
 mod watch;
@@ -48,9 +49,11 @@ use tokio_util::task::TaskTracker;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, TaskOutcome, Usage};
+pub use spend::{RunCost, TaskCost};
 pub use tasks::{LogHead, TaskDetail, TaskInfo, TaskState};
 pub use watch::{RunWatch, WatchUpdate};
 
+use super::budget::Budget;
 use super::bundle::{self, Bundle, BundleLimits, PROCESS_DIR};
 use super::queue::TaskQueue;
 use super::{Result, ServiceError};
@@ -124,6 +127,8 @@ pub struct RunSummary {
     /// Iterated by its client (`IterateRun`), never by the manager, and none of its effects
     /// dispatched to workers (see `client.rs`).
     pub client_driven: bool,
+    /// What it may spend (see `service::budget`).
+    pub budget: Option<Budget>,
 }
 
 impl RunSummary {
@@ -146,6 +151,8 @@ pub struct NewRun {
     pub idempotency_key: Option<String>,
     /// The client iterates the run (babysitter's own loop against this server).
     pub client_driven: bool,
+    /// What the run may spend (merged over the namespace's default).
+    pub budget: Option<Budget>,
 }
 
 /// Run manager settings.
@@ -166,6 +173,8 @@ pub struct ManagerConfig {
     /// others are read from the journal when asked for. Bounds the run table: live runs plus
     /// this many.
     pub finished_runs_cached: usize,
+    /// Default budgets by namespace (`default`: every other namespace).
+    pub budgets: BTreeMap<String, Budget>,
 }
 
 /// The default of [`ManagerConfig::finished_runs_cached`]: a summary is a few hundred bytes
@@ -181,6 +190,7 @@ impl Default for ManagerConfig {
             retry_delay: Duration::from_secs(2),
             secrets: Arc::default(),
             finished_runs_cached: DEFAULT_FINISHED_RUNS_CACHED,
+            budgets: BTreeMap::new(),
         }
     }
 }
@@ -316,7 +326,21 @@ impl RunManager {
 
     /// Creates a run, journals `RUN_CREATED` and starts iterating it (a client-driven one waits
     /// for its client's first `IterateRun`).
+    ///
+    /// The creation's writes (run.json, the bundle's blobs, `RUN_CREATED`) run on a task of their
+    /// own: a call cut short (a client gone, a term ended) does not stop them half-way, leaving a
+    /// run.json whose bundle was never stored. They still stop at a fenced write; recovery
+    /// records such a creation as failed (`runs::recovery`).
     pub async fn create(&self, req: NewRun) -> Result<RunSummary> {
+        let this = self.clone();
+        self.inner
+            .tracker
+            .spawn(async move { this.create_now(req).await })
+            .await
+            .map_err(|_| ServiceError::ShuttingDown)?
+    }
+
+    async fn create_now(&self, req: NewRun) -> Result<RunSummary> {
         let namespace = if req.namespace.is_empty() {
             DEFAULT_NAMESPACE.to_owned()
         } else {
@@ -403,6 +427,14 @@ impl RunManager {
             new.extra
                 .insert(client::DRIVER_KEY.into(), json!(client::CLIENT_DRIVER));
         }
+        let budget = self.budget_for(&namespace, req.budget.as_ref())?;
+        if let Some(b) = &budget {
+            new.extra.insert(
+                BUDGET_KEY.into(),
+                serde_json::to_value(b)
+                    .map_err(|e| ServiceError::invalid("budget", e.to_string()))?,
+            );
+        }
         let journal = self.journal();
         match journal
             .create_run(
@@ -446,6 +478,7 @@ impl RunManager {
             output: None,
             error: None,
             client_driven: req.client_driven,
+            budget,
         };
         lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
         self.schedule(&run_id, false); // a client-driven run waits for its client
@@ -470,5 +503,25 @@ impl RunManager {
             tokio::fs::write(&target, content).await.map_err(io)?;
         }
         Ok(())
+    }
+}
+
+/// The `run.json` key of a run's budget (our extension).
+pub(crate) const BUDGET_KEY: &str = "budget";
+
+impl RunManager {
+    /// `requested` merged over the namespace's default budget (`None`: no limit at all).
+    fn budget_for(&self, namespace: &str, requested: Option<&Budget>) -> Result<Option<Budget>> {
+        let budgets = &self.inner.config.budgets;
+        let default = budgets
+            .get(namespace)
+            .or_else(|| budgets.get(DEFAULT_NAMESPACE))
+            .cloned()
+            .unwrap_or_default();
+        let budget = requested.cloned().unwrap_or_default().over(&default);
+        budget
+            .validate()
+            .map_err(|e| ServiceError::invalid("budget", e))?;
+        Ok((!budget.is_empty()).then_some(budget))
     }
 }

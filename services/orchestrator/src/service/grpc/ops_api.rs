@@ -5,8 +5,9 @@ use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 
 use super::{system_time_to_pb, timestamp_of};
+use crate::service::budget::Budget;
 use crate::service::queue::WorkerView;
-use crate::service::runs::{TaskDetail, TaskInfo, TaskState};
+use crate::service::runs::{RunCost, TaskDetail, TaskInfo, TaskState};
 
 /// The bytes of a log head returned when the request names none; the most returned.
 pub(super) const DEFAULT_LOG_HEAD: usize = 4096;
@@ -75,5 +76,63 @@ pub(super) fn worker_pb(w: WorkerView) -> pb::Worker {
         leases: w.leases as u32,
         last_seen: Some(system_time_to_pb(w.last_seen)),
         live: w.live,
+    }
+}
+
+pub(super) fn budget_of(b: pb::RunBudget) -> Budget {
+    Budget {
+        max_tokens: b.max_tokens,
+        max_cost_usd: b.max_cost_usd,
+        max_wall_time: b
+            .max_wall_time
+            .map(|d| std::time::Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)),
+        max_tasks: b.max_tasks,
+        max_agent_tasks: b.max_agent_tasks,
+        warn_at: b.warn_at,
+    }
+}
+
+fn budget_pb(b: Budget) -> pb::RunBudget {
+    pb::RunBudget {
+        max_tokens: b.max_tokens,
+        max_cost_usd: b.max_cost_usd,
+        max_wall_time: b.max_wall_time.map(|d| prost_types::Duration {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        }),
+        max_tasks: b.max_tasks,
+        max_agent_tasks: b.max_agent_tasks,
+        warn_at: b.warn_at,
+    }
+}
+
+pub(super) fn cost_pb(c: RunCost) -> pb::GetRunCostResponse {
+    let said = |w: &crate::service::budget::Crossed| {
+        format!("{} {} of {}", w.limit.as_str(), w.spent, w.max)
+    };
+    pb::GetRunCostResponse {
+        budget: c.budget.map(budget_pb),
+        tokens: c.spent.tokens,
+        cost_usd: c.spent.cost_usd,
+        tasks: c.spent.tasks,
+        agent_tasks: c.spent.agent_tasks,
+        wall_time_seconds: c.spent.wall_time.as_secs_f64(),
+        task_costs: c
+            .tasks
+            .into_iter()
+            .map(|t| pb::TaskCost {
+                effect_id: t.effect_id,
+                kind: t.kind,
+                label: t.label,
+                model: t.model,
+                input_tokens: t.input_tokens,
+                output_tokens: t.output_tokens,
+                cache_read_tokens: t.cache_read_tokens,
+                cache_write_tokens: t.cache_write_tokens,
+                cost_usd: t.cost_usd,
+            })
+            .collect(),
+        warnings: c.warnings.iter().map(said).collect(),
+        exceeded: c.exceeded.map(|e| e.reason()).unwrap_or_default(),
     }
 }

@@ -282,6 +282,7 @@ impl RunService for RunApi {
                 prompt: empty(r.prompt),
                 idempotency_key: empty(r.idempotency_key),
                 client_driven: r.client_driven,
+                budget: r.budget.map(ops_api::budget_of),
             })
             .await?;
         Ok(Response::new(pb::CreateRunResponse {
@@ -445,6 +446,17 @@ impl RunService for RunApi {
             .task(&ns, &r.run_id, &r.effect_id, head)
             .await?;
         Ok(Response::new(ops_api::task_detail_pb(detail)))
+    }
+
+    async fn get_run_cost(
+        &self,
+        req: Request<pb::GetRunCostRequest>,
+    ) -> Result<Response<pb::GetRunCostResponse>, Status> {
+        let who = authorize(&req, CLIENT)?;
+        let r = req.into_inner();
+        let ns = namespace_for(&who, &r.namespace)?;
+        let cost = self.manager.cost(&ns, &r.run_id).await?;
+        Ok(Response::new(ops_api::cost_pb(cost)))
     }
 
     async fn list_workers(

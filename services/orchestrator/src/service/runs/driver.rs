@@ -11,6 +11,7 @@ use babysitter_journal::store::RunFile;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::spend::BUDGET_WARNING;
 use super::table::DriveFlags;
 use super::{DEFAULT_NAMESPACE, RunManager, RunStatus, RunSummary, lock};
 use crate::engine::IterationStatus;
@@ -170,6 +171,10 @@ impl RunManager {
         recovered: bool,
         dispatch: bool,
     ) -> Result<()> {
+        // Over budget: ended here, before anything more is dispatched.
+        if dispatch && it.status == IterationStatus::Waiting && self.enforce_budget(run_id).await? {
+            return Ok(());
+        }
         let journal = self.journal();
         let pending: Vec<EffectRecord> = self
             .engine()
@@ -239,7 +244,11 @@ impl RunManager {
         self.set_summary(run_id, |r| {
             r.updated_at = Some(now);
             r.status = status;
-            if !(status == RunStatus::Running && r.status_reason.starts_with("no live worker")) {
+            // A running run keeps what the sweep or its budget said about it.
+            let kept = ["no live worker", BUDGET_WARNING]
+                .iter()
+                .any(|p| r.status_reason.starts_with(p));
+            if !(status == RunStatus::Running && kept) {
                 r.status_reason = reason;
             }
             r.head_seq = r.head_seq.max(head);
@@ -352,6 +361,9 @@ impl RunManager {
     }
 
     pub async fn sweep(&self) {
+        for run_id in self.past_wall_time() {
+            self.schedule(&run_id, false);
+        }
         for gave_up in self.inner.queue.expire() {
             if let Err(e) = self.give_up(&gave_up).await {
                 tracing::warn!(run_id = %gave_up.spec.run_id, effect_id = %gave_up.spec.effect_id,

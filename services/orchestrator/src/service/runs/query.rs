@@ -205,6 +205,12 @@ impl RunManager {
             output,
             error,
             client_driven: super::client::is_client_driven(rj),
+            // A budget that no longer parses (a newer writer's) is not enforced, and said so.
+            budget: rj.get(super::BUDGET_KEY).and_then(|b| {
+                serde_json::from_value(b.clone())
+                    .inspect_err(|e| tracing::warn!(run_id, error = %e, "the run's budget does not parse; not enforced"))
+                    .ok()
+            }),
         };
         Ok(Some(StoredRun {
             summary,

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::query::StoredRun;
 use super::{RunManager, RunStatus, lock};
 use crate::engine::lifecycle;
+use crate::service::bundle;
 use crate::service::{Result, ServiceError};
 
 impl RunManager {
@@ -79,6 +80,43 @@ impl RunManager {
         self.inner.queue.open_adoption();
     }
 
+    /// A creation cut before the process bundle was stored (its run.json names blobs that never
+    /// landed): the run can never be replayed, so it is recorded as failed — `RUN_CREATED` then
+    /// `RUN_FAILED` naming why — and its idempotency key is not kept, so the client's retry
+    /// creates the run afresh instead of being handed this one.
+    async fn abandon_creation(&self, run_id: &str, mut run: StoredRun) -> Result<StoredRun> {
+        let files = self.journal().run_files(run_id).await?;
+        let new = lifecycle::NewRun::from_run_json(&files.run_json, files.inputs_json.is_some())
+            .ok_or_else(|| {
+                ServiceError::invalid(
+                    "run.json",
+                    format!("run {run_id}: runId, processId or entrypoint.importPath missing"),
+                )
+            })?;
+        let reason = "the run's creation was interrupted before its process bundle was stored; create it again";
+        let error = serde_json::json!({"name": "RunCreationIncompleteError", "message": reason});
+        tracing::warn!(run_id, "{reason}");
+        self.journal()
+            .append(
+                run_id,
+                1,
+                vec![
+                    NewEvent::new(EventType::RunCreated, Value::Object(new.created_data())),
+                    NewEvent::new(
+                        EventType::RunFailed,
+                        serde_json::json!({"error": error, "reason": reason}),
+                    ),
+                ],
+            )
+            .await?;
+        run.summary.head_seq = 2;
+        run.summary.status = RunStatus::Failed;
+        run.summary.status_reason = reason.to_owned();
+        run.summary.error = Some(error);
+        run.idempotency_key = None;
+        Ok(run)
+    }
+
     /// A run as the journal has it, finishing its creation if `RUN_CREATED` never landed.
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>> {
         let Some(mut run) = self.read_run(run_id).await? else {
@@ -89,6 +127,11 @@ impl RunManager {
             // The same RUN_CREATED data the creation would have written (one rule:
             // `lifecycle::NewRun`), read back from the run.json it did write.
             let files = self.journal().run_files(run_id).await?;
+            if let Some(manifest) = files.run_json.get("processBundle")
+                && !bundle::is_stored(self.journal(), run_id, manifest).await?
+            {
+                return self.abandon_creation(run_id, run).await.map(Some);
+            }
             let new = lifecycle::NewRun::from_run_json(&files.run_json, files.inputs_json.is_some())
                 .ok_or_else(|| {
                     ServiceError::invalid(

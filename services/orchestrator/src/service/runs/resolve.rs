@@ -157,7 +157,7 @@ impl RunManager {
                     EventType::CostTracked,
                     json!({"effectId": effect_id, "provider": u.provider, "model": u.model,
                            "inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
-                           "cacheReadTokens": u.cache_read_tokens, "cacheWriteTokens": u.cache_write_tokens,
+                           "cacheReadTokens": u.cache_read_tokens, "cacheCreationTokens": u.cache_write_tokens,
                            "costUsd": u.cost_usd}),
                 )
             })
@@ -437,6 +437,21 @@ impl RunManager {
         if !self.is_live(run_id) {
             return self.get(namespace, run_id).await;
         }
+        let error = json!({"name": "RunCancelledError", "message": reason});
+        self.end_locked(run_id, reason, error, true).await?;
+        self.get(namespace, run_id).await
+    }
+
+    /// Ends a live run whose lock the caller holds: its tasks are cancelled at their workers,
+    /// its pending effects cancelled, and `RUN_FAILED` with `error` is journaled (`cancelled`:
+    /// by request, the run's status is then cancelled; otherwise failed).
+    pub(super) async fn end_locked(
+        &self,
+        run_id: &str,
+        reason: &str,
+        error: Value,
+        cancelled: bool,
+    ) -> Result<()> {
         self.inner.queue.cancel_run(run_id, reason);
         let pending: Vec<String> = self
             .engine()
@@ -451,27 +466,31 @@ impl RunManager {
                 .await?;
         }
         let head = self.journal().head(run_id).await?;
-        let error = json!({"name": "RunCancelledError", "message": reason});
+        let mut data = json!({"error": error, "reason": reason});
+        if cancelled {
+            data["cancelled"] = json!(true);
+        }
         self.journal()
             .append(
                 run_id,
                 head.seq + 1,
-                vec![NewEvent::new(
-                    EventType::RunFailed,
-                    json!({"error": error, "cancelled": true, "reason": reason}),
-                )],
+                vec![NewEvent::new(EventType::RunFailed, data)],
             )
             .await?;
         self.inner.engine.evict(run_id).await?;
         self.set_summary(run_id, |r| {
-            r.status = RunStatus::Cancelled;
+            r.status = if cancelled {
+                RunStatus::Cancelled
+            } else {
+                RunStatus::Failed
+            };
             r.status_reason = reason.to_owned();
             r.error = Some(error);
             r.head_seq = head.seq + 1;
             r.pending_by_kind.clear();
         });
         self.finished(run_id);
-        self.get(namespace, run_id).await
+        Ok(())
     }
 
     /// babysitter's `run:halt`: seals an unfinished run as completed or failed. A run that has

@@ -292,6 +292,7 @@ mod tests {
             output: None,
             error: None,
             client_driven: false,
+            budget: None,
         }
     }
 

@@ -1,0 +1,308 @@
+//! Per-run budgets: what a run may spend (model tokens, cost in USD, wall time, tasks, agent
+//! tasks), what it has spent, and whether a limit is crossed.
+//!
+//! Why the spent amount is always recomputed from the journal's effect index and never kept as
+//! a running total: the index is rebuilt from the journal on every start, so a restart (or a
+//! standby taking over) loses nothing and counts nothing twice; usage arrives once per task in
+//! the `COST_TRACKED` event journaled with its result (the worker's report, which already
+//! includes what its model calls through the proxy cost).
+//!
+//! A budget is given at `CreateRun` (`budget`), merged over the namespace's default from config
+//! (`runs.budgets.<namespace>`, then `runs.budgets.default`), and stored in `run.json`
+//! (`budget`, our extension) so any orchestrator that replays the run enforces the same one.
+//! Semantics, checked by the run manager after each iteration and by the sweep:
+//! - `max-tokens` / `max-cost-usd`: reached (spent ≥ max) → no new dispatch, running tasks are
+//!   cancelled, the run fails with `BudgetExceededError`. Tasks running when the line is crossed
+//!   can overshoot it by what they spend: bounded by the tasks in flight, and reported;
+//! - `max-tasks` / `max-agent-tasks`: a run that requests more tasks than allowed fails before
+//!   the extra one is dispatched;
+//! - `max-wall-time`: counted from the run's creation; the sweep ends a run past it;
+//! - `warn-at` (a fraction, default 0.8): past it a limit is reported as a warning (run status
+//!   reason, logs, the `orchestrator_budget_warnings` metric, `GetRunCost`).
+
+use std::time::Duration;
+
+use babysitter_journal::index::EffectIndex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// What a run may spend; `None` = no limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Budget {
+    /// Model tokens (input + output + cache reads and writes) over all tasks.
+    pub max_tokens: Option<u64>,
+    /// Cost in USD as the tasks' usage reports it (prices are the launcher's config).
+    pub max_cost_usd: Option<f64>,
+    /// Time since the run was created.
+    #[serde(with = "babysitter_common::config::duration::option")]
+    pub max_wall_time: Option<Duration>,
+    /// Tasks dispatched to workers (every kind but breakpoints and sleeps).
+    pub max_tasks: Option<u32>,
+    /// Agent tasks.
+    pub max_agent_tasks: Option<u32>,
+    /// The fraction of a limit at which it warns (default 0.8).
+    pub warn_at: Option<f64>,
+}
+
+/// One kind of limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Limit {
+    Tokens,
+    CostUsd,
+    WallTime,
+    Tasks,
+    AgentTasks,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tokens => "tokens",
+            Self::CostUsd => "cost_usd",
+            Self::WallTime => "wall_time_seconds",
+            Self::Tasks => "tasks",
+            Self::AgentTasks => "agent_tasks",
+        }
+    }
+}
+
+/// What a run has spent so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spent {
+    pub tokens: u64,
+    pub cost_usd: f64,
+    pub tasks: u32,
+    pub agent_tasks: u32,
+    pub wall_time: Duration,
+}
+
+/// A limit crossed: which, its maximum and what was spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossed {
+    pub limit: Limit,
+    pub max: f64,
+    pub spent: f64,
+}
+
+impl Crossed {
+    /// The run's error, babysitter-shaped, with the figures in `data`.
+    pub fn error(&self, spent: &Spent) -> Value {
+        json!({
+            "name": "BudgetExceededError",
+            "message": self.reason(),
+            "data": {
+                "reason": "budget_exceeded",
+                "limit": self.limit.as_str(),
+                "max": self.max,
+                "spent": self.spent,
+                "totals": spent.to_json(),
+            },
+        })
+    }
+
+    /// `budget_exceeded: tokens 1200 of 1000`.
+    pub fn reason(&self) -> String {
+        format!(
+            "budget_exceeded: {} {} of {}",
+            self.limit.as_str(),
+            self.spent,
+            self.max
+        )
+    }
+}
+
+const TASKLESS: [&str; 2] = ["breakpoint", "sleep"];
+
+impl Spent {
+    /// What the run whose index is `index` has spent, `age` after its creation.
+    pub fn of(index: &EffectIndex, age: Duration) -> Self {
+        let mut s = Spent {
+            wall_time: age,
+            ..Default::default()
+        };
+        let n = |v: Option<f64>| v.unwrap_or(0.0).max(0.0);
+        for r in index.effects.values() {
+            let kind = r.kind.as_deref().unwrap_or("");
+            if TASKLESS.contains(&kind) {
+                continue;
+            }
+            s.tasks += 1;
+            if kind == "agent" {
+                s.agent_tasks += 1;
+            }
+            s.tokens += (n(r.input_tokens)
+                + n(r.output_tokens)
+                + n(r.cache_creation_input_tokens)
+                + n(r.cache_read_input_tokens)) as u64;
+            s.cost_usd += n(r.cost_usd);
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "costUsd": self.cost_usd,
+            "tasks": self.tasks,
+            "agentTasks": self.agent_tasks,
+            "wallTimeSeconds": self.wall_time.as_secs_f64(),
+        })
+    }
+}
+
+impl Budget {
+    /// True when it limits nothing.
+    pub fn is_empty(&self) -> bool {
+        self.max_tokens.is_none()
+            && self.max_cost_usd.is_none()
+            && self.max_wall_time.is_none()
+            && self.max_tasks.is_none()
+            && self.max_agent_tasks.is_none()
+    }
+
+    /// This budget with every limit it leaves unset taken from `defaults`.
+    pub fn over(&self, defaults: &Budget) -> Budget {
+        Budget {
+            max_tokens: self.max_tokens.or(defaults.max_tokens),
+            max_cost_usd: self.max_cost_usd.or(defaults.max_cost_usd),
+            max_wall_time: self.max_wall_time.or(defaults.max_wall_time),
+            max_tasks: self.max_tasks.or(defaults.max_tasks),
+            max_agent_tasks: self.max_agent_tasks.or(defaults.max_agent_tasks),
+            warn_at: self.warn_at.or(defaults.warn_at),
+        }
+    }
+
+    /// Refuses limits that cannot mean anything (negative, not a number, zero wall time).
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(c) = self.max_cost_usd
+            && !(c.is_finite() && c >= 0.0)
+        {
+            return Err(format!("max-cost-usd must be a number ≥ 0, not {c}"));
+        }
+        if let Some(w) = self.warn_at
+            && !(w.is_finite() && w > 0.0 && w <= 1.0)
+        {
+            return Err(format!("warn-at must be in (0, 1], not {w}"));
+        }
+        if self.max_wall_time.is_some_and(|d| d.is_zero()) {
+            return Err("max-wall-time must be more than 0".into());
+        }
+        Ok(())
+    }
+
+    /// Each limit with its maximum and the spent amount.
+    fn figures(&self, s: &Spent) -> Vec<(Limit, f64, f64)> {
+        let mut out = Vec::new();
+        if let Some(m) = self.max_tokens {
+            out.push((Limit::Tokens, m as f64, s.tokens as f64));
+        }
+        if let Some(m) = self.max_cost_usd {
+            out.push((Limit::CostUsd, m, s.cost_usd));
+        }
+        if let Some(m) = self.max_wall_time {
+            out.push((Limit::WallTime, m.as_secs_f64(), s.wall_time.as_secs_f64()));
+        }
+        if let Some(m) = self.max_tasks {
+            out.push((Limit::Tasks, m as f64, s.tasks as f64));
+        }
+        if let Some(m) = self.max_agent_tasks {
+            out.push((Limit::AgentTasks, m as f64, s.agent_tasks as f64));
+        }
+        out
+    }
+
+    /// The first limit crossed: tokens, cost and wall time once reached, task counts once
+    /// exceeded (the last allowed task may run).
+    pub fn crossed(&self, s: &Spent) -> Option<Crossed> {
+        self.figures(s)
+            .into_iter()
+            .find(|(limit, max, spent)| match limit {
+                Limit::Tasks | Limit::AgentTasks => spent > max,
+                Limit::Tokens | Limit::CostUsd | Limit::WallTime => spent >= max,
+            })
+            .map(|(limit, max, spent)| Crossed { limit, max, spent })
+    }
+
+    /// The limits past their warning fraction (and not crossed).
+    pub fn warnings(&self, s: &Spent) -> Vec<Crossed> {
+        let at = self.warn_at.unwrap_or(0.8);
+        self.figures(s)
+            .into_iter()
+            .filter(|(_, max, spent)| *spent >= max * at && spent < max)
+            .map(|(limit, max, spent)| Crossed { limit, max, spent })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spent(tokens: u64, tasks: u32) -> Spent {
+        Spent {
+            tokens,
+            tasks,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn amounts_are_reached_and_counts_exceeded() {
+        let b = Budget {
+            max_tokens: Some(1000),
+            max_tasks: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(b.crossed(&spent(999, 3)), None, "the third task may run");
+        let c = b.crossed(&spent(1000, 1)).unwrap();
+        assert_eq!((c.limit, c.max, c.spent), (Limit::Tokens, 1000.0, 1000.0));
+        assert_eq!(c.reason(), "budget_exceeded: tokens 1000 of 1000");
+        let c = b.crossed(&spent(10, 4)).unwrap();
+        assert_eq!(c.limit, Limit::Tasks);
+        let e = c.error(&spent(10, 4));
+        assert_eq!(e["name"], "BudgetExceededError");
+        assert_eq!(e["data"]["limit"], "tasks");
+        assert_eq!(e["data"]["totals"]["tasks"], 4);
+    }
+
+    #[test]
+    fn warnings_start_at_the_fraction_and_stop_at_the_limit() {
+        let b = Budget {
+            max_tokens: Some(1000),
+            warn_at: Some(0.5),
+            ..Default::default()
+        };
+        assert!(b.warnings(&spent(499, 0)).is_empty());
+        assert_eq!(b.warnings(&spent(500, 0))[0].limit, Limit::Tokens);
+        assert!(
+            b.warnings(&spent(1000, 0)).is_empty(),
+            "crossed, not warned"
+        );
+    }
+
+    #[test]
+    fn a_request_budget_is_merged_over_the_namespace_default_and_validated() {
+        let ns = Budget {
+            max_tokens: Some(5),
+            max_tasks: Some(9),
+            ..Default::default()
+        };
+        let req = Budget {
+            max_tasks: Some(2),
+            ..Default::default()
+        };
+        let b = req.over(&ns);
+        assert_eq!((b.max_tokens, b.max_tasks), (Some(5), Some(2)));
+        assert!(Budget::default().is_empty() && !b.is_empty());
+        let bad = Budget {
+            max_cost_usd: Some(-1.0),
+            ..Default::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("max-cost-usd"));
+        let parsed: Budget =
+            serde_json::from_value(json!({"max-tokens": 10, "max-wall-time": "90s"})).unwrap();
+        assert_eq!(parsed.max_wall_time, Some(Duration::from_secs(90)));
+        assert!(serde_json::from_value::<Budget>(json!({"max-token": 1})).is_err());
+    }
+}
