@@ -231,16 +231,14 @@ async fn run(command: &str, url: &str, a: &Args, env: &EnvMap) -> Result<Value> 
 pub async fn drive_run(
     url: &str,
     env: &EnvMap,
-    process: Option<&str>,
-    inputs: Option<&Path>,
-    resume: Option<&str>,
+    which: WhichRun<'_>,
     yes: bool,
     json_out: bool,
 ) -> Result<u8> {
     let mut c = client(url, env)?;
-    let run_id = match (resume, process) {
+    let run_id = match (which.resume, which.process) {
         (Some(id), _) => id.to_owned(),
-        (None, Some(p)) => start_run(&mut c, p, inputs).await?,
+        (None, Some(p)) => start_run(&mut c, p, which.inputs, which.budget).await?,
         (None, None) => bail!("a process file or --resume <runId> is required"),
     };
     let mut follow = Follow {
@@ -276,12 +274,23 @@ pub async fn drive_run(
     follow.finished(&mut c).await
 }
 
+/// The run `babysitter run --server` drives: a new one of `process` (with its inputs file and
+/// budget), or the one named by `--resume`.
+#[derive(Debug, Default)]
+pub struct WhichRun<'a> {
+    pub process: Option<&'a str>,
+    pub inputs: Option<&'a Path>,
+    pub resume: Option<&'a str>,
+    pub budget: Option<babysitter_orchestrator::service::budget::Budget>,
+}
+
 /// Creates the run of `process` (with the inputs file, checked to be JSON) on the orchestrator,
 /// for it to drive; returns its id.
 async fn start_run(
     c: &mut RunServiceClient<AuthedChannel>,
     process: &str,
     inputs: Option<&Path>,
+    budget: Option<babysitter_orchestrator::service::budget::Budget>,
 ) -> Result<String> {
     let inputs = match inputs {
         Some(f) => {
@@ -297,6 +306,7 @@ async fn start_run(
         process: Some(bundle(process).await?),
         client_driven: false,
         inputs_json: inputs,
+        budget: budget.map(babysitter_orchestrator::service::grpc::budget_pb),
         ..Default::default()
     })
     .await?

@@ -33,6 +33,8 @@ use babysitter_journal::{EventType, Journal, NewEvent};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget, Spent};
+
 use self::ui::Ui;
 use crate::flags::{Arg, Flags};
 
@@ -55,9 +57,11 @@ struct Args {
     /// project holding the process file: the nearest folder with `.a5c/`, `.git` or
     /// `package.json`).
     process_root: Option<PathBuf>,
+    /// `--budget tokens=N,cost=USD,wall=DURATION,tasks=N,agent-tasks=N,warn-at=F`.
+    budget: Option<Budget>,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--budget tokens=N,cost=USD,wall=30m,tasks=N,agent-tasks=N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -74,6 +78,10 @@ fn parse(args: &[String]) -> Result<Args> {
             Arg::Flag("--harness") => a.harness = Some(value("--harness")?),
             Arg::Flag("--server") => a.server = Some(value("--server")?),
             Arg::Flag("--rules") => a.rules = Some(PathBuf::from(value("--rules")?)),
+            Arg::Flag("--budget") => {
+                let spec = value("--budget")?;
+                a.budget = Some(spec.parse().map_err(|e| anyhow!("--budget {spec}: {e}"))?);
+            }
             Arg::Flag("--process-root") => {
                 let dir = value("--process-root")?;
                 a.process_root = Some(
@@ -139,9 +147,12 @@ pub fn main(args: &[String], env: &EnvMap, fs: FsRuntime) -> ExitCode {
         let remote = crate::remote::drive_run(
             &url,
             env,
-            args.process.as_deref(),
-            args.inputs.as_deref(),
-            args.resume.as_deref(),
+            crate::remote::WhichRun {
+                process: args.process.as_deref(),
+                inputs: args.inputs.as_deref(),
+                resume: args.resume.as_deref(),
+                budget: args.budget.clone(),
+            },
             args.yes,
             args.json,
         );
@@ -246,6 +257,10 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     );
     new.code_hash = Some(code_hash);
     new.has_inputs = inputs.is_some();
+    if let Some(b) = &args.budget {
+        new.extra
+            .insert(BUDGET_KEY.into(), serde_json::to_value(b)?);
+    }
     let journal = engine.journal();
     journal
         .create_run(
@@ -298,6 +313,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         stop,
         interactive: std::io::stdin().is_terminal(),
         started: HashMap::new(),
+        warned: Default::default(),
     };
     driver.run().await
 }
@@ -338,6 +354,8 @@ struct Driver<'a> {
     interactive: bool,
     /// When each effect started executing (for the durations shown).
     started: HashMap<String, tokio::time::Instant>,
+    /// Budget warnings already shown.
+    warned: std::collections::HashSet<String>,
 }
 
 /// What one iteration asks of the driver.
@@ -362,6 +380,9 @@ impl Driver<'_> {
             if let Some(code) = self.finished(&it).await {
                 return Ok(code);
             }
+            if let Some(code) = self.over_budget().await? {
+                return Ok(code);
+            }
             let plan = match self.plan(&it) {
                 Ok(plan) => plan,
                 Err(code) => return Ok(code),
@@ -380,6 +401,59 @@ impl Driver<'_> {
                 return Ok(interrupted(self.ui, &self.run_id));
             }
         }
+    }
+
+    /// The run's budget (run.json `budget`) checked against what the journal says it spent, as
+    /// the orchestrator checks it (`service::budget`, one rule): past a limit the run fails
+    /// with `BudgetExceededError` before anything more runs; past a warning fraction it says so.
+    async fn over_budget(&mut self) -> Result<Option<ExitCode>> {
+        let journal = self.engine.journal();
+        let run_json = journal.run_files(&self.run_id).await?.run_json;
+        let Some(budget) = run_json
+            .get(BUDGET_KEY)
+            .map(|b| serde_json::from_value::<Budget>(b.clone()))
+            .transpose()
+            .context("run.json `budget` does not parse")?
+        else {
+            return Ok(None);
+        };
+        let created = run_json
+            .get("createdAt")
+            .and_then(Value::as_str)
+            .and_then(babysitter_engine::views::iso_to_ms)
+            .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+        let age = std::time::Duration::from_millis(
+            (chrono::Utc::now().timestamp_millis() - created).max(0) as u64,
+        );
+        let (head, index) = journal.index(&self.run_id).await?;
+        let spent = Spent::of(&index, age);
+        for w in budget.warnings(&spent) {
+            let said = format!(
+                "budget warning: {} {} of {}",
+                w.limit.as_str(),
+                w.spent,
+                w.max
+            );
+            if self.warned.insert(said.clone()) {
+                self.ui.warn(&said);
+            }
+        }
+        let Some(crossed) = budget.crossed(&spent) else {
+            return Ok(None);
+        };
+        let reason = crossed.reason();
+        journal
+            .append(
+                &self.run_id,
+                head.seq + 1,
+                vec![NewEvent::new(
+                    EventType::RunFailed,
+                    json!({"error": crossed.error(&spent), "reason": reason}),
+                )],
+            )
+            .await?;
+        self.ui.error(&format!("run {}: {reason}", self.run_id));
+        Ok(Some(ExitCode::FAILURE))
     }
 
     /// The exit code, once the iteration has ended the run (after saying how it ended).

@@ -407,3 +407,78 @@ fn help_is_an_answer_and_a_missing_process_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: babysitter run"));
 }
+
+#[test]
+fn a_run_over_its_task_budget_fails_before_the_extra_task_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = dir.path().join("p.mjs");
+    let ledger = dir.path().join("ledger");
+    std::fs::write(
+        &process,
+        format!(
+            "import {{ defineTask }} from '@a5c-ai/babysitter-sdk';\n\
+             const sh = defineTask('sh', (a) => ({{ kind: 'shell', title: `step ${{a.i}}`, shell: {{ command: `echo ${{a.i}} >> {}` }} }}));\n\
+             export async function process(inputs, ctx) {{ for (let i = 0; i < 3; i++) await ctx.task(sh, {{ i }}); return 'done'; }}\n",
+            ledger.display()
+        ),
+    )
+    .unwrap();
+    let runs = dir.path().join("runs");
+    let out = babysitter()
+        .args([
+            "run",
+            process.to_str().unwrap(),
+            "--budget",
+            "tasks=2",
+            "--json",
+            "--runs-dir",
+        ])
+        .arg(&runs)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("budget_exceeded: tasks 3 of 2"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&ledger).unwrap(),
+        "0\n1\n",
+        "the third task never ran"
+    );
+    // The run's journal ends with the failure, babysitter-shaped, with the figures.
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut journal: Vec<_> = std::fs::read_dir(run_dir.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    journal.sort();
+    let last: Value =
+        serde_json::from_slice(&std::fs::read(journal.last().unwrap()).unwrap()).unwrap();
+    assert_eq!(last["type"], "RUN_FAILED", "{last}");
+    assert_eq!(last["data"]["error"]["name"], "BudgetExceededError");
+    assert_eq!(last["data"]["error"]["data"]["limit"], "tasks");
+    let run_json: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["budget"]["max-tasks"], 2);
+
+    // A budget that cannot mean anything is refused before anything runs.
+    let out = babysitter()
+        .args(["run", process.to_str().unwrap(), "--budget", "tasks=two"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--budget tasks=two"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

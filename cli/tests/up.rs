@@ -274,6 +274,29 @@ async fn up_runs_a_process_end_to_end_and_stops_on_sigterm() {
     assert_eq!(last["run"]["status"], "completed", "{last}");
     assert_eq!(last["run"]["output"]["gate"], "shared gate", "{last}");
 
+    // `--budget` travels with the run: two shell tasks against a budget of one.
+    let two = project.path().join("two.mjs");
+    std::fs::write(
+        &two,
+        "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+         const sh = defineTask('sh', (a) => ({ kind: 'shell', title: `s${a.i}`, shell: { command: 'true' } }));\n\
+         export async function process(inputs, ctx) { await ctx.task(sh, { i: 0 }); await ctx.task(sh, { i: 1 }); return 2; }\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(["run", &two.display().to_string(), "--budget", "tasks=1"])
+        .args(["--yes", "--json", "--server", &url])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "over budget, not a success");
+    let last: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap();
+    assert_eq!(last["run"]["status"], "failed", "{last}");
+    assert!(last.to_string().contains("BudgetExceededError"), "{last}");
+
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = child.wait().unwrap();

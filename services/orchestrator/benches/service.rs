@@ -14,7 +14,10 @@
 //! are warm-up, not counted);
 //! `SERVICE_BENCH_ONLY=dispatch` runs the in-memory dispatch loop alone (for profiling);
 //! `SERVICE_BENCH_ONLY=fence` the memory and filesystem dispatch without and with the
-//! leadership fence (what the `orchestrator` binary runs by default), alternated three times.
+//! leadership fence (what the `orchestrator` binary runs by default), alternated three times;
+//! `SERVICE_BENCH_ONLY=budget` the in-memory dispatch and the many-runs figure with runs created
+//! without and with a budget (every limit set, none reached: the check runs after each
+//! iteration), alternated three times.
 
 #![allow(clippy::print_stdout)]
 
@@ -217,17 +220,34 @@ fn runs_client(s: &Stack) -> RunServiceClient<AuthedChannel> {
     babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap()
 }
 
+/// Runs are created with a budget (every limit set, none reached) while this is set.
+static WITH_BUDGET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn create(
     c: &mut RunServiceClient<AuthedChannel>,
     src: &str,
     inputs: serde_json::Value,
 ) -> String {
+    let budget = WITH_BUDGET
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then_some(pb::RunBudget {
+            max_tokens: Some(u64::MAX / 2),
+            max_cost_usd: Some(1e9),
+            max_wall_time: Some(prost_types::Duration {
+                seconds: 24 * 3600,
+                nanos: 0,
+            }),
+            max_tasks: Some(u32::MAX / 2),
+            max_agent_tasks: Some(u32::MAX / 2),
+            warn_at: None,
+        });
     c.create_run(pb::CreateRunRequest {
         process: Some(pb::ProcessBundle::single_file(
             "main.mjs",
             src.as_bytes().to_vec(),
         )),
         inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+        budget,
         ..Default::default()
     })
     .await
@@ -481,7 +501,19 @@ fn main() {
     // SERVICE_BENCH_ONLY=fence: each journal without and with the leadership fence, alternated
     // three times (so machine load meets both alike).
     let only_fence = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "fence");
+    let only_budget = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "budget");
     rt.block_on(async {
+        if only_budget {
+            for _ in 0..3 {
+                for on in [false, true] {
+                    WITH_BUDGET.store(on, std::sync::atomic::Ordering::Relaxed);
+                    println!("== runs created with a budget: {on}");
+                    dispatch(Store::MEMORY).await;
+                    many_runs(runs).await;
+                }
+            }
+            return;
+        }
         if only_fence {
             for _ in 0..3 {
                 for store in [Store::MEMORY, Store::FILESYSTEM] {

@@ -26,6 +26,9 @@ use babysitter_journal::index::EffectIndex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// The `run.json` key of a run's budget (our extension; `babysitter run` writes it too).
+pub const BUDGET_KEY: &str = "budget";
+
 /// What a run may spend; `None` = no limit.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -151,6 +154,44 @@ impl Spent {
     }
 }
 
+impl std::str::FromStr for Budget {
+    type Err = String;
+
+    /// The `--budget` flag's form: `tokens=N,cost=USD,wall=DURATION,tasks=N,agent-tasks=N,
+    /// warn-at=FRACTION`, any subset, e.g. `tokens=200000,wall=30m`.
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let mut b = Budget::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not key=value"))?;
+            let bad = |what: &str| format!("`{part}`: {value} is not {what}");
+            match key.trim() {
+                "tokens" => b.max_tokens = Some(value.parse().map_err(|_| bad("a count"))?),
+                "cost" | "cost-usd" => {
+                    b.max_cost_usd = Some(value.parse().map_err(|_| bad("an amount in USD"))?)
+                }
+                "wall" | "wall-time" => {
+                    b.max_wall_time =
+                        Some(humantime::parse_duration(value).map_err(|_| bad("a duration"))?)
+                }
+                "tasks" => b.max_tasks = Some(value.parse().map_err(|_| bad("a count"))?),
+                "agent-tasks" => {
+                    b.max_agent_tasks = Some(value.parse().map_err(|_| bad("a count"))?)
+                }
+                "warn-at" => b.warn_at = Some(value.parse().map_err(|_| bad("a fraction"))?),
+                other => {
+                    return Err(format!(
+                        "unknown limit `{other}` (tokens, cost, wall, tasks, agent-tasks, warn-at)"
+                    ));
+                }
+            }
+        }
+        b.validate()?;
+        Ok(b)
+    }
+}
+
 impl Budget {
     /// True when it limits nothing.
     pub fn is_empty(&self) -> bool {
@@ -264,6 +305,42 @@ mod tests {
         assert_eq!(e["name"], "BudgetExceededError");
         assert_eq!(e["data"]["limit"], "tasks");
         assert_eq!(e["data"]["totals"]["tasks"], 4);
+    }
+
+    #[test]
+    fn the_flag_form_parses_each_limit_and_names_what_is_wrong() {
+        let b: Budget = "tokens=200000, cost=2.5,wall=30m,tasks=40,agent-tasks=8,warn-at=0.9"
+            .parse()
+            .unwrap();
+        assert_eq!(b.max_tokens, Some(200_000));
+        assert_eq!(b.max_cost_usd, Some(2.5));
+        assert_eq!(b.max_wall_time, Some(Duration::from_secs(1800)));
+        assert_eq!((b.max_tasks, b.max_agent_tasks), (Some(40), Some(8)));
+        assert_eq!(b.warn_at, Some(0.9));
+        assert!(
+            "tokens=lots"
+                .parse::<Budget>()
+                .unwrap_err()
+                .contains("tokens=lots")
+        );
+        assert!(
+            "tokenz=1"
+                .parse::<Budget>()
+                .unwrap_err()
+                .contains("unknown limit `tokenz`")
+        );
+        assert!(
+            "cost=-3"
+                .parse::<Budget>()
+                .unwrap_err()
+                .contains("max-cost-usd")
+        );
+        assert!(
+            "tokens"
+                .parse::<Budget>()
+                .unwrap_err()
+                .contains("key=value")
+        );
     }
 
     #[test]

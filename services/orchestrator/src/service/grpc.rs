@@ -3,6 +3,7 @@
 //! convert, call the core, and map the error; prost types stop here.
 
 mod ops_api;
+pub use ops_api::budget_pb;
 mod run_api;
 mod worker_api;
 

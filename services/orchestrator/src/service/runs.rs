@@ -506,8 +506,7 @@ impl RunManager {
     }
 }
 
-/// The `run.json` key of a run's budget (our extension).
-pub(crate) const BUDGET_KEY: &str = "budget";
+pub(crate) use crate::service::budget::BUDGET_KEY;
 
 impl RunManager {
     /// `requested` merged over the namespace's default budget (`None`: no limit at all).

@@ -92,7 +92,8 @@ pub(super) fn budget_of(b: pb::RunBudget) -> Budget {
     }
 }
 
-fn budget_pb(b: Budget) -> pb::RunBudget {
+/// A budget as `CreateRunRequest.budget` carries it (the CLI sends it too).
+pub fn budget_pb(b: Budget) -> pb::RunBudget {
     pb::RunBudget {
         max_tokens: b.max_tokens,
         max_cost_usd: b.max_cost_usd,
