@@ -33,7 +33,7 @@ use babysitter_journal::{EventType, Journal, NewEvent};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget, Spent};
+use babysitter_orchestrator::service::budget::{self, BUDGET_KEY, Budget, Spent};
 
 use self::ui::Ui;
 use crate::flags::{Arg, Flags};
@@ -314,6 +314,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         interactive: std::io::stdin().is_terminal(),
         started: HashMap::new(),
         warned: Default::default(),
+        budget: None,
     };
     driver.run().await
 }
@@ -356,6 +357,8 @@ struct Driver<'a> {
     started: HashMap<String, tokio::time::Instant>,
     /// Budget warnings already shown.
     warned: std::collections::HashSet<String>,
+    /// The run's budget and creation time, once read (`Some(None)`: it has none).
+    budget: Option<Option<(Budget, Option<String>)>>,
 }
 
 /// What one iteration asks of the driver.
@@ -408,32 +411,28 @@ impl Driver<'_> {
     /// with `BudgetExceededError` before anything more runs; past a warning fraction it says so.
     async fn over_budget(&mut self) -> Result<Option<ExitCode>> {
         let journal = self.engine.journal();
-        let run_json = journal.run_files(&self.run_id).await?.run_json;
-        let Some(budget) = run_json
-            .get(BUDGET_KEY)
-            .map(|b| serde_json::from_value::<Budget>(b.clone()))
-            .transpose()
-            .context("run.json `budget` does not parse")?
-        else {
+        // run.json is read once per `babysitter run`: the budget and creation time never change.
+        if self.budget.is_none() {
+            let run_json = journal.run_files(&self.run_id).await?.run_json;
+            let budget = run_json
+                .get(BUDGET_KEY)
+                .map(|b| serde_json::from_value::<Budget>(b.clone()))
+                .transpose()
+                .context("run.json `budget` does not parse")?;
+            let created = run_json
+                .get("createdAt")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            self.budget = Some(budget.map(|b| (b, created)));
+        }
+        let Some(Some((budget, created))) = &self.budget else {
             return Ok(None);
         };
-        let created = run_json
-            .get("createdAt")
-            .and_then(Value::as_str)
-            .and_then(babysitter_engine::views::iso_to_ms)
-            .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
-        let age = std::time::Duration::from_millis(
-            (chrono::Utc::now().timestamp_millis() - created).max(0) as u64,
-        );
+        let age = budget::age(created.as_deref(), chrono::Utc::now().timestamp_millis());
         let (head, index) = journal.index(&self.run_id).await?;
         let spent = Spent::of(&index, age);
         for w in budget.warnings(&spent) {
-            let said = format!(
-                "budget warning: {} {} of {}",
-                w.limit.as_str(),
-                w.spent,
-                w.max
-            );
+            let said = format!("budget warning: {}", w.figures());
             if self.warned.insert(said.clone()) {
                 self.ui.warn(&said);
             }

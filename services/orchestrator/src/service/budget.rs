@@ -104,18 +104,27 @@ impl Crossed {
         })
     }
 
+    /// `tokens 1200 of 1000`: how warnings and the exceeded reason name a limit.
+    pub fn figures(&self) -> String {
+        format!("{} {} of {}", self.limit.as_str(), self.spent, self.max)
+    }
+
     /// `budget_exceeded: tokens 1200 of 1000`.
     pub fn reason(&self) -> String {
-        format!(
-            "budget_exceeded: {} {} of {}",
-            self.limit.as_str(),
-            self.spent,
-            self.max
-        )
+        format!("budget_exceeded: {}", self.figures())
     }
 }
 
 const TASKLESS: [&str; 2] = ["breakpoint", "sleep"];
+
+/// The wall time of a run created at `created_at` (ISO), as of `now_ms` (epoch ms); zero when
+/// the creation time is unknown.
+pub fn age(created_at: Option<&str>, now_ms: i64) -> Duration {
+    let created = created_at
+        .and_then(crate::engine::views::iso_to_ms)
+        .unwrap_or(now_ms);
+    Duration::from_millis(now_ms.saturating_sub(created).max(0) as u64)
+}
 
 impl Spent {
     /// What the run whose index is `index` has spent, `age` after its creation.

@@ -195,6 +195,18 @@ fn iso_of(t: &prost_types::Timestamp) -> Option<String> {
         .map(|d| d.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
 }
 
+fn duration_pb(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A wire duration as a `Duration` (a negative part counts as zero).
+fn duration_of(d: prost_types::Duration) -> std::time::Duration {
+    std::time::Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)
+}
+
 fn system_time_to_pb(t: std::time::SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp::from(t)
 }

@@ -173,6 +173,14 @@ struct Worker {
     leased: usize,
 }
 
+impl Worker {
+    /// Seen within two lease durations: a worker not seen for longer takes no new task, counts
+    /// for no routing and is not shown as live.
+    fn is_live(&self, now: Instant, lease: Duration) -> bool {
+        now.saturating_duration_since(self.last_seen) <= lease * 2
+    }
+}
+
 type Key = (String, String);
 
 #[derive(Debug, Default)]
@@ -236,7 +244,7 @@ pub struct TaskQueue {
 #[derive(Debug)]
 struct LiveQueue {
     inner: Arc<Mutex<Inner>>,
-    live_within: Duration,
+    lease: Duration,
 }
 
 impl metrics::Live for LiveQueue {
@@ -254,7 +262,7 @@ impl metrics::Live for LiveQueue {
         into.workers += g
             .workers
             .values()
-            .filter(|w| now.saturating_duration_since(w.last_seen) <= self.live_within)
+            .filter(|w| w.is_live(now, self.lease))
             .count() as i64;
     }
 }
@@ -275,7 +283,7 @@ impl TaskQueue {
         let inner: Arc<Mutex<Inner>> = Default::default();
         let live = Arc::new(LiveQueue {
             inner: inner.clone(),
-            live_within: config.lease_duration * 2,
+            lease: config.lease_duration,
         });
         let tracked = Arc::downgrade(&live);
         metrics::track(tracked);
@@ -820,9 +828,7 @@ impl TaskQueue {
         let live: Vec<&Worker> = g
             .workers
             .values()
-            .filter(|w| {
-                now.saturating_duration_since(w.last_seen) <= self.config.lease_duration * 2
-            })
+            .filter(|w| w.is_live(now, self.config.lease_duration))
             .collect();
         g.queued
             .values()

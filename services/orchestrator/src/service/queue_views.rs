@@ -82,7 +82,6 @@ impl TaskQueue {
     /// Every registered worker, by id.
     pub fn workers(&self) -> Vec<WorkerView> {
         let (now, wall_now) = (Instant::now(), SystemTime::now());
-        let live_within = self.config.lease_duration * 2;
         let g = self.lock();
         let mut out: Vec<WorkerView> = g
             .workers
@@ -93,7 +92,7 @@ impl TaskQueue {
                 capabilities: w.caps.clone(),
                 leases: w.leased,
                 last_seen: wall(w.last_seen, now, wall_now),
-                live: now.saturating_duration_since(w.last_seen) <= live_within,
+                live: w.is_live(now, self.config.lease_duration),
             })
             .collect();
         out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));

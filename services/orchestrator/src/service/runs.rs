@@ -337,7 +337,11 @@ impl RunManager {
             .tracker
             .spawn(async move { this.create_now(req).await })
             .await
-            .map_err(|_| ServiceError::ShuttingDown)?
+            .unwrap_or_else(|e| match e.try_into_panic() {
+                // A bug in the creation is a panic here too, not a shutdown.
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Err(ServiceError::ShuttingDown),
+            })
     }
 
     async fn create_now(&self, req: NewRun) -> Result<RunSummary> {

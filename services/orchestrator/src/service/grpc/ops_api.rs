@@ -5,7 +5,7 @@ use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 
 use super::{system_time_to_pb, timestamp_of};
-use crate::service::budget::Budget;
+use crate::service::budget::{Budget, Crossed};
 use crate::service::queue::WorkerView;
 use crate::service::runs::{RunCost, TaskDetail, TaskInfo, TaskState};
 
@@ -83,9 +83,7 @@ pub(super) fn budget_of(b: pb::RunBudget) -> Budget {
     Budget {
         max_tokens: b.max_tokens,
         max_cost_usd: b.max_cost_usd,
-        max_wall_time: b
-            .max_wall_time
-            .map(|d| std::time::Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)),
+        max_wall_time: b.max_wall_time.map(super::duration_of),
         max_tasks: b.max_tasks,
         max_agent_tasks: b.max_agent_tasks,
         warn_at: b.warn_at,
@@ -97,10 +95,7 @@ pub fn budget_pb(b: Budget) -> pb::RunBudget {
     pb::RunBudget {
         max_tokens: b.max_tokens,
         max_cost_usd: b.max_cost_usd,
-        max_wall_time: b.max_wall_time.map(|d| prost_types::Duration {
-            seconds: d.as_secs() as i64,
-            nanos: d.subsec_nanos() as i32,
-        }),
+        max_wall_time: b.max_wall_time.map(super::duration_pb),
         max_tasks: b.max_tasks,
         max_agent_tasks: b.max_agent_tasks,
         warn_at: b.warn_at,
@@ -108,9 +103,6 @@ pub fn budget_pb(b: Budget) -> pb::RunBudget {
 }
 
 pub(super) fn cost_pb(c: RunCost) -> pb::GetRunCostResponse {
-    let said = |w: &crate::service::budget::Crossed| {
-        format!("{} {} of {}", w.limit.as_str(), w.spent, w.max)
-    };
     pb::GetRunCostResponse {
         budget: c.budget.map(budget_pb),
         tokens: c.spent.tokens,
@@ -133,7 +125,7 @@ pub(super) fn cost_pb(c: RunCost) -> pb::GetRunCostResponse {
                 cost_usd: t.cost_usd,
             })
             .collect(),
-        warnings: c.warnings.iter().map(said).collect(),
+        warnings: c.warnings.iter().map(Crossed::figures).collect(),
         exceeded: c.exceeded.map(|e| e.reason()).unwrap_or_default(),
     }
 }

@@ -1,8 +1,6 @@
 //! `WorkerService`: register, long-poll, heartbeat, agent events, completion — served over
 //! gRPC and, for a worker in the same process, through [`InProcess`].
 
-use std::time::Duration;
-
 use babysitter_common::auth::{Principal, Role};
 use babysitter_common::server::ServerConfig;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -12,7 +10,7 @@ use babysitter_proto::orchestrator::v1::worker_service_server::{
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{agent_event_of, authorize, outcome_of, system_time_to_pb};
+use super::{agent_event_of, authorize, duration_of, duration_pb, outcome_of, system_time_to_pb};
 use crate::service::ServiceError;
 use crate::service::queue::{Capabilities, LeaseVerdict};
 use crate::service::runs::{RunManager, TaskOutcome};
@@ -38,13 +36,6 @@ impl WorkerApi {
     }
 }
 
-fn duration_pb(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
-
 impl WorkerApi {
     /// Long-polls the queue and turns assignments into wire tasks (secret placeholders resolved;
     /// a task naming an unknown secret is failed here instead of being sent).
@@ -60,9 +51,7 @@ impl WorkerApi {
         max_tasks: u32,
         wait: Option<prost_types::Duration>,
     ) -> Result<Vec<pb::TaskAssignment>, Status> {
-        let wait = wait
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
-            .unwrap_or_default();
+        let wait = wait.map(duration_of).unwrap_or_default();
         if self.draining.is_cancelled() {
             return Ok(Vec::new());
         }

@@ -84,8 +84,12 @@ impl RunManager {
     /// landed): the run can never be replayed, so it is recorded as failed — `RUN_CREATED` then
     /// `RUN_FAILED` naming why — and its idempotency key is not kept, so the client's retry
     /// creates the run afresh instead of being handed this one.
-    async fn abandon_creation(&self, run_id: &str, mut run: StoredRun) -> Result<StoredRun> {
-        let files = self.journal().run_files(run_id).await?;
+    async fn abandon_creation(
+        &self,
+        run_id: &str,
+        mut run: StoredRun,
+        files: &babysitter_journal::store::RunFiles,
+    ) -> Result<StoredRun> {
         let new = lifecycle::NewRun::from_run_json(&files.run_json, files.inputs_json.is_some())
             .ok_or_else(|| {
                 ServiceError::invalid(
@@ -130,7 +134,7 @@ impl RunManager {
             if let Some(manifest) = files.run_json.get("processBundle")
                 && !bundle::is_stored(self.journal(), run_id, manifest).await?
             {
-                return self.abandon_creation(run_id, run).await.map(Some);
+                return self.abandon_creation(run_id, run, &files).await.map(Some);
             }
             let new = lifecycle::NewRun::from_run_json(&files.run_json, files.inputs_json.is_some())
                 .ok_or_else(|| {

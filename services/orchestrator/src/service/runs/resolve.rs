@@ -203,13 +203,9 @@ impl RunManager {
             .journal()
             .put_blob(run_id, bytes::Bytes::from(text.clone()))
             .await?;
-        let mut cut = LOG_HEAD_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
         let head = format!(
             "{}\n[{name} continues: {total} bytes in all, stored as blob {blob}]\n",
-            &text[..cut]
+            super::tasks::head_of(&text, LOG_HEAD_BYTES)
         );
         let meta = metadata.get_or_insert_with(|| json!({}));
         if let Some(m) = meta.as_object_mut() {

@@ -8,7 +8,7 @@ use babysitter_journal::index::EffectIndex;
 
 use super::{RunManager, lock};
 use crate::service::Result;
-use crate::service::budget::{Budget, Crossed, Spent};
+use crate::service::budget::{self, Budget, Crossed, Spent};
 
 /// How a run's status reason starts while it is past a warning fraction.
 pub(super) const BUDGET_WARNING: &str = "budget warning: ";
@@ -60,11 +60,7 @@ fn task_costs(index: &EffectIndex) -> Vec<TaskCost> {
 impl RunManager {
     /// How long ago the run `created_at` (ISO) was created, by the engine's clock.
     fn age(&self, created_at: Option<&str>) -> Duration {
-        let now = (self.inner.engine.options().clock)();
-        let created = created_at
-            .and_then(crate::engine::views::iso_to_ms)
-            .unwrap_or(now);
-        Duration::from_millis(now.saturating_sub(created).max(0) as u64)
+        budget::age(created_at, (self.inner.engine.options().clock)())
     }
 
     /// Checks a live, manager-driven run against its budget under the run's lock (the caller
@@ -92,10 +88,7 @@ impl RunManager {
         }
         let warnings = budget.warnings(&spent);
         if !warnings.is_empty() {
-            let said: Vec<String> = warnings
-                .iter()
-                .map(|w| format!("{} {} of {}", w.limit.as_str(), w.spent, w.max))
-                .collect();
+            let said: Vec<String> = warnings.iter().map(Crossed::figures).collect();
             let reason = format!("{BUDGET_WARNING}{}", said.join(", "));
             let changed = self.set_reason_if_changed(run_id, &reason);
             if changed {
@@ -139,22 +132,16 @@ impl RunManager {
     pub async fn cost(&self, namespace: &str, run_id: &str) -> Result<RunCost> {
         let summary = self.get(namespace, run_id).await?;
         let (_, index) = self.journal().index(run_id).await?;
-        let age = if summary.status.is_terminal() {
+        let age = match summary
+            .updated_at
+            .as_deref()
+            .and_then(crate::engine::views::iso_to_ms)
+        {
             // A finished run's time stops with it.
-            let end = summary
-                .updated_at
-                .as_deref()
-                .and_then(crate::engine::views::iso_to_ms);
-            let start = summary
-                .created_at
-                .as_deref()
-                .and_then(crate::engine::views::iso_to_ms);
-            match (start, end) {
-                (Some(s), Some(e)) => Duration::from_millis(e.saturating_sub(s).max(0) as u64),
-                _ => Duration::ZERO,
+            Some(end) if summary.status.is_terminal() => {
+                budget::age(summary.created_at.as_deref(), end)
             }
-        } else {
-            self.age(summary.created_at.as_deref())
+            _ => self.age(summary.created_at.as_deref()),
         };
         let spent = Spent::of(&index, age);
         let (warnings, exceeded) = match &summary.budget {

@@ -89,8 +89,9 @@ fn info_of(run_id: &str, r: &EffectRecord, queued: Option<&QueuedTask>) -> TaskI
     }
 }
 
-/// The first `max` bytes of `text`, cut back to a character boundary.
-fn head_of(text: &str, max: usize) -> &str {
+/// The first `max` bytes of `text`, cut back to a character boundary (a log's head, as
+/// `GetTask` answers it and as a spilled log keeps it).
+pub(super) fn head_of(text: &str, max: usize) -> &str {
     let mut cut = max.min(text.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
