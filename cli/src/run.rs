@@ -5,14 +5,17 @@
 //! Shell and node tasks are executed here ([`exec`]); breakpoints are asked on the terminal,
 //! approved with `--yes`, or approved without asking where babysitter's auto-approval rules
 //! recommend it (`~/.a5c/breakpoint-approvals/rules.json`, edited with `babysitter
-//! breakpoint:approve-rule`, or `--rules FILE`: the engine's advisory `autoApproval`); sleeps are waited out; agent and skill tasks need the harness
-//! launcher, and the run stops with a message saying so (continue later with `task:post`, or
-//! `babysitter run --resume`). Ctrl-C stops cleanly: running commands are killed, the run stays
-//! resumable.
+//! breakpoint:approve-rule`, or `--rules FILE`: the engine's advisory `autoApproval`); sleeps
+//! are waited out; agent, skill and orchestrator tasks run through the harness launcher's code
+//! on an installed coding-agent CLI ([`agents`]), their usage journaled as `COST_TRACKED`; with
+//! no harness installed the run stops saying so (continue later with `task:post`, or
+//! `babysitter run --resume`). Ctrl-C stops cleanly: running commands are killed, the run
+//! stays resumable.
 
 // The CLI's job is to print to stdout.
 #![allow(clippy::print_stdout)]
 
+mod agents;
 mod ui;
 
 use std::collections::HashMap;
@@ -23,9 +26,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
-use babysitter_engine::commit::Commit;
+use babysitter_common::kinds;
+use babysitter_engine::commit::{Commit, Usage};
 use babysitter_engine::lifecycle::{self, NewRun};
 use babysitter_engine::{Engine, EngineOptions, Iteration, IterationStatus};
+use babysitter_harness_launcher::agent::AgentSettings;
 use babysitter_harness_launcher::exec;
 use babysitter_journal::fs::FsRuntime;
 use babysitter_journal::store::RunFiles;
@@ -59,9 +64,12 @@ struct Args {
     process_root: Option<PathBuf>,
     /// `--budget tokens=N,cost=USD,wall=DURATION,tasks=N,agent-tasks=N,warn-at=F`.
     budget: Option<Budget>,
+    /// `--config FILE` / `--set key=value`: `babysitter up`'s config, for the agent settings.
+    config: Option<PathBuf>,
+    sets: Vec<String>,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--budget tokens=N,cost=USD,wall=30m,tasks=N,agent-tasks=N] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--server URL]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--budget tokens=N,cost=USD,wall=30m,tasks=N,agent-tasks=N] [--harness NAME] [--config FILE] [--set launcher.agent.KEY=VALUE] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--harness NAME] [--config FILE] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -78,6 +86,8 @@ fn parse(args: &[String]) -> Result<Args> {
             Arg::Flag("--harness") => a.harness = Some(value("--harness")?),
             Arg::Flag("--server") => a.server = Some(value("--server")?),
             Arg::Flag("--rules") => a.rules = Some(PathBuf::from(value("--rules")?)),
+            Arg::Flag("--config") => a.config = Some(PathBuf::from(value("--config")?)),
+            Arg::Flag("--set") => a.sets.push(value("--set")?),
             Arg::Flag("--budget") => {
                 let spec = value("--budget")?;
                 a.budget = Some(spec.parse().map_err(|e| anyhow!("--budget {spec}: {e}"))?);
@@ -315,6 +325,8 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         started: HashMap::new(),
         warned: Default::default(),
         budget: None,
+        env: env.clone(),
+        agents: None,
     };
     driver.run().await
 }
@@ -359,6 +371,9 @@ struct Driver<'a> {
     warned: std::collections::HashSet<String>,
     /// The run's budget and creation time, once read (`Some(None)`: it has none).
     budget: Option<Option<(Budget, Option<String>)>>,
+    env: EnvMap,
+    /// Agent settings, harnesses detected, once a harness task is due.
+    agents: Option<Arc<babysitter_harness_launcher::agent::AgentSettings>>,
 }
 
 /// What one iteration asks of the driver.
@@ -397,7 +412,9 @@ impl Driver<'_> {
             if let Some(code) = self.answer_breakpoints(&breakpoints).await? {
                 return Ok(code);
             }
-            self.execute(work).await?;
+            if let Some(code) = self.execute(work).await? {
+                return Ok(code);
+            }
             if let Some(t) = plan.sleep_until
                 && !self.sleep_until(t).await
             {
@@ -508,6 +525,7 @@ impl Driver<'_> {
                     self.ui.sleeping(id, t);
                 }
                 "shell" | "node" | "breakpoint" | "hook" => plan.runnable.push(a.clone()),
+                kind if kinds::runs_on_a_harness(kind) => plan.runnable.push(a.clone()),
                 kind => {
                     self.ui.blocked(a, kind);
                     return Err(needs_harness(self.ui, &self.run_id, kind));
@@ -536,14 +554,54 @@ impl Driver<'_> {
                 );
                 return Ok(Some(interrupted(self.ui, &self.run_id)));
             };
-            commit(&self.engine, &self.run_id, id, Ok(answer), None, None).await?;
+            let done = exec::Done {
+                outcome: Ok(answer),
+                stdout: None,
+                stderr: None,
+            };
+            commit(&self.engine, &self.run_id, id, done, None).await?;
             self.ui.effect_done(a, true, None);
         }
         Ok(None)
     }
 
+    /// The agent settings, loaded when the first harness task is due; `Err` is the exit code
+    /// of a run that cannot go on (no harness, bad settings), said on the terminal.
+    async fn agents(&mut self, work: &[Value]) -> Result<Option<Arc<AgentSettings>>, ExitCode> {
+        let Some(first) = work
+            .iter()
+            .find(|a| kinds::runs_on_a_harness(a["kind"].as_str().unwrap_or_default()))
+        else {
+            return Ok(None);
+        };
+        if let Some(a) = &self.agents {
+            return Ok(Some(a.clone()));
+        }
+        let source = agents::Source {
+            config: self.args.config.clone(),
+            sets: self.args.sets.clone(),
+            harness: self.args.harness.clone(),
+        };
+        match agents::load(&source, &self.env).await {
+            Ok(a) => {
+                self.agents = Some(a.clone());
+                Ok(Some(a))
+            }
+            Err(e) => {
+                let kind = first["kind"].as_str().unwrap_or_default();
+                self.ui.blocked(first, kind);
+                self.ui.warn(&format!("{e:#}"));
+                Err(needs_harness(self.ui, &self.run_id, kind))
+            }
+        }
+    }
+
     /// Runs `work` (`--concurrency` at a time) and commits each result as it comes in.
-    async fn execute(&mut self, work: Vec<Value>) -> Result<()> {
+    async fn execute(&mut self, work: Vec<Value>) -> Result<Option<ExitCode>> {
+        let agent_settings = match self.agents(&work).await {
+            Ok(a) => a,
+            Err(code) => return Ok(Some(code)),
+        };
         let sem = Arc::new(tokio::sync::Semaphore::new(self.args.concurrency));
         let mut tasks = tokio::task::JoinSet::new();
         for a in work {
@@ -553,10 +611,16 @@ impl Driver<'_> {
             let sem = sem.clone();
             let stop = self.stop.clone();
             let run_dir = self.run_dir.clone();
+            let run_id = self.run_id.clone();
+            let agent_settings = agent_settings.clone();
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
                 let effect_id = a["effectId"].as_str().unwrap_or_default().to_owned();
                 let kind = a["kind"].as_str().unwrap_or_default().to_owned();
+                if let Some(settings) = agent_settings.filter(|_| kinds::runs_on_a_harness(&kind)) {
+                    let out = agents::execute(&settings, &run_id, &a, &stop).await;
+                    return (a, out.map(|d| (d.done, d.usage)));
+                }
                 let task = exec::Task {
                     effect_id: &effect_id,
                     kind: &kind,
@@ -565,7 +629,7 @@ impl Driver<'_> {
                     attempt: None,
                 };
                 let out = exec::execute(task, &stop).await;
-                (a, out)
+                (a, out.map(|d| (d, None)).map_err(anyhow::Error::new))
             });
         }
         while let Some(joined) = tasks.join_next().await {
@@ -576,26 +640,19 @@ impl Driver<'_> {
             let id = a["effectId"].as_str().unwrap_or_default();
             let elapsed = self.started.get(id).map(|s| s.elapsed());
             match out {
-                Ok(done) => {
+                Ok((done, usage)) => {
                     let ok = done.outcome.is_ok();
-                    commit(
-                        &self.engine,
-                        &self.run_id,
-                        id,
-                        done.outcome,
-                        done.stdout,
-                        done.stderr,
-                    )
-                    .await?;
+                    let usage = usage.map(babysitter_orchestrator::service::grpc::usage_of);
+                    commit(&self.engine, &self.run_id, id, done, usage).await?;
                     self.ui.effect_done(&a, ok, elapsed);
                 }
                 Err(e) => {
                     self.ui.effect_done(&a, false, elapsed);
-                    return Err(anyhow::Error::new(e).context(format!("executing effect {id}")));
+                    return Err(e.context(format!("executing effect {id}")));
                 }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Waits until `target` (epoch ms); false when stopped meanwhile.
@@ -612,31 +669,36 @@ impl Driver<'_> {
     }
 }
 
+/// Commits an effect's result, its model usage (if any) journaled with it as `COST_TRACKED`.
 async fn commit(
     engine: &Engine,
     run_id: &str,
     effect_id: &str,
-    outcome: Result<Value, Value>,
-    stdout: Option<String>,
-    stderr: Option<String>,
+    done: exec::Done,
+    usage: Option<Usage>,
 ) -> Result<()> {
     let now = chrono::Utc::now()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string();
+    let then = usage
+        .map(|u| u.cost_tracked(effect_id))
+        .into_iter()
+        .collect();
     engine
-        .commit_result(
+        .commit_result_then(
             run_id,
             Commit {
                 effect_id: effect_id.to_owned(),
-                outcome,
-                stdout,
-                stderr,
+                outcome: done.outcome,
+                stdout: done.stdout,
+                stderr: done.stderr,
                 started_at: None,
                 finished_at: Some(now),
                 metadata: None,
                 stdout_ref: None,
                 stderr_ref: None,
             },
+            then,
         )
         .await?;
     Ok(())
@@ -665,9 +727,13 @@ fn interrupted(ui: &Ui, run_id: &str) -> ExitCode {
 }
 
 fn needs_harness(ui: &Ui, run_id: &str, kind: &str) -> ExitCode {
+    let how = if kinds::runs_on_a_harness(kind) {
+        "are executed by a coding-agent harness (install one: `babysitter harness:install claude-code`)"
+    } else {
+        "are not executed by babysitter run"
+    };
     ui.warn(&format!(
-        "tasks of kind `{kind}` are executed by a coding-agent harness through the harness launcher, which this build does not have yet; \
-         post the result with `babysitter task:post` and continue with `babysitter run --resume {run_id}`"
+        "tasks of kind `{kind}` {how}; or post the result with `babysitter task:post` and continue with `babysitter run --resume {run_id}`"
     ));
     ExitCode::from(3)
 }

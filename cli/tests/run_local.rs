@@ -150,7 +150,7 @@ fn ctrl_c_stops_cleanly_and_resume_finishes() {
 }
 
 #[test]
-fn agent_tasks_say_they_need_the_harness_launcher() {
+fn agent_tasks_with_no_harness_installed_say_how_to_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let process = dir.path().join("p.mjs");
     std::fs::write(
@@ -160,19 +160,41 @@ fn agent_tasks_say_they_need_the_harness_launcher() {
          export async function process(inputs, ctx) { return ctx.task(plan, {}); }\n",
     )
     .unwrap();
+    // No harness on PATH (an empty folder) and none configured.
+    let empty = dir.path().join("bin");
+    std::fs::create_dir_all(&empty).unwrap();
     let out = babysitter()
         .args(["run", process.to_str().unwrap(), "--runs-dir"])
         .arg(dir.path().join("runs"))
+        .env("PATH", &empty)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("kind `agent`")
-            && err.contains("harness launcher")
+        err.contains("no coding-agent harness is installed")
+            && err.contains("`claude` not found")
+            && err.contains("kind `agent`")
+            && err.contains("harness:install")
             && err.contains("--resume"),
         "{err}"
     );
+    // A harness asked for by name that is not there is named too.
+    let out = babysitter()
+        .args([
+            "run",
+            process.to_str().unwrap(),
+            "--harness",
+            "codex",
+            "--runs-dir",
+        ])
+        .arg(dir.path().join("runs"))
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--harness codex: `codex` not found"), "{err}");
 }
 
 #[test]

@@ -38,7 +38,7 @@ use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_tests::ServiceProcess;
 use babysitter_tests::skip::{self, skip};
 use babysitter_transport_proxy::protocol::Protocol;
-use babysitter_transport_proxy::scripted::ScriptedServer;
+use babysitter_transport_proxy::scripted::{Script, ScriptedServer, Turn};
 use cluster::data;
 use serde_json::{Value, json};
 
@@ -325,4 +325,109 @@ async fn opencode_agent_task_through_the_services() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_reaches_an_openai_chat_upstream_through_the_services_and_the_proxy() {
     agent_task(CLAUDE_CODE, Protocol::OpenAiChat).await;
+}
+
+/// A skill task and an orchestrator task; the process returns both answers.
+const SKILL_AND_ORCHESTRATOR: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const notes = defineTask('notes', (a) => ({ kind: 'skill', title: 'Release notes',
+  execution: { harness: 'claude-code', cwd: a.project },
+  skill: { name: 'release-notes', context: { version: a.version },
+           outputSchema: { type: 'object', required: ['via', 'version'] } } }));
+const tag = defineTask('tag', (a) => ({ kind: 'orchestrator_task', title: 'Tag the release',
+  execution: { cwd: a.project },
+  orchestratorTask: { payload: { operation: 'tag-release', version: a.version } } }));
+export async function process(inputs, ctx) {
+  const skill = await ctx.task(notes, inputs);
+  const orchestrator = await ctx.task(tag, inputs);
+  return { skill, orchestrator };
+}
+"#;
+
+/// `skill` and `orchestrator_task` go to a worker that has a harness (it advertises them) and
+/// are executed there, each one harness session with its kind's prompt, not left queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_and_orchestrator_tasks_are_executed_by_a_worker_through_the_services() {
+    let cli = CLAUDE_CODE;
+    let Some(bin) = skip::installed(&cli.path()) else {
+        return skip(format!(
+            "needs the claude CLI at {}: run scripts/ensure-claude-code.sh",
+            skip::tidy(&cli.path()).display()
+        ));
+    };
+    let script = Script {
+        turns: vec![
+            Turn::text_when_asked(
+                "Use the `release-notes` skill",
+                r#"{"via": "skill", "version": "1.2.3"}"#,
+            ),
+            Turn::text_when_asked("\"operation\": \"tag-release\"", "TAGGED"),
+        ],
+    };
+    let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
+        .await
+        .expect("scripted model server");
+    let mut stack = Stack::start();
+    let project = stack.dir.path().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let detected = stack.start_worker(cli.scripted_config(bin, cli.native, scripted.url()));
+    assert!(
+        detected.contains(cli.harness),
+        "{detected}\n{}",
+        stack.logs()
+    );
+    let mut c = cluster::run_client(&stack.url(), None);
+    let run_id = cluster::create(
+        &mut c,
+        SKILL_AND_ORCHESTRATOR,
+        json!({"project": project, "version": "1.2.3"}),
+    )
+    .await;
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.clone(),
+            from_seq: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("watch run")
+        .into_inner();
+    let watched = watch_to_end(&mut stream, &stack).await;
+    let last = watched.last.clone().expect("the watch sent the run");
+    let ctx = stack.logs();
+    assert_eq!(
+        last.status,
+        pb::RunStatus::Completed as i32,
+        "{last:?}\n{ctx}"
+    );
+    let output: Value = serde_json::from_slice(&last.output_json).unwrap_or_default();
+    assert_eq!(
+        output,
+        json!({"skill": {"via": "skill", "version": "1.2.3"}, "orchestrator": "TAGGED"}),
+        "{ctx}"
+    );
+    let stored = cluster::journal_events(&stack.journal.ready, None, &run_id).await;
+    let kinds: Vec<String> = stored
+        .iter()
+        .filter(|e| e.r#type == "EFFECT_REQUESTED")
+        .map(|e| data(e)["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds, ["skill", "orchestrator_task"], "{ctx}");
+    let count = |t: &str| stored.iter().filter(|e| e.r#type == t).count();
+    assert_eq!(count("EFFECT_RESOLVED"), 2, "{ctx}");
+    assert_eq!(count("COST_TRACKED"), 2, "{ctx}");
+    let bodies: Vec<String> = scripted
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.contains("Use the `release-notes` skill for this task.")),
+        "the skill was named to the model"
+    );
+    let worker = stack.worker.as_mut().and_then(ServiceProcess::terminate);
+    assert!(worker.is_some_and(|s| s.success()), "{worker:?}\n{ctx}");
+    scripted.stop().await;
 }

@@ -20,6 +20,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod ids;
+pub mod kinds;
 pub mod main_support;
 pub mod metrics;
 pub mod project;

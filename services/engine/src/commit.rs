@@ -29,6 +29,32 @@ pub struct Commit {
     pub stderr_ref: Option<String>,
 }
 
+/// Model usage of a task, journaled as `COST_TRACKED` right after its resolution.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Usage {
+    /// The `COST_TRACKED` event of effect `effect_id` (babysitter's field names; the effect
+    /// index and `tokens:stats` read it back).
+    pub fn cost_tracked(&self, effect_id: &str) -> NewEvent {
+        NewEvent::new(
+            EventType::CostTracked,
+            json!({"effectId": effect_id, "provider": self.provider, "model": self.model,
+                   "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
+                   "cacheReadTokens": self.cache_read_tokens, "cacheCreationTokens": self.cache_write_tokens,
+                   "costUsd": self.cost_usd}),
+        )
+    }
+}
+
 fn error_doc(e: &Value) -> Value {
     match e {
         Value::Object(m) if m.contains_key("name") => {
@@ -148,9 +174,18 @@ impl Engine {
 
     /// Commits the result of a pending effect; returns the new head.
     pub async fn commit_result(&self, run_id: &str, c: Commit) -> Result<Head, EngineError> {
+        self.commit_result_then(run_id, c, Vec::new()).await
+    }
+
+    /// [`Engine::commit_result`], journaling `then` in the same append (e.g. its usage).
+    pub async fn commit_result_then(
+        &self,
+        run_id: &str,
+        c: Commit,
+        then: Vec<NewEvent>,
+    ) -> Result<Head, EngineError> {
         let (head, record) = self.pending_record(run_id, &c.effect_id).await?;
-        self.commit_pending(run_id, head, record, c, Vec::new())
-            .await
+        self.commit_pending(run_id, head, record, c, then).await
     }
 
     /// [`Engine::commit_result`] for an effect the caller has just found pending (`record`, at

@@ -26,7 +26,9 @@ use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
 use crate::outcome::{self, Price};
 use crate::parse::LineParser;
 use crate::provider::{self, Provider, RemoteProxy};
-use crate::workspace::{self, Workspace};
+use crate::workspace;
+
+pub use crate::agent_spec::AgentSpec;
 
 /// Largest output kept per stream (the orchestrator stores logs over 1 MiB as blobs).
 const MAX_OUTPUT: usize = 16 * 1024 * 1024;
@@ -51,6 +53,9 @@ pub struct AgentSettings {
     /// PATH for the harnesses (npm shims need `node`).
     pub path_env: OsString,
     pub as_root: bool,
+    /// Where a task that names no workspace works: `None` on a worker (a fresh directory per
+    /// attempt), the project `babysitter run` was started in when it runs tasks itself.
+    pub default_workspace: Option<std::path::PathBuf>,
 }
 
 /// What an agent task produced.
@@ -59,56 +64,6 @@ pub struct AgentDone {
     pub done: Done,
     pub usage: Option<cpb::TaskUsage>,
     pub metadata: Value,
-}
-
-/// The parts of `task.json` an agent run needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentSpec {
-    pub harness: Option<String>,
-    pub prompt: String,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub output_schema: Option<Value>,
-    pub max_turns: Option<u64>,
-    pub timeout: Option<Duration>,
-    /// The project the agent works in.
-    pub workspace: Workspace,
-}
-
-impl AgentSpec {
-    pub fn from_task(def: &Value) -> Result<Self, String> {
-        let agent = &def["agent"];
-        let exec = &def["execution"];
-        let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
-        let prompt = match &agent["prompt"] {
-            Value::String(p) if !p.trim().is_empty() => p.clone(),
-            Value::Null => return Err("agent.prompt is missing".into()),
-            Value::String(_) => return Err("agent.prompt is empty".into()),
-            other => serde_json::to_string_pretty(other).unwrap_or_default(),
-        };
-        let schema = |v: &Value| Some(v.clone()).filter(|v| v.is_object());
-        Ok(Self {
-            harness: s(&exec["harness"]).or_else(|| s(&agent["harness"])),
-            prompt,
-            provider: s(&agent["provider"]).or_else(|| s(&exec["provider"])),
-            model: s(&agent["model"]).or_else(|| s(&exec["model"])),
-            output_schema: schema(&agent["outputSchema"]).or_else(|| schema(&def["outputSchema"])),
-            max_turns: agent["maxTurns"].as_u64(),
-            timeout: agent["timeoutMs"].as_u64().map(Duration::from_millis),
-            workspace: Workspace::from_task(def)?,
-        })
-    }
-
-    /// The prompt the harness gets: the task's, plus the answer format when a schema is set.
-    pub fn full_prompt(&self) -> String {
-        match &self.output_schema {
-            None => self.prompt.clone(),
-            Some(s) => format!(
-                "{}\n\nWhen you are done, reply with only a JSON value (no other text) that matches this JSON Schema:\n{}",
-                self.prompt, s
-            ),
-        }
-    }
 }
 
 fn fail(name: &str, message: String, data: Value) -> Done {
@@ -143,28 +98,46 @@ impl Events<'_> {
     }
 }
 
-/// Runs an agent task (one attempt at it) in `work_dir`; `<effect id>-<attempt>` names its
-/// universal event stream, and the harness gets the attempt's environment.
+/// One attempt at a task a harness executes.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTask<'a> {
+    /// `agent`, `skill` or `orchestrator_task` ([`babysitter_common::kinds::HARNESS_KINDS`]).
+    pub kind: &'a str,
+    pub def: &'a Value,
+    /// The attempt's own directory: the harness's home, and its project unless the task (or
+    /// [`AgentSettings::default_workspace`]) names one.
+    pub work_dir: &'a Path,
+    pub attempt: Attempt<'a>,
+    /// The lease's time limit, when the task names none.
+    pub timeout: Option<Duration>,
+}
+
+/// Runs a harness task (one attempt at it); `<effect id>-<attempt>` names its universal event
+/// stream, and the harness gets the attempt's environment.
 pub async fn run(
     settings: &AgentSettings,
-    def: &Value,
-    work_dir: &Path,
-    attempt: Attempt<'_>,
+    task: AgentTask<'_>,
     events: &mpsc::Sender<cpb::AgentEvent>,
-    assignment_timeout: Option<Duration>,
     cancel: &CancellationToken,
 ) -> AgentDone {
+    let AgentTask {
+        kind,
+        def,
+        work_dir,
+        attempt,
+        timeout: assignment_timeout,
+    } = task;
     let no_usage = |done| AgentDone {
         done,
         usage: None,
         metadata: Value::Null,
     };
-    let spec = match AgentSpec::from_task(def) {
+    let spec = match AgentSpec::from_task(kind, def, settings.default_workspace.as_ref()) {
         Ok(s) => s,
         Err(e) => {
             return no_usage(fail(
                 "InvalidTaskError",
-                format!("invalid agent task: {e}"),
+                format!("invalid {kind} task: {e}"),
                 Value::Null,
             ));
         }

@@ -48,6 +48,7 @@ fn settings(bin: PathBuf, kind: HarnessKind) -> AgentSettings {
         extra_env: BTreeMap::new(),
         path_env: "/usr/bin:/bin".into(),
         as_root: false,
+        default_workspace: None,
     }
 }
 
@@ -73,7 +74,15 @@ async fn run_task(
         number: 1,
         home_marker: "",
     };
-    let done = run(s, def, dir, attempt, &tx, None, cancel).await;
+    let kind = def["kind"].as_str().unwrap_or("agent");
+    let task = AgentTask {
+        kind,
+        def,
+        work_dir: dir,
+        attempt,
+        timeout: None,
+    };
+    let done = run(s, task, &tx, cancel).await;
     drop(tx);
     let mut evs = Vec::new();
     while let Some(e) = rx.recv().await {

@@ -249,6 +249,7 @@ impl AgentConfig {
             extra_env: self.env.clone(),
             path_env,
             as_root: rustix::process::geteuid().is_root(),
+            default_workspace: None,
         }
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod agent;
+mod agent_spec;
 pub mod config;
 pub mod events;
 pub mod exec;

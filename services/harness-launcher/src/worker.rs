@@ -41,6 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_common::error::{ErrorKind, error_kind};
+use babysitter_common::kinds;
 use babysitter_common::worker_api::WorkerApi;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -242,8 +243,12 @@ impl Worker {
             .iter()
             .flat_map(|a| a.harnesses.iter().cloned())
             .collect();
-        if !harnesses.is_empty() && !task_kinds.iter().any(|k| k == "agent") {
-            task_kinds.push("agent".to_owned());
+        if !harnesses.is_empty() {
+            for kind in kinds::HARNESS_KINDS {
+                if !task_kinds.iter().any(|k| k == kind) {
+                    task_kinds.push(kind.to_owned());
+                }
+            }
         }
         Capabilities {
             task_kinds,
@@ -501,12 +506,12 @@ impl Worker {
 
     /// The harness adapter an agent task runs: the one it names, else the worker's default.
     fn harness_of(&self, a: &pb::TaskAssignment) -> Option<String> {
-        if a.kind != "agent" {
+        if !kinds::runs_on_a_harness(&a.kind) {
             return None;
         }
         let named = serde_json::from_slice::<Value>(&a.task_json)
             .ok()
-            .and_then(|def| AgentSpec::from_task(&def).ok())
+            .and_then(|def| AgentSpec::from_task(&a.kind, &def, None).ok())
             .and_then(|spec| spec.harness);
         match named {
             Some(name) => Some(HarnessKind::from_name(&name).map_or(name, |k| k.name().to_owned())),
@@ -542,12 +547,14 @@ impl Worker {
                 format!("cannot create {}: {e}", work_dir.display()),
             );
         }
-        if a.kind == "agent" {
+        if kinds::runs_on_a_harness(&a.kind) {
             let Some(agents) = self.agents.clone() else {
                 return fail(
                     "TaskStartError",
-                    "this worker cannot execute tasks of kind `agent` (no harness installed)"
-                        .into(),
+                    format!(
+                        "this worker cannot execute tasks of kind `{}` (no harness installed)",
+                        a.kind
+                    ),
                 );
             };
             return self
@@ -589,8 +596,14 @@ impl Worker {
             .timeout
             .and_then(|d| Duration::try_from(d).ok())
             .filter(|d| !d.is_zero());
-        let attempt = self.attempt(a);
-        let r = agent::run(agents, def, work_dir, attempt, &tx, timeout, cancel).await;
+        let task = agent::AgentTask {
+            kind: &a.kind,
+            def,
+            work_dir,
+            attempt: self.attempt(a),
+            timeout,
+        };
+        let r = agent::run(agents, task, &tx, cancel).await;
         drop(tx);
         if let Ok(Err(s)) = reporter.await {
             tracing::warn!(lease_id = %a.lease_id, error = %s.message(), "reporting agent events failed; the task goes on");

@@ -250,10 +250,12 @@ async fn what_was_spent_survives_a_restart_and_the_limit_still_holds() {
 async fn a_run_past_its_wall_time_is_stopped_and_its_running_task_cancelled() {
     let s = start(fast_queue(), AuthConfig::default()).await;
     let mut c = client(&s, None);
+    // Long enough that the worker has the task before the sweep ends the run, on a loaded
+    // machine too (a shorter limit raced the first poll in a full test run).
     let budget = pb::RunBudget {
         max_wall_time: Some(prost_types::Duration {
-            seconds: 0,
-            nanos: 300_000_000,
+            seconds: 1,
+            nanos: 500_000_000,
         }),
         ..Default::default()
     };

@@ -64,6 +64,24 @@ pub struct Turn {
     pub fail_times: u32,
 }
 
+impl Turn {
+    /// Answers `text` to any request whose last user message contains `needle` (a task told
+    /// apart by its prompt, however many side calls the harness makes).
+    pub fn text_when_asked(needle: &str, text: &str) -> Self {
+        Turn {
+            when: Some(When {
+                last_user_text_contains: Some(needle.to_owned()),
+                ..When::default()
+            }),
+            reply: Reply {
+                text: Some(text.to_owned()),
+                ..Reply::default()
+            },
+            ..Turn::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct When {

@@ -140,7 +140,7 @@ impl Spent {
                 continue;
             }
             s.tasks += 1;
-            if kind == "agent" {
+            if babysitter_common::kinds::runs_on_a_harness(kind) {
                 s.agent_tasks += 1;
             }
             s.tokens += (n(r.input_tokens)

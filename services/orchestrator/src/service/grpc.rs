@@ -281,14 +281,19 @@ fn outcome_of(r: Option<cpb::TaskResult>) -> Result<TaskOutcome, Status> {
         started_at: r.started_at.as_ref().and_then(iso_of),
         finished_at: r.finished_at.as_ref().and_then(iso_of),
         metadata,
-        usage: r.usage.map(|u| Usage {
-            provider: u.provider,
-            model: u.model,
-            input_tokens: u.input_tokens,
-            output_tokens: u.output_tokens,
-            cache_read_tokens: u.cache_read_tokens,
-            cache_write_tokens: u.cache_write_tokens,
-            cost_usd: u.cost_usd,
-        }),
+        usage: r.usage.map(usage_of),
     })
+}
+
+/// A task's model usage off the wire (what a worker, or `babysitter run`'s own launcher, reports).
+pub fn usage_of(u: cpb::TaskUsage) -> Usage {
+    Usage {
+        provider: u.provider,
+        model: u.model,
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        cost_usd: u.cost_usd,
+    }
 }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{RunManager, RunStatus, RunSummary, lock};
 use crate::engine::commit::Commit;
+pub use crate::engine::commit::Usage;
 use crate::engine::lifecycle;
 use crate::service::queue::{Completion, GaveUp};
 use crate::service::{Result, ServiceError};
@@ -18,18 +19,6 @@ use crate::service::{Result, ServiceError};
 /// Logs larger than this are stored as blobs (the log file keeps [`LOG_HEAD_BYTES`] of them).
 pub const LOG_BLOB_THRESHOLD: usize = 1024 * 1024;
 pub const LOG_HEAD_BYTES: usize = 64 * 1024;
-
-/// Model usage of a task (journaled as `COST_TRACKED`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
-    pub provider: String,
-    pub model: String,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
-    pub cost_usd: f64,
-}
 
 /// A task's result as executors report it.
 #[derive(Debug, Clone, Default)]
@@ -152,15 +141,7 @@ impl RunManager {
         // The usage is journaled in the same append as the resolution.
         let usage: Vec<NewEvent> = o
             .usage
-            .map(|u| {
-                NewEvent::new(
-                    EventType::CostTracked,
-                    json!({"effectId": effect_id, "provider": u.provider, "model": u.model,
-                           "inputTokens": u.input_tokens, "outputTokens": u.output_tokens,
-                           "cacheReadTokens": u.cache_read_tokens, "cacheCreationTokens": u.cache_write_tokens,
-                           "costUsd": u.cost_usd}),
-                )
-            })
+            .map(|u| u.cost_tracked(effect_id))
             .into_iter()
             .collect();
         let commit = Commit {
