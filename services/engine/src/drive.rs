@@ -46,6 +46,7 @@ impl Engine {
             keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
             breakpoint_rules: self.options().breakpoint_rules.clone().map(Arc::new),
+            subprocesses: self.options().subprocesses,
             ..Shared::default()
         };
         self.pool()
@@ -219,6 +220,7 @@ impl Engine {
             keep_task_defs: self.options().next_actions,
             id_source: self.options().ids.clone(),
             breakpoint_rules: self.options().breakpoint_rules.clone().map(Arc::new),
+            subprocesses: self.options().subprocesses,
             next_ids: reuse_ids,
             task_files: Some(TaskFiles::new(journal, run_id)),
             ..Shared::default()

@@ -112,6 +112,11 @@ pub struct EngineOptions {
     /// The folder processes' imports are confined to; `None`: the project the entry file
     /// belongs to ([`process_file::process_root`]).
     pub process_root: Option<PathBuf>,
+    /// This executor creates and drives the child run of a `ctx.subprocess` effect (the
+    /// orchestrator and `babysitter run` do). Off, `ctx.subprocess` throws babysitter's
+    /// `RunFailedError` (its `run:iterate` enables them only in plugin mode, where the harness
+    /// makes the child run).
+    pub subprocesses: bool,
 }
 
 /// Babysitter's entry check ([`Engine::check_entry`]) outside any run: an engine of its own that
@@ -174,6 +179,7 @@ impl EngineOptions {
             process_log_dir: None,
             breakpoint_rules: None,
             process_root: None,
+            subprocesses: false,
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct NewRun {
     pub completion_proof: Option<String>,
     /// Whether the run has `inputs.json` (`RUN_CREATED.inputsRef`).
     pub has_inputs: bool,
+    /// The parent of a subprocess run: babysitter's `nested`
+    /// (`{parentRunId, parentEffectId?, parentInvocationKey?, sessionId?, shareSession?}`).
+    pub nested: Option<Value>,
     /// Fields of this implementation's own, after babysitter's (the service's namespace,
     /// labels, process bundle, idempotency key).
     pub extra: Map<String, Value>,
@@ -83,6 +86,7 @@ impl NewRun {
             code_hash: None,
             completion_proof: None,
             has_inputs: false,
+            nested: None,
             extra: Map::new(),
         }
     }
@@ -95,6 +99,9 @@ impl NewRun {
         m.insert("processId".into(), json!(self.process_id));
         if let Some(h) = &self.harness {
             m.insert("harness".into(), json!(h));
+        }
+        if let Some(n) = &self.nested {
+            m.insert("nested".into(), n.clone());
         }
         m.insert("entrypoint".into(), self.entrypoint.to_json());
         m.insert("processPath".into(), json!(self.entrypoint.import_path));
@@ -156,6 +163,7 @@ impl NewRun {
         run.code_hash = text("processCodeHash");
         run.completion_proof = text("completionProof");
         run.has_inputs = has_inputs;
+        run.nested = run_json.get("nested").filter(|n| n.is_object()).cloned();
         Some(run)
     }
 
@@ -167,6 +175,9 @@ impl NewRun {
         d.insert("entrypoint".into(), self.entrypoint.to_json());
         if let Some(h) = &self.harness {
             d.insert("harness".into(), json!(h));
+        }
+        if let Some(n) = &self.nested {
+            d.insert("nested".into(), n.clone());
         }
         if let Some(r) = &self.process_revision {
             d.insert("processRevision".into(), json!(r));

@@ -91,6 +91,8 @@ pub struct Shared {
     pub legacy_counter: u32,
     pub wall_now_ms: i64,
     pub non_interactive: bool,
+    /// `ctx.subprocess` is enabled ([`crate::EngineOptions::subprocesses`]).
+    pub subprocesses: bool,
     /// Keep each request's TaskDef (babysitter's `nextActions` show it).
     pub keep_task_defs: bool,
     pub next_ids: Vec<String>,
@@ -288,6 +290,11 @@ fn install_host<'js>(ctx: &Ctx<'js>, shared: &Arc<Mutex<Shared>>) -> rquickjs::R
     host.set(
         "nonInteractive",
         Function::new(ctx.clone(), move || -> bool { lock(&sh).non_interactive })?,
+    )?;
+    let sh = shared.clone();
+    host.set(
+        "subprocesses",
+        Function::new(ctx.clone(), move || -> bool { lock(&sh).subprocesses })?,
     )?;
     let sh = shared.clone();
     host.set(

@@ -60,6 +60,7 @@ fn new_run(client_driven: bool) -> NewRun {
         idempotency_key: None,
         client_driven,
         budget: None,
+        nested: None,
     }
 }
 

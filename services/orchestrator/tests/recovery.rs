@@ -182,6 +182,7 @@ async fn a_creation_cut_before_its_bundle_was_stored_is_failed_and_its_key_freed
             idempotency_key: Some("deploy-7".into()),
             client_driven: false,
             budget: None,
+            nested: None,
         })
         .await
         .unwrap();

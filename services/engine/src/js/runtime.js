@@ -323,6 +323,19 @@
       kind: "orchestrator_task", title: taskCtx.label ?? "orchestrator-task",
       metadata: { payload: args.payload, orchestratorTask: true },
     }) }),
+    subprocess: Object.freeze({ id: "__sdk.subprocess", build: async (args) => {
+      const inv = args.invocation;
+      const shareSession = inv.shareSession !== false;
+      return {
+        kind: "subprocess", title: args.label,
+        metadata: { subprocess: true, processPath: inv.processPath, processId: inv.processId, harness: inv.harness,
+          model: inv.model, maxIterations: inv.maxIterations, shareSession },
+        subprocess: { processPath: inv.processPath, exportName: inv.exportName, processId: inv.processId,
+          prompt: inv.prompt, inputs: inv.inputs, inputSchema: inv.inputSchema, outputSchema: inv.outputSchema,
+          harness: inv.harness, model: inv.model, maxIterations: inv.maxIterations, shareSession,
+          metadata: inv.metadata },
+      };
+    } }),
     hook: Object.freeze({ id: "__sdk.hook", build: async (args) => ({
       kind: "hook", title: `hook:${args.hookType}`, hook: { hookType: args.hookType, payload: args.payload, timeout: args.timeout },
     }) }),
@@ -373,8 +386,15 @@
       const label = (options && options.label) ?? "orchestrator-task";
       return invoke(sdkTasks.orchestratorTask, { payload }, { label });
     },
-    subprocess() {
-      throw new RunFailedError("ctx.subprocess is not enabled for this run");
+    // The executor makes the child run ([`EngineOptions::subprocesses`]); babysitter's own
+    // loop leaves subprocesses to a plugin-mode harness and refuses them elsewhere.
+    subprocess(invocation, options) {
+      if (!host.subprocesses()) {
+        throw new RunFailedError("Subprocess effects are disabled for this orchestration context.");
+      }
+      const inv = invocation ?? {};
+      const label = (options && options.label) ?? inv.processId ?? inv.processPath;
+      return invoke(sdkTasks.subprocess, { invocation: inv, label }, { ...(options ?? {}), label });
     },
     // Journaled as an effect of kind `hook`: executed once by the host, replayed from the journal.
     hook(hookType, payload, options) {

@@ -168,6 +168,74 @@ pub async fn is_stored(journal: &Journal, run_id: &str, manifest: &Value) -> Res
     Ok(true)
 }
 
+/// The bundle a run's manifest names, its files read back from the run's blobs; `entry_path`
+/// and `export_name` are the caller's (a subprocess run is another entry of its parent's bundle).
+pub async fn load(
+    journal: &Journal,
+    run_id: &str,
+    manifest: &Value,
+    entry_path: String,
+    export_name: Option<String>,
+) -> Result<Bundle> {
+    let mut files = Vec::new();
+    for (path, blob) in manifest_files(run_id, manifest)? {
+        files.push((path, journal.get_blob(run_id, &blob).await?));
+    }
+    Ok(Bundle {
+        entry_path,
+        export_name,
+        files,
+    })
+}
+
+/// The bundle path a subprocess's `processPath` names: as given from the bundle's root (the
+/// project, as babysitter resolves it from the working directory), else from the folder of the
+/// entry `from`; `.` and `..` segments are resolved, and a path that leaves the bundle, is
+/// absolute, or names no file of it is an error saying which paths were tried.
+pub fn resolve_entry(
+    manifest: &Value,
+    from: &str,
+    process_path: &str,
+) -> std::result::Result<String, String> {
+    if process_path.is_empty() {
+        return Err("processPath is empty".into());
+    }
+    if process_path.starts_with('/') {
+        return Err(format!(
+            "processPath `{process_path}` is absolute; a run on the server names it relative to the process root it was bundled from"
+        ));
+    }
+    let known = |p: &str| manifest.get("files").and_then(|f| f.get(p)).is_some();
+    let folder = from.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut tried = Vec::new();
+    for base in ["", folder] {
+        let mut parts: Vec<&str> = base.split('/').filter(|s| !s.is_empty()).collect();
+        let mut escapes = false;
+        for seg in process_path.split('/') {
+            match seg {
+                "" | "." => {}
+                ".." => escapes |= parts.pop().is_none(),
+                s => parts.push(s),
+            }
+        }
+        let candidate = parts.join("/");
+        if escapes {
+            tried.push(format!("`{candidate}` (leaves the bundle)"));
+            continue;
+        }
+        if known(&candidate) {
+            return Ok(candidate);
+        }
+        if !tried.iter().any(|t| t == &format!("`{candidate}`")) {
+            tried.push(format!("`{candidate}`"));
+        }
+    }
+    Err(format!(
+        "processPath `{process_path}` is not in the run's process bundle (tried {})",
+        tried.join(", ")
+    ))
+}
+
 /// The manifest's files: path → blob.
 fn manifest_files(run_id: &str, manifest: &Value) -> Result<BTreeMap<String, BlobRef>> {
     let corrupt =
@@ -231,6 +299,23 @@ mod tests {
                 .map(|(p, c)| ((*p).to_owned(), Bytes::from((*c).to_owned())))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_subprocess_entry_is_found_from_the_root_then_from_the_parents_folder() {
+        let manifest = json!({"entryPath": "procs/main.mjs", "files": {
+            "procs/main.mjs": "x", "procs/child.mjs": "x", "lib/other.mjs": "x"}});
+        let r = |p: &str| resolve_entry(&manifest, "procs/main.mjs", p);
+        assert_eq!(r("procs/child.mjs").unwrap(), "procs/child.mjs");
+        assert_eq!(r("./procs/child.mjs").unwrap(), "procs/child.mjs");
+        assert_eq!(r("child.mjs").unwrap(), "procs/child.mjs");
+        assert_eq!(r("./child.mjs").unwrap(), "procs/child.mjs");
+        assert_eq!(r("../lib/other.mjs").unwrap(), "lib/other.mjs");
+        let e = r("missing.mjs").unwrap_err();
+        assert!(e.contains("`missing.mjs`, `procs/missing.mjs`"), "{e}");
+        assert!(r("../../x.mjs").unwrap_err().contains("leaves the bundle"));
+        assert!(r("/abs/child.mjs").unwrap_err().contains("absolute"));
+        assert!(r("").unwrap_err().contains("empty"));
     }
 
     #[test]

@@ -391,6 +391,8 @@ impl OrchestratorConfig {
         o.exclusive_writer = e.exclusive_writer;
         // Tasks are dispatched from the journal's index, not from babysitter's nextActions.
         o.next_actions = false;
+        // The manager creates and drives subprocess runs (`runs::subprocess`).
+        o.subprocesses = true;
         o
     }
 

@@ -32,6 +32,7 @@ mod query;
 mod recovery;
 mod resolve;
 mod spend;
+mod subprocess;
 mod table;
 mod tasks;
 mod watch;
@@ -129,6 +130,32 @@ pub struct RunSummary {
     pub client_driven: bool,
     /// What it may spend (see `service::budget`).
     pub budget: Option<Budget>,
+    /// Set for a subprocess run: the run and effect its end resolves.
+    pub parent: Option<Parent>,
+}
+
+/// The run and effect a subprocess run resolves (babysitter's run.json `nested`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parent {
+    pub run_id: String,
+    pub effect_id: String,
+}
+
+impl Parent {
+    /// From run.json's `nested.parentRunId` / `parentEffectId` (both needed: a nested run made
+    /// by babysitter without its effect is not one this orchestrator resolves).
+    pub fn of_run_json(run_json: &Value) -> Option<Self> {
+        run_json.get("nested").and_then(Self::of_nested)
+    }
+
+    /// From a `nested` object.
+    pub fn of_nested(nested: &Value) -> Option<Self> {
+        let text = |k: &str| nested.get(k).and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            run_id: text("parentRunId")?,
+            effect_id: text("parentEffectId")?,
+        })
+    }
 }
 
 impl RunSummary {
@@ -153,6 +180,8 @@ pub struct NewRun {
     pub client_driven: bool,
     /// What the run may spend (merged over the namespace's default).
     pub budget: Option<Budget>,
+    /// babysitter's run.json `nested` of a subprocess run (see [`Parent`]).
+    pub nested: Option<Value>,
 }
 
 /// Run manager settings.
@@ -415,6 +444,7 @@ impl RunManager {
             new.request = r.clone();
         }
         new.prompt = req.prompt.clone();
+        new.nested = req.nested.clone();
         new.completion_proof = Some(new_completion_proof().map_err(|e| {
             ServiceError::Journal(JournalError::io("/dev/urandom (the completion proof)", e))
         })?);
@@ -483,6 +513,7 @@ impl RunManager {
             error: None,
             client_driven: req.client_driven,
             budget,
+            parent: req.nested.as_ref().and_then(Parent::of_nested),
         };
         lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
         self.schedule(&run_id, false); // a client-driven run waits for its client

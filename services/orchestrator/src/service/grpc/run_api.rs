@@ -283,6 +283,7 @@ impl RunService for RunApi {
                 idempotency_key: empty(r.idempotency_key),
                 client_driven: r.client_driven,
                 budget: r.budget.map(ops_api::budget_of),
+                nested: None,
             })
             .await?;
         Ok(Response::new(pb::CreateRunResponse {

@@ -201,16 +201,13 @@ impl RunManager {
             match kind.as_str() {
                 "breakpoint" => {}
                 "sleep" => self.arm_timer(run_id, r).await?,
+                "subprocess" => {
+                    let task = task_doc(journal, &fresh, run_id, r).await?;
+                    self.start_subprocess(&namespace, run_id, r, task);
+                }
                 _ if self.inner.queue.is_known(run_id, &r.effect_id) => {}
                 _ => {
-                    let task = match fresh.get(r.effect_id.as_str()) {
-                        Some(doc) => (*doc).clone(),
-                        None => {
-                            journal
-                                .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
-                                .await?
-                        }
-                    };
+                    let task = task_doc(journal, &fresh, run_id, r).await?;
                     let spec = task_spec(&namespace, run_id, r, &kind, task)?;
                     self.inner.queue.enqueue(spec, recovered);
                 }
@@ -233,6 +230,9 @@ impl RunManager {
             }
             IterationStatus::Waiting if by_kind.contains_key("sleep") => {
                 (RunStatus::Waiting, "sleeping".into())
+            }
+            IterationStatus::Waiting if by_kind.contains_key("subprocess") => {
+                (RunStatus::Running, "subprocess-running".into())
             }
             IterationStatus::Waiting => (RunStatus::Waiting, "external-task-waiting".into()),
         };
@@ -270,7 +270,10 @@ impl RunManager {
     /// entry shrinks to the final summary, which stops its timers and closes its channels.
     pub(super) fn finished(&self, run_id: &str) {
         self.inner.queue.cancel_run(run_id, "the run ended");
-        lock(&self.inner.runs).finish(run_id);
+        let ended = lock(&self.inner.runs).finish(run_id);
+        if let Some((summary, children)) = ended {
+            self.link_ended(summary, children);
+        }
     }
 
     /// The terminal status and error of a run whose last lifecycle event is terminal.
@@ -403,6 +406,23 @@ impl RunManager {
             run.update(f);
         }
     }
+}
+
+/// An effect's `task.json`: the one its iteration just stored (`fresh`), else read back.
+async fn task_doc(
+    journal: &babysitter_journal::Journal,
+    fresh: &HashMap<&str, &Bytes>,
+    run_id: &str,
+    r: &EffectRecord,
+) -> Result<Bytes> {
+    Ok(match fresh.get(r.effect_id.as_str()) {
+        Some(doc) => (*doc).clone(),
+        None => {
+            journal
+                .get_run_file(run_id, &RunFile::task(&r.effect_id, "task.json")?)
+                .await?
+        }
+    })
 }
 
 /// A worker task from its journal record and `task.json`.

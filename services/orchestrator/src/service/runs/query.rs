@@ -8,7 +8,7 @@ use babysitter_journal::JournalError;
 use babysitter_journal::store::RunFile;
 use futures::StreamExt;
 
-use super::{DEFAULT_NAMESPACE, RunManager, RunStatus, RunSummary, lock, str_of};
+use super::{DEFAULT_NAMESPACE, Parent, RunManager, RunStatus, RunSummary, lock, str_of};
 use crate::service::{Result, ServiceError};
 
 /// Runs read from the journal at once while listing.
@@ -192,6 +192,7 @@ impl RunManager {
             None
         };
         let summary = RunSummary {
+            parent: Parent::of_run_json(rj),
             run_id: run_id.to_owned(),
             namespace: str_of(rj, "namespace").unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
             status,

@@ -64,6 +64,7 @@ impl RunManager {
                 }
             }
         }
+        self.relink_children();
         let count = resumed.len();
         futures::stream::iter(resumed)
             .for_each_concurrent(16, |id| {

@@ -49,6 +49,8 @@ pub(super) struct LiveRun {
     pub idempotency_key: Option<String>,
     /// Cancelled when the run ends (or the manager stops): its timers and retries stop.
     pub stop: CancellationToken,
+    /// Its subprocess runs (by run id) that may still be live: cancelled when it ends.
+    pub children: HashSet<String>,
 }
 
 impl LiveRun {
@@ -154,25 +156,28 @@ impl RunTable {
             agents: None,
             idempotency_key,
             stop: self.stop.child_token(),
+            children: HashSet::new(),
         };
         self.runs.insert(run_id, Entry::Live(run));
         true
     }
 
     /// Shrinks a live run to its final summary (stopping its timers, closing its channels) and
-    /// evicts the oldest finished runs beyond the cap.
-    pub fn finish(&mut self, run_id: &str) {
+    /// evicts the oldest finished runs beyond the cap. Answers that summary and the run's
+    /// subprocess runs (`None`: it was not live).
+    pub fn finish(&mut self, run_id: &str) -> Option<(RunSummary, HashSet<String>)> {
         let Some(Entry::Live(run)) = self.runs.remove(run_id) else {
-            return;
+            return None;
         };
         run.stop.cancel();
         let summary = run.current();
         crate::service::metrics::run_finished(summary.status.as_str());
         let finished = FinishedRun {
-            summary,
+            summary: summary.clone(),
             idempotency_key: run.idempotency_key,
         };
         self.keep_finished(run_id.to_owned(), finished);
+        Some((summary, run.children))
     }
 
     /// Replaces a finished run's summary (a forced seal of an ended run); unknown or live ids are
@@ -293,6 +298,7 @@ mod tests {
             error: None,
             client_driven: false,
             budget: None,
+            parent: None,
         }
     }
 
