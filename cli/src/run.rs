@@ -16,6 +16,7 @@
 #![allow(clippy::print_stdout)]
 
 mod agents;
+mod subprocess;
 mod ui;
 
 use std::collections::HashMap;
@@ -197,7 +198,10 @@ fn runs_dir(args: &Args, env: &EnvMap) -> Result<PathBuf> {
     };
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the runs directory {}", dir.display()))?;
-    Ok(dir)
+    // Canonical: run.json's import path is computed relative to it (`../runs` would count the
+    // `..` as a folder).
+    std::fs::canonicalize(&dir)
+        .with_context(|| format!("cannot resolve the runs directory {}", dir.display()))
 }
 
 /// `path` relative to `base`, POSIX separators (babysitter stores run-relative import paths).
@@ -222,9 +226,6 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
     };
     let entry =
         std::fs::canonicalize(file).with_context(|| format!("process file {file} not found"))?;
-    let source =
-        std::fs::read(&entry).with_context(|| format!("cannot read {}", entry.display()))?;
-    use sha2::Digest;
     let inputs = match &args.inputs {
         Some(p) => {
             let raw = std::fs::read(p)
@@ -236,38 +237,75 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
         }
         None => None,
     };
+    let run = LocalRun {
+        run_id: ulid::Ulid::generate().to_string(),
+        entry,
+        export: export.to_owned(),
+        process_id: None,
+        inputs,
+        harness: args.harness.clone(),
+        budget: args.budget.clone(),
+        nested: None,
+    };
+    create_local_run(engine, runs, run).await
+}
+
+/// A run to create in the runs directory.
+struct LocalRun {
+    run_id: String,
+    /// The process file, canonical.
+    entry: PathBuf,
+    export: String,
+    /// Default: the entry file's stem.
+    process_id: Option<String>,
+    inputs: Option<Value>,
+    harness: Option<String>,
+    budget: Option<Budget>,
+    /// babysitter's `nested`, for a subprocess run.
+    nested: Option<Value>,
+}
+
+/// Creates `r` as babysitter's `run:create` does: run.json, inputs.json, `RUN_CREATED`.
+async fn create_local_run(engine: &Engine, runs: &Path, r: LocalRun) -> Result<String> {
+    use sha2::Digest;
+    let entry = &r.entry;
+    let source =
+        std::fs::read(entry).with_context(|| format!("cannot read {}", entry.display()))?;
     // The import closure's hash; a module that does not load fails the run at its first
     // iteration, with the entry file's hash recorded.
-    let code_hash = match engine.check_entry(&entry, Some(export)).await {
+    let code_hash = match engine.check_entry(entry, Some(&r.export)).await {
         Ok(check) => check.code_hash,
         Err(_) => hex::encode(sha2::Sha256::digest(&source)),
     };
-    let run_id = ulid::Ulid::generate().to_string();
+    let run_id = r.run_id;
     let run_dir = runs.join(&run_id);
-    let import_path = relative(&entry, &run_dir);
-    let process_id = entry
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("process")
-        .to_owned();
+    let import_path = relative(entry, &run_dir);
+    let process_id = r.process_id.unwrap_or_else(|| {
+        entry
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("process")
+            .to_owned()
+    });
     let mut new = NewRun::new(
         &run_id,
         &process_id,
         lifecycle::Entrypoint {
             import_path,
-            export_name: Some(export.to_owned()),
+            export_name: Some(r.export.clone()),
         },
         babysitter_engine::iso(chrono::Utc::now().timestamp_millis()),
     );
-    new.harness = args.harness.clone();
+    new.harness = r.harness;
+    new.nested = r.nested;
     new.cwd = Some(std::env::current_dir()?.display().to_string());
     new.completion_proof = Some(
         lifecycle::new_completion_proof()
             .context("cannot read random bytes for the completion proof")?,
     );
     new.code_hash = Some(code_hash);
-    new.has_inputs = inputs.is_some();
-    if let Some(b) = &args.budget {
+    new.has_inputs = r.inputs.is_some();
+    if let Some(b) = &r.budget {
         new.extra
             .insert(BUDGET_KEY.into(), serde_json::to_value(b)?);
     }
@@ -277,7 +315,7 @@ async fn create_run(engine: &Engine, runs: &Path, args: &Args) -> Result<String>
             &run_id,
             RunFiles {
                 run_json: new.run_json(),
-                inputs_json: inputs.clone(),
+                inputs_json: r.inputs,
             },
         )
         .await?;
@@ -327,6 +365,7 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         budget: None,
         env: env.clone(),
         agents: None,
+        ended_with: None,
     };
     driver.run().await
 }
@@ -351,6 +390,8 @@ fn open_engine(args: &Args, env: &EnvMap, runs: &Path, fs: FsRuntime) -> Result<
         }
     };
     options.process_root = args.process_root.clone();
+    // Child runs are created and driven here (`run::subprocess`).
+    options.subprocesses = true;
     Ok(Engine::new(journal, options)?)
 }
 
@@ -374,13 +415,17 @@ struct Driver<'a> {
     env: EnvMap,
     /// Agent settings, harnesses detected, once a harness task is due.
     agents: Option<Arc<babysitter_harness_launcher::agent::AgentSettings>>,
+    /// The iteration that ended the run, once one has.
+    ended_with: Option<Iteration>,
 }
 
 /// What one iteration asks of the driver.
 #[derive(Default)]
 struct Plan {
-    /// Breakpoints, shell, node and hook effects, to do now.
+    /// Breakpoints, shell, node, hook and harness effects, to do now.
     runnable: Vec<Value>,
+    /// Subprocess effects: child runs driven here, after the rest.
+    subprocesses: Vec<Value>,
     /// The earliest sleep's target (epoch ms).
     sleep_until: Option<i64>,
 }
@@ -396,6 +441,7 @@ impl Driver<'_> {
                 self.ui.warn(w);
             }
             if let Some(code) = self.finished(&it).await {
+                self.ended_with = Some(it);
                 return Ok(code);
             }
             if let Some(code) = self.over_budget().await? {
@@ -413,6 +459,9 @@ impl Driver<'_> {
                 return Ok(code);
             }
             if let Some(code) = self.execute(work).await? {
+                return Ok(code);
+            }
+            if let Some(code) = self.run_subprocesses(plan.subprocesses).await? {
                 return Ok(code);
             }
             if let Some(t) = plan.sleep_until
@@ -526,6 +575,7 @@ impl Driver<'_> {
                 }
                 "shell" | "node" | "breakpoint" | "hook" => plan.runnable.push(a.clone()),
                 kind if kinds::runs_on_a_harness(kind) => plan.runnable.push(a.clone()),
+                "subprocess" => plan.subprocesses.push(a.clone()),
                 kind => {
                     self.ui.blocked(a, kind);
                     return Err(needs_harness(self.ui, &self.run_id, kind));

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -503,4 +503,130 @@ fn a_run_over_its_task_budget_fails_before_the_extra_task_runs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `ctx.subprocess`: the child run is made in the same runs directory and driven here; its
+/// output is the effect's result, its failure the process's error; a parent stopped while the
+/// child waits resumes into the same child (made once).
+#[test]
+fn subprocesses_run_here_as_child_runs_and_resume_into_the_same_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("procs")).unwrap();
+    std::fs::write(
+        project.join("procs/main.mjs"),
+        "export async function process(inputs, ctx) {\n\
+           try {\n\
+             const r = await ctx.subprocess({ processPath: inputs.path, processId: 'child', inputs: inputs.child });\n\
+             return { output: r.output, runId: r.runId };\n\
+           } catch (e) { return { error: e.name, message: e.message }; }\n\
+         }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("procs/child.mjs"),
+        "import { defineTask } from '@a5c-ai/babysitter-sdk';\n\
+         const step = defineTask('step', (a) => ({ kind: 'shell', title: 'step', shell: { command: `echo step-${a.n} >> ../ledger; echo ${a.n}` } }));\n\
+         export async function process(inputs, ctx) {\n\
+           if (inputs.fail) throw new Error('the child gave up');\n\
+           if (inputs.gate) await ctx.breakpoint({ question: 'go on?' }, { label: 'gate' });\n\
+           const r = await ctx.task(step, { n: inputs.n });\n\
+           return { n: Number(r.stdout.trim()) };\n\
+         }\n",
+    )
+    .unwrap();
+    let runs = dir.path().join("runs");
+    let run = |inputs: Value, extra: &[&str]| {
+        let file = dir.path().join("inputs.json");
+        std::fs::write(&file, inputs.to_string()).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_babysitter"));
+        c.current_dir(&project)
+            .env_remove("BABYSITTER_RUNS_DIR")
+            .args(["run", "procs/main.mjs", "--json", "--inputs"])
+            .arg(&file)
+            // Relative, with `..`: run.json's import path is computed from the resolved folder.
+            .args(["--runs-dir", "../runs"])
+            .args(extra)
+            .stdin(Stdio::null());
+        c.output().unwrap()
+    };
+    let last_finished = |ev: &[Value]| -> Value {
+        ev.iter()
+            .rev()
+            .find(|e| e["event"] == "run.finished")
+            .cloned()
+            .unwrap_or_default()
+    };
+
+    // From the project (run.json cwd), the child completes and its output comes back.
+    let out = run(json!({"path": "procs/child.mjs", "child": {"n": 7}}), &[]);
+    let ev = succeeded(&out);
+    let parent = last_finished(&ev);
+    assert_eq!(parent["status"], "completed", "{parent}");
+    assert_eq!(parent["output"]["output"], json!({"n": 7}), "{parent}");
+    let child_id = parent["output"]["runId"].as_str().unwrap().to_owned();
+    let child_json: Value =
+        serde_json::from_slice(&std::fs::read(runs.join(&child_id).join("run.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        child_json["nested"]["parentRunId"], parent["runId"],
+        "{child_json}"
+    );
+    assert_eq!(child_json["processId"], "child");
+    let ledger = dir.path().join("ledger");
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "step-7\n");
+
+    // From the parent's folder too; a child that throws is the process's error.
+    let out = run(json!({"path": "child.mjs", "child": {"fail": true}}), &[]);
+    let parent = last_finished(&succeeded(&out));
+    assert_eq!(
+        parent["output"]["error"], "SubprocessFailedError",
+        "{parent}"
+    );
+    assert!(
+        parent["output"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the child gave up")),
+        "{parent}"
+    );
+    let out = run(json!({"path": "nowhere.mjs", "child": {}}), &[]);
+    let parent = last_finished(&succeeded(&out));
+    assert_eq!(parent["output"]["error"], "SubprocessError", "{parent}");
+
+    // The child waits on a breakpoint nobody answers: both stop; --resume --yes finishes both.
+    std::fs::remove_file(&ledger).unwrap();
+    let out = run(
+        json!({"path": "procs/child.mjs", "child": {"n": 1, "gate": true}}),
+        &[],
+    );
+    assert!(!out.status.success());
+    let ev = events(&out.stdout);
+    let parent_id = ev
+        .iter()
+        .find(|e| e["event"] == "run.started")
+        .and_then(|e| e["runId"].as_str())
+        .unwrap()
+        .to_owned();
+    let before: Vec<_> = std::fs::read_dir(&runs).unwrap().collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .current_dir(&project)
+        .env_remove("BABYSITTER_RUNS_DIR")
+        .args([
+            "run",
+            "--resume",
+            &parent_id,
+            "--yes",
+            "--json",
+            "--runs-dir",
+        ])
+        .arg(&runs)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let parent = last_finished(&succeeded(&out));
+    assert_eq!(parent["runId"], parent_id.as_str());
+    assert_eq!(parent["output"]["output"], json!({"n": 1}), "{parent}");
+    let after: Vec<_> = std::fs::read_dir(&runs).unwrap().collect();
+    assert_eq!(before.len(), after.len(), "no second child was made");
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 1);
 }

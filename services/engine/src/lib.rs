@@ -31,6 +31,7 @@ mod pool;
 mod process_file;
 pub mod process_log;
 mod session;
+pub mod subprocess;
 pub mod task_files;
 pub mod views;
 

@@ -66,9 +66,7 @@ impl RunManager {
             Ok(new) => new,
             // The invocation cannot make a run: the process gets the error.
             Err(e @ (ServiceError::Invalid { .. } | ServiceError::Conflict(_))) => {
-                return self
-                    .fail_effect(link, "SubprocessError", &e.to_string(), None)
-                    .await;
+                return self.invalid(link, &e.to_string()).await;
             }
             Err(e) => return Err(e),
         };
@@ -80,8 +78,7 @@ impl RunManager {
                 self.child_found(link, child).await
             }
             Err(e @ (ServiceError::Invalid { .. } | ServiceError::Conflict(_))) => {
-                self.fail_effect(link, "SubprocessError", &e.to_string(), None)
-                    .await
+                self.invalid(link, &e.to_string()).await
             }
             Err(e) => Err(e),
         }
@@ -141,9 +138,12 @@ impl RunManager {
         let parent = self.get(&link.namespace, &link.parent).await?;
         let mut labels = parent.labels;
         labels.insert(PARENT_LABEL.to_owned(), link.parent.clone());
-        let mut nested = json!({"parentRunId": link.parent, "parentEffectId": link.effect_id,
-                                "parentInvocationKey": link.invocation_key});
-        nested["shareSession"] = json!(inv["shareSession"].as_bool().unwrap_or(true));
+        let nested = crate::engine::subprocess::nested(
+            &link.parent,
+            &link.effect_id,
+            &link.invocation_key,
+            inv,
+        );
         Ok(NewRun {
             namespace: link.namespace.clone(),
             bundle,
@@ -173,40 +173,25 @@ impl RunManager {
         };
         if child.status == super::RunStatus::Completed {
             let run_dir = self.inner.engine.options().runs_root.join(&child.run_id);
-            let value = json!({"runId": child.run_id, "runDir": run_dir.display().to_string(),
-                               "output": child.output.clone().unwrap_or(Value::Null)});
+            let value = crate::engine::subprocess::result(
+                &child.run_id,
+                &run_dir.display().to_string(),
+                child.output.clone(),
+            );
             return self.settle_effect(&link, Ok(value)).await;
         }
-        let why = child
-            .error
-            .as_ref()
-            .and_then(|e| e.get("message"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| child.status_reason.clone());
-        let message = format!(
-            "subprocess run {} {}: {why}",
-            child.run_id,
-            child.status.as_str()
-        );
-        let data = json!({"runId": child.run_id, "status": child.status.as_str(),
-                          "error": child.error.clone().unwrap_or(Value::Null)});
-        self.fail_effect(&link, "SubprocessFailedError", &message, Some(data))
-            .await
+        // A status reason stands in for an error the summary does not carry.
+        let error = child.error.clone().or_else(|| {
+            (!child.status_reason.is_empty()).then(|| json!({"message": child.status_reason}))
+        });
+        let error = crate::engine::subprocess::failed(&child.run_id, child.status.as_str(), error);
+        self.settle_effect(&link, Err(error)).await
     }
 
-    async fn fail_effect(
-        &self,
-        link: &Link,
-        name: &str,
-        message: &str,
-        data: Option<Value>,
-    ) -> Result<()> {
-        let mut error = json!({"name": name, "message": message});
-        if let Some(d) = data {
-            error["data"] = d;
-        }
-        self.settle_effect(link, Err(error)).await
+    /// The invocation cannot make a run: the parent's process gets `why` as its error.
+    async fn invalid(&self, link: &Link, why: &str) -> Result<()> {
+        self.settle_effect(link, Err(crate::engine::subprocess::invalid(why)))
+            .await
     }
 
     /// Posts the outcome into the parent; a parent that has ended, or an effect already
