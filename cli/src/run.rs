@@ -692,7 +692,10 @@ impl Driver<'_> {
             match out {
                 Ok((done, usage)) => {
                     let ok = done.outcome.is_ok();
-                    let usage = usage.map(babysitter_orchestrator::service::grpc::usage_of);
+                    let kind = a["kind"].as_str().unwrap_or_default();
+                    let usage = usage
+                        .map(babysitter_orchestrator::service::grpc::usage_of)
+                        .map(|u| (u, kind));
                     commit(&self.engine, &self.run_id, id, done, usage).await?;
                     self.ui.effect_done(&a, ok, elapsed);
                 }
@@ -719,19 +722,20 @@ impl Driver<'_> {
     }
 }
 
-/// Commits an effect's result, its model usage (if any) journaled with it as `COST_TRACKED`.
+/// Commits an effect's result, its model usage (if any, with the effect's kind) journaled with
+/// it as `COST_TRACKED`.
 async fn commit(
     engine: &Engine,
     run_id: &str,
     effect_id: &str,
     done: exec::Done,
-    usage: Option<Usage>,
+    usage: Option<(Usage, &str)>,
 ) -> Result<()> {
     let now = chrono::Utc::now()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string();
     let then = usage
-        .map(|u| u.cost_tracked(effect_id))
+        .map(|(u, kind)| u.cost_tracked(effect_id, Some(kind)))
         .into_iter()
         .collect();
     engine

@@ -5,8 +5,9 @@
 //!
 //! Asserted: each kind reached the model with the prompt its kind makes (the skill named, the
 //! orchestrator task's payload), the run completed with the three answers (the skill's checked
-//! against its output schema), each effect was requested and resolved once, and each one's
-//! usage was journaled as `COST_TRACKED`.
+//! against its output schema), each effect was requested and resolved once, each one's usage
+//! was journaled as `COST_TRACKED` (with its task kind), and `RUN_COMPLETED` carries
+//! babysitter's `costStats` summed from them.
 
 #[path = "../../tests/src/skip.rs"]
 mod skip;
@@ -150,9 +151,27 @@ model = "scripted-model"
         .map(|(_, d)| d["kind"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(kinds, ["agent", "skill", "orchestrator_task"]);
+    let mut input_tokens = 0;
     for (_, d) in types.iter().filter(|(t, _)| t == "COST_TRACKED") {
         assert_eq!(d["model"], "scripted-model", "{d}");
         assert!(d["inputTokens"].as_u64().unwrap_or(0) > 0, "{d}");
+        input_tokens += d["inputTokens"].as_u64().unwrap_or(0);
+    }
+    // RUN_COMPLETED carries babysitter's costStats, summed from those events.
+    let (_, completed) = types
+        .iter()
+        .find(|(t, _)| t == "RUN_COMPLETED")
+        .expect("RUN_COMPLETED");
+    let stats = &completed["costStats"];
+    assert_eq!(stats["runId"], run_id, "{stats}");
+    assert_eq!(stats["eventCount"], 3, "{stats}");
+    assert_eq!(stats["totalInputTokens"], input_tokens, "{stats}");
+    assert_eq!(
+        stats["byModel"]["scripted-model"]["eventCount"], 3,
+        "{stats}"
+    );
+    for kind in ["agent", "skill", "orchestrator_task"] {
+        assert_eq!(stats["byKind"][kind]["eventCount"], 1, "{kind}: {stats}");
     }
     server.stop().await;
 }

@@ -42,16 +42,17 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// The `COST_TRACKED` event of effect `effect_id` (babysitter's field names; the effect
-    /// index and `tokens:stats` read it back).
-    pub fn cost_tracked(&self, effect_id: &str) -> NewEvent {
-        NewEvent::new(
-            EventType::CostTracked,
-            json!({"effectId": effect_id, "provider": self.provider, "model": self.model,
-                   "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
-                   "cacheReadTokens": self.cache_read_tokens, "cacheCreationTokens": self.cache_write_tokens,
-                   "costUsd": self.cost_usd}),
-        )
+    /// The `COST_TRACKED` event of effect `effect_id` of kind `kind` (babysitter's field names;
+    /// the effect index, `costStats` and `tokens:stats` read it back).
+    pub fn cost_tracked(&self, effect_id: &str, kind: Option<&str>) -> NewEvent {
+        let mut data = json!({"effectId": effect_id, "provider": self.provider, "model": self.model,
+               "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
+               "cacheReadTokens": self.cache_read_tokens, "cacheCreationTokens": self.cache_write_tokens,
+               "costUsd": self.cost_usd});
+        if let Some(k) = kind {
+            data["taskKind"] = json!(k);
+        }
+        NewEvent::new(EventType::CostTracked, data)
     }
 }
 

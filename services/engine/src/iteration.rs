@@ -317,11 +317,15 @@ impl Engine {
                 // its own (the reference writes it atomically before that event, as this does).
                 let output = vec![(RunFile::state("output.json")?, Bytes::from(v.to_string()))];
                 journal.put_run_files(run_id, output).await?;
-                events.push(self.event(
-                    EventType::RunCompleted,
-                    json!({"outputRef": "state/output.json"}),
-                    now,
-                ));
+                // babysitter's `costStats`, when the run tracked any cost (from the index).
+                let cost_stats = journal
+                    .inspect_now(run_id, |_, idx| idx.costs.to_json(run_id))
+                    .await?;
+                let mut data = json!({"outputRef": "state/output.json"});
+                if let Some(stats) = cost_stats {
+                    data["costStats"] = stats;
+                }
+                events.push(self.event(EventType::RunCompleted, data, now));
                 (IterationStatus::Completed, None, Some(v.clone()), None)
             }
             ProcessState::Halted { reason, payload } => {

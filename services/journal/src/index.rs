@@ -179,6 +179,10 @@ pub struct EffectIndex {
     /// effects rather than the whole run — an engine iteration asks for them every time.
     #[serde(skip)]
     pending_at: BTreeSet<usize>,
+    /// babysitter's `costStats`, from every `COST_TRACKED` applied (boxed: an index travels
+    /// inside many futures, and most runs track no cost).
+    #[serde(default)]
+    pub costs: Box<crate::cost_stats::CostStats>,
 }
 
 /// The stored form of [`EffectIndex`] (everything but the derived pending set).
@@ -191,6 +195,8 @@ struct StoredIndex {
     iterations: u64,
     #[serde(default)]
     last_resolved: Option<String>,
+    #[serde(default)]
+    costs: Box<crate::cost_stats::CostStats>,
 }
 
 impl<'de> Deserialize<'de> for EffectIndex {
@@ -210,6 +216,7 @@ impl<'de> Deserialize<'de> for EffectIndex {
             iterations: s.iterations,
             last_resolved: s.last_resolved,
             pending_at,
+            costs: s.costs,
         })
     }
 }
@@ -421,6 +428,7 @@ impl EffectIndex {
             }
             EventType::CostTracked => {
                 let d = object(&event.body.data, "COST_TRACKED").map_err(fail)?;
+                self.costs.add(d, &event.body.recorded_at);
                 let Some(record) = d
                     .get("effectId")
                     .and_then(Value::as_str)

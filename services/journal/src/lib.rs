@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod cost_stats;
 pub mod error;
 pub mod event;
 pub mod fs;

@@ -141,7 +141,7 @@ impl RunManager {
         // The usage is journaled in the same append as the resolution.
         let usage: Vec<NewEvent> = o
             .usage
-            .map(|u| u.cost_tracked(effect_id))
+            .map(|u| u.cost_tracked(effect_id, record.kind.as_deref()))
             .into_iter()
             .collect();
         let commit = Commit {
