@@ -34,6 +34,7 @@ mod resolve;
 mod spend;
 mod table;
 mod tasks;
+mod trace;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -129,6 +130,9 @@ pub struct RunSummary {
     pub client_driven: bool,
     /// What it may spend (see `service::budget`).
     pub budget: Option<Budget>,
+    /// The W3C context of the run's root span, which its iterations and tasks are children of
+    /// (see `runs/trace.rs`); `None` when the run has none stored.
+    pub trace: Option<babysitter_common::telemetry::W3cContext>,
 }
 
 impl RunSummary {
@@ -332,10 +336,12 @@ impl RunManager {
     /// run.json whose bundle was never stored. They still stop at a fenced write; recovery
     /// records such a creation as failed (`runs::recovery`).
     pub async fn create(&self, req: NewRun) -> Result<RunSummary> {
+        use tracing::Instrument as _;
         let this = self.clone();
+        let root = trace::root_span();
         self.inner
             .tracker
-            .spawn(async move { this.create_now(req).await })
+            .spawn(async move { this.create_now(req).await }.instrument(root))
             .await
             .unwrap_or_else(|e| match e.try_into_panic() {
                 // A bug in the creation is a panic here too, not a shutdown.
@@ -402,6 +408,11 @@ impl RunManager {
                     .to_owned()
             });
         let created_at = crate::engine::iso(self.inner.engine.options().clock.as_ref()());
+        // This task runs in the run's root span (see `create`).
+        let root = tracing::Span::current();
+        root.record("run_id", run_id.as_str());
+        root.record("namespace", namespace.as_str());
+        let trace = babysitter_common::telemetry::W3cContext::of_span(&root);
         let mut new = lifecycle::NewRun::new(
             &run_id,
             &process_id,
@@ -430,6 +441,9 @@ impl RunManager {
         if req.client_driven {
             new.extra
                 .insert(client::DRIVER_KEY.into(), json!(client::CLIENT_DRIVER));
+        }
+        for (k, v) in trace.iter().flat_map(trace::run_json_entries) {
+            new.extra.insert(k.into(), v);
         }
         let budget = self.budget_for(&namespace, req.budget.as_ref())?;
         if let Some(b) = &budget {
@@ -483,6 +497,7 @@ impl RunManager {
             error: None,
             client_driven: req.client_driven,
             budget,
+            trace,
         };
         lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
         self.schedule(&run_id, false); // a client-driven run waits for its client

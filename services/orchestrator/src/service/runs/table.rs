@@ -293,6 +293,7 @@ mod tests {
             error: None,
             client_driven: false,
             budget: None,
+            trace: None,
         }
     }
 
