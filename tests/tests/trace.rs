@@ -22,6 +22,9 @@
 //!
 //! The Claude Code CLI is the pinned install of `scripts/ensure-claude-code.sh`; without it the
 //! test is skipped, saying why (a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
+//!
+//! A second test, which needs no harness, restarts the orchestrator mid-run: the run's trace
+//! context is kept in run.json, so the orchestrator that recovers the run continues its trace.
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -120,6 +123,60 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The in-test OTLP/gRPC receiver and what it has received.
+struct Otlp {
+    rx: mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
+    /// `OTEL_*` settings pointing a service at it, with a short batch delay.
+    env: Vec<(String, String)>,
+    spans: Vec<Got>,
+}
+
+impl Otlp {
+    /// Listening on 127.0.0.1:0 (bound before any exporter exists).
+    async fn start() -> Otlp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(Receiver(tx)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let env = vec![
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+                format!("http://{addr}"),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "100".to_owned()),
+        ];
+        Otlp {
+            rx,
+            env,
+            spans: Vec::new(),
+        }
+    }
+
+    /// `env` with `OTEL_SERVICE_NAME=name` (to tell two processes of one service apart).
+    fn env_named(&self, name: &str) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.push(("OTEL_SERVICE_NAME".to_owned(), name.to_owned()));
+        env
+    }
+
+    /// Collects spans until `done` holds of them or [`SPANS_GUARD`] runs out (the checks then
+    /// say what is missing).
+    async fn collect_until(&mut self, done: impl Fn(&[Got]) -> bool) -> &[Got] {
+        let until = tokio::time::Instant::now() + SPANS_GUARD;
+        loop {
+            drain(&mut self.rx, &mut self.spans);
+            if done(&self.spans) || tokio::time::Instant::now() > until {
+                return &self.spans;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 /// The spans of export requests received so far.
 fn drain(rx: &mut mpsc::UnboundedReceiver<ExportTraceServiceRequest>, into: &mut Vec<Got>) {
     while let Ok(req) = rx.try_recv() {
@@ -201,22 +258,8 @@ async fn one_trace_per_run_across_the_four_services() {
         ));
     };
 
-    // The OTLP receiver, bound before any exporter exists.
-    let otlp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp_addr = otlp.local_addr().unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Receiver(tx)))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(otlp)),
-    );
-    let otel: Vec<(String, String)> = vec![
-        (
-            "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
-            format!("http://{otlp_addr}"),
-        ),
-        ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
-    ];
+    let mut otlp = Otlp::start().await;
+    let otel = otlp.env.clone();
 
     let dir = tempfile::tempdir().expect("temp dir");
     let d = dir.path();
@@ -324,32 +367,165 @@ async fn one_trace_per_run_across_the_four_services() {
     let upstream = scripted.requests();
     scripted.stop().await;
 
-    // Collect until the run's tree is complete (or the guard runs out; the checks then say what
-    // is missing).
-    let mut spans = Vec::new();
-    let until = tokio::time::Instant::now() + SPANS_GUARD;
-    loop {
-        drain(&mut rx, &mut spans);
-        let services: BTreeSet<&str> = spans.iter().map(|g| g.service.as_str()).collect();
-        let named = |n: &str| spans.iter().any(|g| g.span.name == n);
-        let complete = SERVICES.iter().all(|s| services.contains(s))
-            && [
-                "run",
-                "run.iterate",
-                "run.task",
-                "worker.task",
-                "task.process",
-            ]
-            .iter()
-            .all(|n| named(n))
-            && named("harness.process")
-            && named("proxy.request");
-        if complete || tokio::time::Instant::now() > until {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let spans = otlp
+        .collect_until(|spans| {
+            let services: BTreeSet<&str> = spans.iter().map(|g| g.service.as_str()).collect();
+            let names: BTreeSet<&str> = spans.iter().map(|g| g.span.name.as_str()).collect();
+            SERVICES.iter().all(|s| services.contains(s))
+                && [
+                    "run",
+                    "run.iterate",
+                    "run.task",
+                    "worker.task",
+                    "task.process",
+                    "harness.process",
+                    "proxy.request",
+                ]
+                .iter()
+                .all(|n| names.contains(n))
+        })
+        .await;
+    check_tree(spans, &run_id, &shell_traceparent, &upstream, &ctx);
+}
+
+/// One shell task.
+const ONE_SHELL_TASK: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', () => ({ kind: 'shell', title: 'after', shell: { command: 'true' } }));
+export async function process(inputs, ctx) {
+  return await ctx.task(sh, {});
+}
+"#;
+
+/// The run's trace context is kept in run.json: an orchestrator that takes the run over after a
+/// restart continues its trace. The first orchestrator creates the run and queues its task (no
+/// worker yet) and stops; the second (another `service.name`, to tell them apart) recovers it,
+/// a worker runs the task, the run completes — and the second orchestrator's iterations and task
+/// span are children of the root span the first one made. Needs no harness CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_orchestrator_continues_the_runs_trace() {
+    let mut otlp = Otlp::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let mut journal = cluster::start_journal(
+        &format!("file://{}", d.join("journal").display()),
+        &[],
+        &otlp.env,
+        d.join("journal.log"),
+    );
+    let journal_url = format!("http://{}", journal.ready);
+    let orchestrator = |name: &str| {
+        let args =
+            cluster::orchestrator_args(&journal_url, "127.0.0.1:0", &d.join("orchestrator-runs"));
+        ServiceProcess::start(
+            &workspace_bin("orchestrator").expect("the orchestrator binary"),
+            &args,
+            &otlp.env_named(name),
+            "orchestrator listening on ",
+            d.join(format!("{name}.log")),
+        )
+        .expect("orchestrator")
+    };
+    let mut before = orchestrator("orchestrator-before");
+    let mut c = cluster::run_client(&format!("http://{}", before.ready), None);
+    let run_id = cluster::create(&mut c, ONE_SHELL_TASK, json!({})).await;
+    let deadline = tokio::time::Instant::now() + RUN_GUARD;
+    while !cluster::journal_events(&journal.ready, None, &run_id)
+        .await
+        .iter()
+        .any(|e| e.r#type == "EFFECT_REQUESTED")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task was never requested:\n{}",
+            before.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    check_tree(&spans, &run_id, &shell_traceparent, &upstream, &ctx);
+    let stopped = before.terminate();
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
+
+    let mut after = orchestrator("orchestrator-after");
+    let url = format!("http://{}", after.ready);
+    let mut worker = cluster::start_shell_worker(&url, "w1", d, &[]);
+    let mut c = cluster::run_client(&url, None);
+    let run = loop {
+        let run = cluster::get_run(&mut c, &run_id).await;
+        if run.status != pb::RunStatus::Running as i32
+            && run.status != pb::RunStatus::Created as i32
+        {
+            break run;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not finish:\n{}\n{}",
+            after.log_tail(40),
+            worker.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(run.status, pb::RunStatus::Completed as i32, "{run:?}");
+    for p in [&mut worker, &mut after, &mut journal] {
+        let status = p.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{}: {status:?}",
+            p.name()
+        );
+    }
+
+    let spans = otlp
+        .collect_until(|spans| {
+            let has = |service: &str, name: &str| {
+                spans
+                    .iter()
+                    .any(|g| g.service == service && g.span.name == name)
+            };
+            has("orchestrator-before", "run")
+                && has("orchestrator-after", "run.iterate")
+                && has("orchestrator-after", "run.task")
+        })
+        .await;
+    let summary: Vec<String> = spans
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {} parent={}",
+                g.service,
+                g.span.name,
+                hex(&g.span.parent_span_id)
+            )
+        })
+        .collect();
+    let ctx = format!("spans:\n{}", summary.join("\n"));
+    let root = spans
+        .iter()
+        .find(|g| g.span.name == "run" && g.attr("run_id").as_deref() == Some(run_id.as_str()))
+        .unwrap_or_else(|| panic!("the run's root span\n{ctx}"));
+    assert_eq!(root.service, "orchestrator-before", "{ctx}");
+    let continued: Vec<&Got> = spans
+        .iter()
+        .filter(|g| {
+            g.service == "orchestrator-after"
+                && ["run.iterate", "run.task"].contains(&g.span.name.as_str())
+        })
+        .collect();
+    assert!(
+        continued.iter().any(|g| g.span.name == "run.task"),
+        "the recovered task was dispatched again\n{ctx}"
+    );
+    for g in &continued {
+        assert_eq!(
+            g.span.trace_id, root.span.trace_id,
+            "{} in the run's trace\n{ctx}",
+            g.span.name
+        );
+        assert_eq!(
+            g.span.parent_span_id, root.span.span_id,
+            "{} a child of the first orchestrator's run span\n{ctx}",
+            g.span.name
+        );
+    }
 }
 
 /// The run's spans form one tree in one trace, spanning the four services.
