@@ -4,26 +4,27 @@
 //! 127.0.0.1:0; no collector can be installed from a trustworthy package, toolchain.md §9). The
 //! `journal`, `orchestrator`, `harness-launcher` and `transport-proxy` binaries export to it
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, a short batch delay). A process asks for one shell task, which
-//! prints its `TRACEPARENT`, then one agent task run by the real Claude Code CLI, whose model
-//! requests go through the transport proxy (Anthropic in front, OpenAI Chat behind) to the
-//! scripted model server.
+//! prints its `TRACEPARENT`, then one agent task run by a real harness CLI, whose model requests
+//! go through the transport proxy (the harness's protocol in front, another one behind) to the
+//! scripted model server. Once per harness: Claude Code, Codex, Gemini CLI, Pi and OpenCode.
 //!
 //! After the run completes and every service has been stopped (each flushes its spans on
 //! SIGTERM), the run's spans must form one tree in one trace:
 //! - the orchestrator's `run` root (no parent); `run.iterate` and `run.task` spans its children;
 //! - the launcher's `worker.task` spans children of the `run.task` span of the same effect;
-//!   `task.process` (the shell command) and `harness.process` (Claude Code) children of theirs;
+//!   `task.process` (the shell command) and `harness.process` (the CLI) children of theirs;
 //! - the shell command saw the `task.process` span in `TRACEPARENT`;
 //! - the proxy's `proxy.request` spans children of the `harness.process` span (through the
-//!   `traceparent` header Claude Code sent from `ANTHROPIC_CUSTOM_HEADERS`), and the upstream
-//!   requests the scripted server received carry the proxy span as their parent;
+//!   `traceparent` header the CLI was configured to send, see the launcher's
+//!   `harness::trace_headers`), and the upstream requests the scripted server received carry
+//!   the proxy span as their parent;
 //! - the journal's `JournalService.Append` spans in the trace, some under a `run.iterate` span;
 //! - spans of all four `service.name`s.
 //!
-//! The Claude Code CLI is the pinned install of `scripts/ensure-claude-code.sh`; without it the
-//! test is skipped, saying why (a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
+//! The CLIs are the pinned installs of `scripts/ensure-*.sh`; without one its test is skipped,
+//! saying why (a failure under `BABYSITTER_REQUIRE_ALL=1`, as in CI).
 //!
-//! A second test, which needs no harness, restarts the orchestrator mid-run: the run's trace
+//! Another test, which needs no harness, restarts the orchestrator mid-run: the run's trace
 //! context is kept in run.json, so the orchestrator that recovers the run continues its trace.
 
 #[path = "support/cluster.rs"]
@@ -33,7 +34,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use babysitter_harness_launcher::config::{LauncherConfig, OrchestratorLink, WorkerConfig};
-use babysitter_harness_launcher::testing::{self, CLAUDE_CODE, TOOL_TURN_PROMPT};
+use babysitter_harness_launcher::testing::{
+    self, CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, PI, RealCli, TOOL_TURN_PROMPT,
+};
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_tests::skip::{self, skip};
 use babysitter_tests::{ServiceProcess, workspace_bin};
@@ -57,7 +60,7 @@ import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('t.sh', () => ({ kind: 'shell', title: 'trace env',
   shell: { command: 'printf %s "$TRACEPARENT"' } }));
 const agent = defineTask('t.agent', (a) => ({ kind: 'agent', title: 'out.txt',
-  execution: { harness: 'claude-code', cwd: a.project },
+  execution: { harness: a.harness, cwd: a.project },
   agent: { prompt: a.prompt } }));
 export async function process(inputs, ctx) {
   const shell = await ctx.task(sh, {});
@@ -205,15 +208,21 @@ fn ids_of(traceparent: &str) -> (String, String) {
     (parts[1].to_owned(), parts[2].to_owned())
 }
 
-/// The proxy's config: Anthropic in front, the scripted server's OpenAI Chat behind.
-fn proxy_config(dir: &std::path::Path, upstream: &str) -> std::path::PathBuf {
+/// The proxy's config: `front` (the harness's protocol) in front, the scripted server behind
+/// speaking another protocol (OpenAI Chat, or Anthropic for a Chat front), so every request is
+/// translated.
+fn proxy_config(dir: &std::path::Path, front: Protocol, upstream: &str) -> std::path::PathBuf {
+    let (provider, base) = match front {
+        Protocol::OpenAiChat => ("anthropic", upstream.to_owned()),
+        _ => ("openai", format!("{upstream}/v1")),
+    };
     let file = dir.join("transport-proxy.toml");
     std::fs::write(
         &file,
         format!(
-            "version = 1\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = \"claude-to-chat\"\n\
-             front = \"anthropic\"\n[routes.upstream]\nprovider = \"openai\"\n\
-             base-url = \"{upstream}/v1\"\nmodel = \"{}\"\n",
+            "version = 1\nlisten = \"127.0.0.1:0\"\n[[routes]]\nname = \"harness\"\n\
+             front = \"{front}\"\n[routes.upstream]\nprovider = \"{provider}\"\n\
+             base-url = \"{base}\"\nmodel = \"{}\"\n",
             testing::SCRIPTED_MODEL
         ),
     )
@@ -221,11 +230,11 @@ fn proxy_config(dir: &std::path::Path, upstream: &str) -> std::path::PathBuf {
     file
 }
 
-/// The launcher's TOML config: Claude Code against the proxy, plus shell tasks.
+/// The launcher's TOML config: `cli` (at `bin`) against the proxy, plus shell tasks.
 fn launcher_config(
     dir: &std::path::Path,
     orchestrator: &str,
-    claude: std::path::PathBuf,
+    (cli, bin): (RealCli, std::path::PathBuf),
     proxy: String,
 ) -> std::path::PathBuf {
     let config = LauncherConfig {
@@ -240,7 +249,7 @@ fn launcher_config(
             drain_timeout_secs: 10,
             ..WorkerConfig::default()
         },
-        agent: CLAUDE_CODE.scripted_config(claude, Protocol::Anthropic, proxy),
+        agent: cli.scripted_config(bin, cli.native, proxy),
         ..LauncherConfig::default()
     };
     let file = dir.join("harness-launcher.toml");
@@ -251,10 +260,37 @@ fn launcher_config(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_per_run_across_the_four_services() {
-    let Some(claude) = skip::installed(&CLAUDE_CODE.path()) else {
+    one_trace_with(CLAUDE_CODE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_per_run_with_codex() {
+    one_trace_with(CODEX).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_per_run_with_gemini_cli() {
+    one_trace_with(GEMINI_CLI).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_per_run_with_pi() {
+    one_trace_with(PI).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_per_run_with_opencode() {
+    one_trace_with(OPENCODE).await;
+}
+
+/// The run's tree with `cli` running the agent task, its requests through the proxy.
+async fn one_trace_with(cli: RealCli) {
+    let Some(bin) = skip::installed(&cli.path()) else {
         return skip(format!(
-            "needs the claude-code CLI at {}: run scripts/ensure-claude-code.sh",
-            skip::tidy(&CLAUDE_CODE.path()).display()
+            "needs the {} CLI at {}: run scripts/ensure-{}.sh",
+            cli.harness,
+            skip::tidy(&cli.path()).display(),
+            cli.harness
         ));
     };
 
@@ -290,7 +326,9 @@ async fn one_trace_per_run_across_the_four_services() {
         &workspace_bin("babysitter-transport-proxy").expect("the transport-proxy binary"),
         &[
             "--config".to_owned(),
-            proxy_config(d, &scripted.url()).display().to_string(),
+            proxy_config(d, cli.native, &scripted.url())
+                .display()
+                .to_string(),
         ],
         &otel,
         "transport-proxy listening on ",
@@ -301,7 +339,7 @@ async fn one_trace_per_run_across_the_four_services() {
         &workspace_bin("harness-launcher").expect("the launcher binary"),
         &[
             "--config".to_owned(),
-            launcher_config(d, &url, claude, format!("http://{}", proxy.ready))
+            launcher_config(d, &url, (cli, bin), format!("http://{}", proxy.ready))
                 .display()
                 .to_string(),
         ],
@@ -324,7 +362,7 @@ async fn one_trace_per_run_across_the_four_services() {
     let run_id = cluster::create(
         &mut c,
         PROCESS,
-        json!({"project": project, "prompt": TOOL_TURN_PROMPT}),
+        json!({"harness": cli.harness, "project": project, "prompt": TOOL_TURN_PROMPT}),
     )
     .await;
     let deadline = tokio::time::Instant::now() + RUN_GUARD;
@@ -647,8 +685,8 @@ fn check_tree(
         "the shell's TRACEPARENT names its process span"
     );
 
-    // Claude Code's process span, under the agent task; the proxy's request spans under it
-    // (the header Claude Code sent); the upstream requests under those.
+    // The CLI's process span, under the agent task; the proxy's request spans under it (the
+    // header the CLI sent); the upstream requests under those.
     let harness = named("harness.process");
     assert_eq!(harness.len(), 1, "{ctx}");
     assert_eq!(&harness[0].span.parent_span_id, agent_exec, "{ctx}");
