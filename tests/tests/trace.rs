@@ -720,7 +720,19 @@ fn check_tree(
         );
     }
 
-    // Journal: its appends are in the trace, some of them made inside an iteration.
+    // Journal: every append to the run is in its trace (writes are the run's own doing, never a
+    // client's query), some of them made inside an iteration.
+    let run_appends = spans.iter().filter(|g| {
+        g.service == "journal"
+            && g.span.name == "append"
+            && g.attr("run_id").as_deref() == Some(run_id)
+    });
+    for g in run_appends {
+        assert_eq!(
+            &g.span.trace_id, trace,
+            "an append to the run in its trace\n{ctx}"
+        );
+    }
     let appends = named("JournalService.Append");
     assert!(!appends.is_empty(), "{ctx}");
     let under_iteration = |g: &Got| {
