@@ -47,6 +47,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, TaskOutcome, Usage};
@@ -336,12 +337,12 @@ impl RunManager {
     /// run.json whose bundle was never stored. They still stop at a fenced write; recovery
     /// records such a creation as failed (`runs::recovery`).
     pub async fn create(&self, req: NewRun) -> Result<RunSummary> {
-        use tracing::Instrument as _;
         let this = self.clone();
-        let root = trace::root_span();
+        // The run's root span links to the request's (this one).
+        let request = tracing::Span::current();
         self.inner
             .tracker
-            .spawn(async move { this.create_now(req).await }.instrument(root))
+            .spawn(async move { this.create_now(req, &request).await })
             .await
             .unwrap_or_else(|e| match e.try_into_panic() {
                 // A bug in the creation is a panic here too, not a shutdown.
@@ -350,7 +351,7 @@ impl RunManager {
             })
     }
 
-    async fn create_now(&self, req: NewRun) -> Result<RunSummary> {
+    async fn create_now(&self, req: NewRun, request: &tracing::Span) -> Result<RunSummary> {
         let namespace = if req.namespace.is_empty() {
             DEFAULT_NAMESPACE.to_owned()
         } else {
@@ -408,11 +409,24 @@ impl RunManager {
                     .to_owned()
             });
         let created_at = crate::engine::iso(self.inner.engine.options().clock.as_ref()());
-        // This task runs in the run's root span (see `create`).
-        let root = tracing::Span::current();
-        root.record("run_id", run_id.as_str());
-        root.record("namespace", namespace.as_str());
+        // A new run (not an idempotent repeat): its writes in its root span, a trace of its own.
+        let root = trace::root_span(&run_id, &namespace, request);
         let trace = babysitter_common::telemetry::W3cContext::of_span(&root);
+        self.create_in_span(req, namespace, run_id, process_id, created_at, trace)
+            .instrument(root)
+            .await
+    }
+
+    /// The writes of a new run's creation (`create_now` checked the request and named the run).
+    async fn create_in_span(
+        &self,
+        req: NewRun,
+        namespace: String,
+        run_id: String,
+        process_id: String,
+        created_at: String,
+        trace: Option<babysitter_common::telemetry::W3cContext>,
+    ) -> Result<RunSummary> {
         let mut new = lifecycle::NewRun::new(
             &run_id,
             &process_id,

@@ -30,16 +30,10 @@ pub(crate) const TRACEPARENT_KEY: &str = "traceparent";
 /// `run.json` key of the run's root `tracestate` (only when it has one).
 pub(crate) const TRACESTATE_KEY: &str = "tracestate";
 
-/// The root span of a run being created: a new trace, linked to the creating request's span
-/// (the current one). Its `run_id` and `namespace` are recorded once they are known.
-pub(super) fn root_span() -> tracing::Span {
-    let span = tracing::info_span!(
-        parent: None,
-        "run",
-        run_id = tracing::field::Empty,
-        namespace = tracing::field::Empty,
-    );
-    link_to(&span, &tracing::Span::current());
+/// The root span of a run being created: a new trace, linked to the creating request's span.
+pub(super) fn root_span(run_id: &str, namespace: &str, request: &tracing::Span) -> tracing::Span {
+    let span = tracing::info_span!(parent: None, "run", run_id = %run_id, namespace = %namespace);
+    link_to(&span, request);
     span
 }
 
