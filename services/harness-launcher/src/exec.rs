@@ -302,7 +302,12 @@ async fn run(
     // what it runs (an OTel-instrumented tool, a curl with the header) can join the trace.
     let span =
         tracing::info_span!("task.process", kind = %task.kind, exit_code = tracing::field::Empty);
-    if let Some(trace) = W3cContext::of_span(&span) {
+    // A `TRACEPARENT` the task's own `env` sets wins: it names a trace of the task's choosing.
+    let set_by_task = cmd
+        .as_std()
+        .get_envs()
+        .any(|(k, _)| k == babysitter_common::telemetry::TRACEPARENT_ENV);
+    if let Some(trace) = W3cContext::of_span(&span).filter(|_| !set_by_task) {
         cmd.envs(trace.env());
     }
     let ran = run_command(cmd, what, None, timeout, stop, leftovers)
