@@ -2388,6 +2388,13 @@ pub struct TaskAssignment {
     /// how long the task may run; zero = no limit beyond the task definition's own.
     #[prost(message, optional, tag = "12")]
     pub timeout: ::core::option::Option<::prost_types::Duration>,
+    /// W3C trace context of the orchestrator's span for this task (empty when tracing is off): the
+    /// worker's execution span is its child, so the task joins its run's trace.
+    #[prost(string, tag = "13")]
+    pub traceparent: ::prost::alloc::string::String,
+    /// W3C tracestate that goes with traceparent; usually empty.
+    #[prost(string, tag = "14")]
+    pub tracestate: ::prost::alloc::string::String,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -29,8 +29,9 @@ use crate::env::EnvMap;
 pub mod propagation;
 
 pub use propagation::{
-    HeaderCarrier, TraceContextInterceptor, TraceContextLayer, TraceContextService,
-    extract_trace_context, inject_trace_context, span_name_for_path,
+    HeaderCarrier, TRACEPARENT_ENV, TRACESTATE_ENV, TraceContextInterceptor, TraceContextLayer,
+    TraceContextService, W3cContext, extract_trace_context, inject_trace_context, link_to,
+    set_remote_parent, span_name_for_path,
 };
 
 /// Environment variable whose presence switches the OTLP exporter on.

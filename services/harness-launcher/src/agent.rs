@@ -13,11 +13,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use babysitter_common::telemetry::W3cContext;
 use babysitter_proto::common::v1 as cpb;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::events::{Envelope, Ev};
 use crate::exec::{Attempt, Done, read_capped};
@@ -198,6 +200,16 @@ pub async fn run(
     let project = prepared.dir.clone();
     let home = work_dir.join("home");
     let prompt = spec.full_prompt();
+    // The harness process's span (a child of the task's): its context is in the harness's
+    // environment and on its model requests, so a proxy's request spans hang under it.
+    let process_span = tracing::info_span!(
+        "harness.process",
+        harness = %detected.kind,
+        provider = %provider.name,
+        model = %model,
+        exit_code = tracing::field::Empty,
+    );
+    let trace = W3cContext::of_span(&process_span);
     let req = LaunchRequest {
         prompt: &prompt,
         endpoint: &routed.endpoint,
@@ -206,6 +218,7 @@ pub async fn run(
         max_turns: spec.max_turns,
         output_schema: spec.output_schema.as_ref(),
         as_root: settings.as_root,
+        trace: trace.as_ref(),
     };
     let plan = match write_plan(detected.kind, &req, &home).await {
         Ok(p) => p,
@@ -247,7 +260,13 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let ran = supervise(cmd, detected.kind, timeout, cancel, &mut evs).await;
+    let ran = supervise(cmd, detected.kind, timeout, cancel, &mut evs)
+        .instrument(process_span.clone())
+        .await;
+    if let Ok((r, _)) = &ran {
+        process_span.record("exit_code", r.code);
+    }
+    drop(process_span);
     if let Some(g) = routed.guard {
         g.stop().await;
     }

@@ -14,8 +14,11 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use crate::group;
+use babysitter_common::telemetry::W3cContext;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::group;
 
 /// Largest output kept per stream (the rest is read and dropped, and the text says so). A
 /// result carries stdout and stderr twice (as the task's output and in its value), so 1 MiB
@@ -295,7 +298,25 @@ async fn run(
     } else {
         Leftovers::Keep
     };
-    run_command(cmd, what, None, timeout, stop, leftovers).await
+    // The command's span (a child of the task's); the command learns it from `TRACEPARENT`, so
+    // what it runs (an OTel-instrumented tool, a curl with the header) can join the trace.
+    let span =
+        tracing::info_span!("task.process", kind = %task.kind, exit_code = tracing::field::Empty);
+    // A `TRACEPARENT` the task's own `env` sets wins: it names a trace of the task's choosing.
+    let set_by_task = cmd
+        .as_std()
+        .get_envs()
+        .any(|(k, _)| k == babysitter_common::telemetry::TRACEPARENT_ENV);
+    if let Some(trace) = W3cContext::of_span(&span).filter(|_| !set_by_task) {
+        cmd.envs(trace.env());
+    }
+    let ran = run_command(cmd, what, None, timeout, stop, leftovers)
+        .instrument(span.clone())
+        .await;
+    if let Ok(r) = &ran {
+        span.record("exit_code", r.code);
+    }
+    ran
 }
 
 /// What happens to processes a command leaves running in its group when it exits.

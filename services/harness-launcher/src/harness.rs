@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use babysitter_common::telemetry::{TRACEPARENT_ENV, TRACESTATE_ENV, W3cContext};
 use babysitter_transport_proxy::protocol::Protocol;
 use serde_json::json;
 
@@ -136,6 +137,10 @@ pub struct LaunchRequest<'a> {
     pub output_schema: Option<&'a serde_json::Value>,
     /// Running as root: Claude Code refuses bypass mode without `IS_SANDBOX=1` (Z1).
     pub as_root: bool,
+    /// The trace context of the harness process's span: in its environment (`TRACEPARENT`,
+    /// `TRACESTATE`) and, where the harness can add headers to its model requests, sent as
+    /// `traceparent` / `tracestate` with each of them (see [`trace_headers`]).
+    pub trace: Option<&'a W3cContext>,
 }
 
 /// Everything needed to start one harness run.
@@ -228,6 +233,17 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             if req.as_root {
                 p.env.insert("IS_SANDBOX".into(), "1".into());
             }
+            // `Name: value` lines, added to every API request (its Anthropic client and the
+            // gateway model listing both read them).
+            if let Some(t) = req.trace {
+                let lines: Vec<String> = t
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                p.env
+                    .insert("ANTHROPIC_CUSTOM_HEADERS".into(), lines.join("\n"));
+            }
             // Onboarding, trust and the bypass-mode prompt pre-answered (adapters-and-hooks §5.6).
             let mut projects = serde_json::Map::new();
             projects.insert(
@@ -255,12 +271,24 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             p.secret_env.push(KEY_ENV.into());
             // A custom provider (never OPENAI_BASE_URL, which 0.171 ignores: Z6), analytics and
             // plugins off (Z9), the project trusted.
+            // A provider's `http_headers` go with each of its model requests.
+            let headers = req
+                .trace
+                .map(|t| {
+                    let pairs: Vec<String> = t
+                        .headers()
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+                        .collect();
+                    format!("http_headers = {{ {} }}\n", pairs.join(", "))
+                })
+                .unwrap_or_default();
             p.files.push((
                 codex_home.join("config.toml"),
                 format!(
                     "model = {model}\nmodel_provider = \"babysitter\"\n\n\
                      [model_providers.babysitter]\nname = \"babysitter\"\nbase_url = {base}\n\
-                     env_key = \"{KEY_ENV}\"\nwire_api = \"responses\"\n\n\
+                     env_key = \"{KEY_ENV}\"\nwire_api = \"responses\"\n{headers}\n\
                      [analytics]\nenabled = false\n\n[features]\nplugins = false\n\n\
                      [projects.{cwd_key}]\ntrust_level = \"trusted\"\n",
                     model = toml_str(&ep.model),
@@ -299,6 +327,15 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             p.secret_env.push("GEMINI_API_KEY".into());
             p.env
                 .insert("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into());
+            // `Name: value` entries separated by commas; only traceparent: a tracestate value
+            // may hold the `,`+`name:` shape its splitter cuts at (gemini-cli 0.61
+            // `parseCustomHeaders`).
+            if let Some(t) = req.trace {
+                p.env.insert(
+                    "GEMINI_CLI_CUSTOM_HEADERS".into(),
+                    format!("traceparent: {}", t.traceparent),
+                );
+            }
             // `-m` avoids the router side call; `--skip-trust` keeps `--yolo` (Z11).
             p.args = vec![
                 "-p".into(),
@@ -318,16 +355,20 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
                 Protocol::OpenAiResponses => "openai-responses",
                 Protocol::Gemini => "google-generative-ai",
             };
-            // `apiKey` names an env var: the key never lands on disk (Z12).
+            // `apiKey` names an env var: the key never lands on disk (Z12). Header values are
+            // resolved the same way, so the trace headers name the env vars that hold them.
+            let mut provider = json!({
+                "baseUrl": format!("{origin}{}", key_path(ep.protocol)),
+                "api": api,
+                "apiKey": KEY_ENV,
+                "models": [{"id": ep.model, "name": ep.model, "contextWindow": 128000, "maxTokens": 16384}]
+            });
+            if let Some(t) = req.trace {
+                provider["headers"] = trace_headers(t, |env| env.to_owned());
+            }
             p.files.push((
                 home.join(".pi/agent/models.json"),
-                json!({"providers": {"babysitter": {
-                    "baseUrl": format!("{origin}{}", key_path(ep.protocol)),
-                    "api": api,
-                    "apiKey": KEY_ENV,
-                    "models": [{"id": ep.model, "name": ep.model, "contextWindow": 128000, "maxTokens": 16384}]
-                }}})
-                .to_string(),
+                json!({"providers": {"babysitter": provider}}).to_string(),
             ));
             p.env.insert(KEY_ENV.into(), ep.api_key.clone());
             p.secret_env.push(KEY_ENV.into());
@@ -350,12 +391,18 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
                 _ => "@ai-sdk/openai-compatible",
             };
             let config = home.join(".config/opencode/opencode.json");
+            let mut options =
+                json!({"baseURL": format!("{origin}/v1"), "apiKey": format!("{{env:{KEY_ENV}}}")});
+            // The AI SDK provider's `headers` option; `{env:…}` is substituted from the env.
+            if let Some(t) = req.trace {
+                options["headers"] = trace_headers(t, |env| format!("{{env:{env}}}"));
+            }
             p.files.push((
                 config.clone(),
                 json!({"$schema": "https://opencode.ai/config.json",
                        "provider": {"babysitter": {
                            "npm": npm, "name": "babysitter",
-                           "options": {"baseURL": format!("{origin}/v1"), "apiKey": format!("{{env:{KEY_ENV}}}")},
+                           "options": options,
                            "models": {ep.model.clone(): {"name": ep.model, "tool_call": true}}}},
                        "model": format!("babysitter/{}", ep.model),
                        "autoupdate": false, "share": "disabled"})
@@ -387,6 +434,10 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             ];
         }
     }
+    // Every harness's process (and what it runs) learns its parent span from the environment.
+    for (k, v) in req.trace.iter().flat_map(|t| t.env()) {
+        p.env.insert(k.into(), v);
+    }
     p.env.insert("HOME".into(), home.display().to_string());
     p.env.insert(
         "XDG_CONFIG_HOME".into(),
@@ -398,6 +449,26 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
     p.env
         .insert("no_proxy".into(), "127.0.0.1,localhost".into());
     Some(p)
+}
+
+/// `{"traceparent": …, "tracestate": …}` for a config file whose header values refer to the
+/// environment: `value_of(env var name)` is how that file spells "the value of this variable"
+/// (the values themselves are in the plan's env, [`TRACEPARENT_ENV`] / [`TRACESTATE_ENV`]).
+///
+/// How each harness sends the trace context with its model requests (and so to a transport
+/// proxy, whose request span becomes the harness span's child):
+/// - Claude Code: `ANTHROPIC_CUSTOM_HEADERS` (`Name: value` lines);
+/// - Codex: the model provider's `http_headers` in `config.toml`;
+/// - Gemini CLI: `GEMINI_CLI_CUSTOM_HEADERS` (`Name: value`, comma separated; traceparent only);
+/// - Pi: the provider's `headers` in `models.json`, values naming env vars;
+/// - OpenCode: the provider's `options.headers` in `opencode.json`, values as `{env:NAME}`.
+pub fn trace_headers(t: &W3cContext, value_of: impl Fn(&str) -> String) -> serde_json::Value {
+    let mut headers = serde_json::Map::new();
+    headers.insert("traceparent".into(), value_of(TRACEPARENT_ENV).into());
+    if !t.tracestate.is_empty() {
+        headers.insert("tracestate".into(), value_of(TRACESTATE_ENV).into());
+    }
+    serde_json::Value::Object(headers)
 }
 
 /// A TOML basic string.

@@ -22,6 +22,7 @@ fn req<'a>(e: &'a Endpoint, schema: Option<&'a serde_json::Value>) -> LaunchRequ
         max_turns: Some(7),
         output_schema: schema,
         as_root: true,
+        trace: None,
     }
 }
 
@@ -157,4 +158,58 @@ fn pi_and_opencode_get_provider_files_naming_the_key_variable() {
             .windows(2)
             .any(|w| w == ["-m", "babysitter/fake-model"])
     );
+}
+
+#[test]
+fn every_harness_gets_the_trace_context_in_its_env_and_on_its_model_requests() {
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let trace = W3cContext {
+        traceparent: tp.into(),
+        tracestate: "k=v".into(),
+    };
+    for kind in HarnessKind::ALL {
+        let e = ep(kind.native_protocols()[0]);
+        let mut r = req(&e, None);
+        r.trace = Some(&trace);
+        let p = plan(kind, &r).unwrap_or_else(|| panic!("plan {kind}"));
+        assert_eq!(p.env["TRACEPARENT"], tp, "{kind}");
+        assert_eq!(p.env["TRACESTATE"], "k=v", "{kind}");
+        match kind {
+            HarnessKind::ClaudeCode => assert_eq!(
+                p.env["ANTHROPIC_CUSTOM_HEADERS"],
+                format!("traceparent: {tp}\ntracestate: k=v")
+            ),
+            HarnessKind::Codex => {
+                let config: toml::Value = toml::from_str(file(&p, "config.toml")).unwrap();
+                let headers = &config["model_providers"]["babysitter"]["http_headers"];
+                assert_eq!(headers["traceparent"].as_str(), Some(tp), "{config}");
+                assert_eq!(headers["tracestate"].as_str(), Some("k=v"), "{config}");
+            }
+            HarnessKind::GeminiCli => assert_eq!(
+                p.env["GEMINI_CLI_CUSTOM_HEADERS"],
+                format!("traceparent: {tp}")
+            ),
+            HarnessKind::Pi => {
+                let models: serde_json::Value =
+                    serde_json::from_str(file(&p, "models.json")).unwrap();
+                assert_eq!(
+                    models["providers"]["babysitter"]["headers"],
+                    json!({"traceparent": "TRACEPARENT", "tracestate": "TRACESTATE"})
+                );
+            }
+            HarnessKind::OpenCode => {
+                let config: serde_json::Value =
+                    serde_json::from_str(file(&p, "opencode.json")).unwrap();
+                assert_eq!(
+                    config["provider"]["babysitter"]["options"]["headers"],
+                    json!({"traceparent": "{env:TRACEPARENT}", "tracestate": "{env:TRACESTATE}"})
+                );
+            }
+        }
+    }
+    // Without a trace: no variable, no header setting.
+    let e = ep(Protocol::Anthropic);
+    let p = plan(HarnessKind::ClaudeCode, &req(&e, None)).unwrap_or_else(|| panic!("plan"));
+    assert!(!p.env.contains_key("TRACEPARENT"));
+    assert!(!p.env.contains_key("ANTHROPIC_CUSTOM_HEADERS"));
 }

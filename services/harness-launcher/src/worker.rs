@@ -42,6 +42,7 @@ use std::time::{Duration, SystemTime};
 use babysitter_common::client::{AuthedChannel, ClientOptions};
 use babysitter_common::error::{ErrorKind, error_kind};
 use babysitter_common::kinds;
+use babysitter_common::telemetry::{W3cContext, set_remote_parent};
 use babysitter_common::worker_api::WorkerApi;
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -429,8 +430,30 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs one task and completes it; returns a task handed over with the completion.
+    /// Runs one task and completes it in the task's span, a child of the orchestrator's span for
+    /// it (`TaskAssignment.traceparent`), so the task joins its run's trace; returns a task
+    /// handed over with the completion.
     async fn run_task(
+        &self,
+        a: pb::TaskAssignment,
+        stop: &CancellationToken,
+    ) -> Option<pb::TaskAssignment> {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!(
+            "worker.task",
+            run_id = %a.run_id,
+            effect_id = %a.effect_id,
+            kind = %a.kind,
+            attempt = a.attempt,
+            lease_id = %a.lease_id,
+        );
+        if let Some(parent) = W3cContext::parse(&a.traceparent, &a.tracestate) {
+            set_remote_parent(&span, &parent);
+        }
+        self.run_task_in_span(a, stop).instrument(span).await
+    }
+
+    async fn run_task_in_span(
         &self,
         a: pb::TaskAssignment,
         stop: &CancellationToken,
@@ -585,13 +608,13 @@ impl Worker {
         events: &Arc<AtomicU64>,
     ) -> Executed {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
-        let reporter = tokio::spawn(report_events(
+        let reporter = tokio::spawn(tracing::Instrument::in_current_span(report_events(
             self.api.clone(),
             self.settings.worker_id.clone(),
             a.lease_id.clone(),
             rx,
             events.clone(),
-        ));
+        )));
         let timeout = a
             .timeout
             .and_then(|d| Duration::try_from(d).ok())

@@ -216,9 +216,7 @@ impl Proxy {
     /// `POST /v1/messages`, `/v1/chat/completions`, `/v1/responses`, Gemini `:generateContent`
     /// and `:streamGenerateContent`.
     ///
-    /// Its span is at debug level: one span per request on the hot path (and, with OTLP on, one
-    /// exported span per request) is opt-in through `telemetry.log-filter`.
-    #[tracing::instrument(level = "debug", skip_all, fields(front = %inb.front))]
+    /// Runs in the request's span (`server::request_span`).
     pub async fn generate(&self, inb: Inbound) -> Result<Response, ProxyError> {
         let canon = protocol::decode_request(inb.front, &inb.body, &inb.url)?;
         let rt = self.route(inb.front, &canon.model)?;

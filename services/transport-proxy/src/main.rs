@@ -130,6 +130,8 @@ async fn run(
         println!("{ready}");
     }
     tracing::info!(%addr, "transport proxy serving");
+    // The line the other services print, for supervisors and tests reading stderr.
+    eprintln!("transport-proxy listening on {addr}");
     let token = shutdown.clone();
     serve(listener, state, async move { token.cancelled().await }).await?;
     if let Some(task) = grpc {

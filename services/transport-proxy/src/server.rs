@@ -18,9 +18,11 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
+use babysitter_common::telemetry::{W3cContext, set_remote_parent};
 use http::{HeaderMap, HeaderValue, header};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tracing::Instrument as _;
 
 use crate::error::{ProtocolError, ProxyError};
 use crate::forward::{Inbound, Proxy};
@@ -165,10 +167,13 @@ async fn passthrough(
 ) -> Response {
     let front = Protocol::OpenAiChat;
     let id = request_id(&headers);
-    let result = match read(&st, front, UrlFacts::default(), query, headers, body).await {
-        Ok(inb) => st.passthrough(method, &rest, inb).await,
-        Err(e) => Err(e),
-    };
+    let span = request_span(front, "passthrough", &headers);
+    let result = async {
+        let inb = read(&st, front, UrlFacts::default(), query, headers, body).await?;
+        st.passthrough(method, &rest, inb).await
+    }
+    .instrument(span)
+    .await;
     match result {
         Ok(r) => with_request_id(r, id),
         Err(e) => fail(front, e, id),
@@ -242,14 +247,36 @@ async fn generate(
     body: Body,
 ) -> Response {
     let id = request_id(&headers);
-    let result = match read(&st, front, url, query, headers, body).await {
-        Ok(inb) => st.generate(inb).await,
-        Err(e) => Err(e),
-    };
+    let span = request_span(front, "generate", &headers);
+    let result = async {
+        let inb = read(&st, front, url, query, headers, body).await?;
+        st.generate(inb).await
+    }
+    .instrument(span)
+    .await;
     match result {
         Ok(r) => with_request_id(r, id),
         Err(e) => fail(front, e, id),
     }
+}
+
+/// The span of one proxied request, an OpenTelemetry server span that is the child of the
+/// caller's `traceparent`; the upstream request carries its context (`upstream::headers`).
+///
+/// At info level when the caller sent a sampled trace context — it asked for the request to be
+/// traced (a harness of a traced run does) — else at debug level, so that one exported span per
+/// untraced request on the hot path stays opt-in through `telemetry.log-filter`.
+pub fn request_span(front: Protocol, op: &'static str, headers: &HeaderMap) -> tracing::Span {
+    let parent = W3cContext::from_headers(headers);
+    let span = if parent.as_ref().is_some_and(W3cContext::sampled) {
+        tracing::info_span!("proxy.request", otel.kind = "server", front = %front, op)
+    } else {
+        tracing::debug_span!("proxy.request", otel.kind = "server", front = %front, op)
+    };
+    if let Some(parent) = &parent {
+        set_remote_parent(&span, parent);
+    }
+    span
 }
 
 async fn count(
@@ -262,10 +289,13 @@ async fn count(
     shape: fn(u64) -> serde_json::Value,
 ) -> Response {
     let id = request_id(&headers);
-    let result = match read(&st, front, url, query, headers, body).await {
-        Ok(inb) => st.count_tokens(inb).await,
-        Err(e) => Err(e),
-    };
+    let span = request_span(front, "count_tokens", &headers);
+    let result = async {
+        let inb = read(&st, front, url, query, headers, body).await?;
+        st.count_tokens(inb).await
+    }
+    .instrument(span)
+    .await;
     match result {
         Ok(n) => with_request_id(axum::Json(shape(n)).into_response(), id),
         Err(e) => fail(front, e, id),

@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use babysitter_common::telemetry::W3cContext;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 use serde_json::Value;
 
@@ -190,7 +191,8 @@ pub fn build(
 }
 
 /// The headers of an upstream request: the allow-listed client headers, the route's extra
-/// headers, the upstream key in the provider's header, and `traceparent`.
+/// headers, the upstream key in the provider's header, and the trace context (`traceparent`,
+/// `tracestate`).
 pub fn headers(up: &Upstream, client_headers: &HeaderMap, client_key: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for (name, value) in client_headers {
@@ -231,8 +233,14 @@ pub fn headers(up: &Upstream, client_headers: &HeaderMap, client_key: Option<&st
             headers.insert(HeaderName::from_static(name), v);
         }
     }
-    if let Some(traceparent) = client_headers.get("traceparent") {
-        headers.insert(HeaderName::from_static("traceparent"), traceparent.clone());
+    // The request span's context (its child on the upstream side), else — the span not
+    // recorded — the client's as it came.
+    let trace = W3cContext::of_span(&tracing::Span::current())
+        .or_else(|| W3cContext::from_headers(client_headers));
+    for (name, value) in trace.iter().flat_map(W3cContext::headers) {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
     }
     headers
 }
@@ -357,6 +365,22 @@ pub async fn read_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Outside a recorded span (no OpenTelemetry layer here) the client's trace context goes
+    /// upstream as it came; a malformed one does not go at all.
+    #[test]
+    fn the_clients_trace_context_goes_upstream_when_the_proxy_records_none() {
+        let up = Upstream::new(Provider::Openai, "https://api.openai.com/v1");
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut client = HeaderMap::new();
+        client.insert("traceparent", HeaderValue::from_static(tp));
+        client.insert("tracestate", HeaderValue::from_static("k=v"));
+        let sent = headers(&up, &client, None);
+        assert_eq!(sent.get("traceparent").unwrap(), tp);
+        assert_eq!(sent.get("tracestate").unwrap(), "k=v");
+        client.insert("traceparent", HeaderValue::from_static("garbage"));
+        assert!(headers(&up, &client, None).get("traceparent").is_none());
+    }
 
     /// The once-parsed URL is the per-request one whenever it exists, and absent exactly when
     /// the URL names a model the route does not fix.

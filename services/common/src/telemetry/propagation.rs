@@ -75,6 +75,127 @@ impl Extractor for HeaderExtractor<'_> {
     }
 }
 
+/// A span's W3C trace context as text (`traceparent`, `tracestate`): the form it takes where no
+/// gRPC metadata or HTTP header can carry it — a run's `run.json` (so the run keeps one trace
+/// across orchestrator restarts), a task assignment's fields, a process's `TRACEPARENT` /
+/// `TRACESTATE` environment, a harness's custom-header settings.
+///
+/// Always the W3C format, whatever propagator is installed globally: these places are read by
+/// other programs (harness CLIs, shell tasks, OTel SDKs) that expect exactly that.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct W3cContext {
+    /// `00-<trace id>-<span id>-<flags>`.
+    pub traceparent: String,
+    /// Vendor entries; empty when there are none.
+    pub tracestate: String,
+}
+
+/// The environment variables a process reads its parent's trace context from (the OTel
+/// convention for environment carriers, and what Claude Code's own tracing reads).
+pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+/// See [`TRACEPARENT_ENV`].
+pub const TRACESTATE_ENV: &str = "TRACESTATE";
+
+impl W3cContext {
+    /// `span`'s context; `None` when it has none to give (no OpenTelemetry layer installed, the
+    /// span disabled by the filter).
+    pub fn of_span(span: &tracing::Span) -> Option<Self> {
+        Self::of_context(&span.context())
+    }
+
+    /// The context's span as text; `None` when it holds no valid span context.
+    pub fn of_context(cx: &Context) -> Option<Self> {
+        use opentelemetry::propagation::TextMapPropagator as _;
+        use opentelemetry::trace::TraceContextExt as _;
+        if !cx.span().span_context().is_valid() {
+            return None;
+        }
+        let mut fields = std::collections::HashMap::new();
+        opentelemetry_sdk::propagation::TraceContextPropagator::new()
+            .inject_context(cx, &mut fields);
+        Some(Self {
+            traceparent: fields.remove("traceparent")?,
+            tracestate: fields.remove("tracestate").unwrap_or_default(),
+        })
+    }
+
+    /// A context read back (from run.json, an assignment); `None` unless `traceparent` is a
+    /// valid one (empty, malformed or all-zero ids: outside input, ignored rather than trusted).
+    pub fn parse(traceparent: &str, tracestate: &str) -> Option<Self> {
+        let this = Self {
+            traceparent: traceparent.trim().to_owned(),
+            tracestate: tracestate.trim().to_owned(),
+        };
+        use opentelemetry::trace::TraceContextExt as _;
+        this.context()
+            .span()
+            .span_context()
+            .is_valid()
+            .then_some(this)
+    }
+
+    /// The context an HTTP request or gRPC call carries in its `traceparent` / `tracestate`
+    /// headers, when it carries a valid one.
+    pub fn from_headers(carrier: &impl HeaderCarrier) -> Option<Self> {
+        let headers = carrier.header_map();
+        let h = |k| {
+            headers
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+        };
+        Self::parse(h("traceparent"), h("tracestate"))
+    }
+
+    /// Whether the sender records this trace (the `sampled` flag).
+    pub fn sampled(&self) -> bool {
+        use opentelemetry::trace::TraceContextExt as _;
+        self.context().span().span_context().is_sampled()
+    }
+
+    /// The remote parent context it names.
+    pub fn context(&self) -> Context {
+        use opentelemetry::propagation::TextMapPropagator as _;
+        let mut fields = std::collections::HashMap::new();
+        fields.insert("traceparent".to_owned(), self.traceparent.clone());
+        if !self.tracestate.is_empty() {
+            fields.insert("tracestate".to_owned(), self.tracestate.clone());
+        }
+        opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&fields)
+    }
+
+    /// `TRACEPARENT` and, when there is one, `TRACESTATE`, for a child process's environment.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![(TRACEPARENT_ENV, self.traceparent.clone())];
+        if !self.tracestate.is_empty() {
+            env.push((TRACESTATE_ENV, self.tracestate.clone()));
+        }
+        env
+    }
+
+    /// `(header name, value)` pairs for an HTTP request: `traceparent` and any `tracestate`.
+    pub fn headers(&self) -> Vec<(&'static str, &str)> {
+        let mut headers = vec![("traceparent", self.traceparent.as_str())];
+        if !self.tracestate.is_empty() {
+            headers.push(("tracestate", self.tracestate.as_str()));
+        }
+        headers
+    }
+}
+
+/// Makes `span` (not yet entered) a child of the remote context `parent`. A no-op when the span
+/// is disabled or no OpenTelemetry layer is installed: there is then nothing to link.
+pub fn set_remote_parent(span: &tracing::Span, parent: &W3cContext) {
+    let _ = span.set_parent(parent.context());
+}
+
+/// Links `span` (not yet entered) to `other`'s span: related (a run and the request that created
+/// it) without being its child.
+pub fn link_to(span: &tracing::Span, other: &tracing::Span) {
+    use opentelemetry::trace::TraceContextExt as _;
+    span.add_link(other.context().span().span_context().clone());
+}
+
 /// Client interceptor that injects the current span's `traceparent` into every request.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TraceContextInterceptor;
@@ -203,6 +324,36 @@ mod tests {
         assert_eq!(span_name_for_path("/Plain/Do").0, "Plain.Do");
         assert_eq!(span_name_for_path("/").0, "grpc.unknown");
         assert_eq!(span_name_for_path("/only").0, "grpc.unknown");
+    }
+
+    #[test]
+    fn w3c_context_round_trips_as_text() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let w = W3cContext::parse(tp, "congo=t61rcWkgMzE").unwrap();
+        assert_eq!(W3cContext::of_context(&w.context()), Some(w.clone()));
+        assert_eq!(
+            w.env(),
+            vec![
+                (TRACEPARENT_ENV, tp.to_owned()),
+                (TRACESTATE_ENV, "congo=t61rcWkgMzE".to_owned())
+            ]
+        );
+        let bare = W3cContext::parse(tp, "").unwrap();
+        assert_eq!(bare.headers(), vec![("traceparent", tp)]);
+        assert!(bare.sampled());
+        let mut headers = http::HeaderMap::new();
+        headers.insert("traceparent", tp.parse().unwrap());
+        assert_eq!(W3cContext::from_headers(&headers), Some(bare));
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert!(!W3cContext::parse(unsampled, "").unwrap().sampled());
+        assert_eq!(W3cContext::from_headers(&http::HeaderMap::new()), None);
+        assert_eq!(W3cContext::parse("", ""), None);
+        assert_eq!(W3cContext::parse("garbage", ""), None);
+        let zero = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+        assert_eq!(W3cContext::parse(zero, ""), None);
+        assert_eq!(W3cContext::of_context(&Context::new()), None);
+        // No OpenTelemetry layer in this test: a span has no context to give.
+        assert_eq!(W3cContext::of_span(&tracing::info_span!("s")), None);
     }
 
     #[test]

@@ -129,11 +129,14 @@ impl Journal {
                 view.snapshot_seq = snapshot.seq();
                 let store = self.inner.store.clone();
                 let id = run_id.to_owned();
-                self.inner.background.spawn(async move {
-                    if let Err(e) = store.put_snapshot(&id, &snapshot).await {
-                        tracing::warn!(run_id = id, error = %e, "snapshot failed; the next one follows");
-                    }
-                });
+                // In the append's span (and so its trace), though nothing waits for it.
+                self.inner
+                    .background
+                    .spawn(tracing::Instrument::in_current_span(async move {
+                        if let Err(e) = store.put_snapshot(&id, &snapshot).await {
+                            tracing::warn!(run_id = id, error = %e, "snapshot failed; the next one follows");
+                        }
+                    }));
             } else {
                 match self.inner.store.put_snapshot(run_id, &snapshot).await {
                     Ok(()) => {

@@ -22,13 +22,17 @@ pub(crate) async fn spawn_whole<T: Send + 'static>(
     if let Poll::Ready(out) = futures::poll!(fut.as_mut()) {
         return out;
     }
-    tokio::spawn(fut).await.map_err(|e| {
-        if e.is_cancelled() {
-            JournalError::ShuttingDown
-        } else {
-            JournalError::io("journal task", std::io::Error::other(e.to_string()))
-        }
-    })?
+    // In the caller's span: a remote store's call then still carries the caller's trace context
+    // (its client interceptor reads the current span when the call is made, which may be now).
+    tokio::spawn(tracing::Instrument::in_current_span(fut))
+        .await
+        .map_err(|e| {
+            if e.is_cancelled() {
+                JournalError::ShuttingDown
+            } else {
+                JournalError::io("journal task", std::io::Error::other(e.to_string()))
+            }
+        })?
 }
 
 #[cfg(test)]

@@ -80,6 +80,9 @@ pub struct TaskSpec {
     /// `execution.labels`: labels a worker must carry with exactly these values.
     pub required_labels: BTreeMap<String, String>,
     pub timeout: Option<Duration>,
+    /// The W3C context of the orchestrator's span for this task, handed to the worker so its
+    /// spans join the run's trace (`runs/trace.rs`).
+    pub trace: Option<babysitter_common::telemetry::W3cContext>,
 }
 
 /// A worker's advertised capabilities.

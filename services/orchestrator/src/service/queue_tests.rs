@@ -28,6 +28,7 @@ fn spec(run: &str, effect: &str, kind: &str) -> TaskSpec {
         harness: None,
         required_labels: BTreeMap::new(),
         timeout: None,
+        trace: None,
     }
 }
 

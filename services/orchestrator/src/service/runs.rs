@@ -35,6 +35,7 @@ mod spend;
 mod subprocess;
 mod table;
 mod tasks;
+mod trace;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, TaskOutcome, Usage};
@@ -132,6 +134,9 @@ pub struct RunSummary {
     pub budget: Option<Budget>,
     /// Set for a subprocess run: the run and effect its end resolves.
     pub parent: Option<Parent>,
+    /// The W3C context of the run's root span, which its iterations and tasks are children of
+    /// (see `runs/trace.rs`); `None` when the run has none stored.
+    pub trace: Option<babysitter_common::telemetry::W3cContext>,
 }
 
 /// The run and effect a subprocess run resolves (babysitter's run.json `nested`).
@@ -362,9 +367,11 @@ impl RunManager {
     /// records such a creation as failed (`runs::recovery`).
     pub async fn create(&self, req: NewRun) -> Result<RunSummary> {
         let this = self.clone();
+        // The run's root span links to the request's (this one).
+        let request = tracing::Span::current();
         self.inner
             .tracker
-            .spawn(async move { this.create_now(req).await })
+            .spawn(async move { this.create_now(req, &request).await })
             .await
             .unwrap_or_else(|e| match e.try_into_panic() {
                 // A bug in the creation is a panic here too, not a shutdown.
@@ -373,7 +380,7 @@ impl RunManager {
             })
     }
 
-    async fn create_now(&self, req: NewRun) -> Result<RunSummary> {
+    async fn create_now(&self, req: NewRun, request: &tracing::Span) -> Result<RunSummary> {
         let namespace = if req.namespace.is_empty() {
             DEFAULT_NAMESPACE.to_owned()
         } else {
@@ -431,6 +438,24 @@ impl RunManager {
                     .to_owned()
             });
         let created_at = crate::engine::iso(self.inner.engine.options().clock.as_ref()());
+        // A new run (not an idempotent repeat): its writes in its root span, a trace of its own.
+        let root = trace::root_span(&run_id, &namespace, request);
+        let trace = babysitter_common::telemetry::W3cContext::of_span(&root);
+        self.create_in_span(req, namespace, run_id, process_id, created_at, trace)
+            .instrument(root)
+            .await
+    }
+
+    /// The writes of a new run's creation (`create_now` checked the request and named the run).
+    async fn create_in_span(
+        &self,
+        req: NewRun,
+        namespace: String,
+        run_id: String,
+        process_id: String,
+        created_at: String,
+        trace: Option<babysitter_common::telemetry::W3cContext>,
+    ) -> Result<RunSummary> {
         let mut new = lifecycle::NewRun::new(
             &run_id,
             &process_id,
@@ -460,6 +485,9 @@ impl RunManager {
         if req.client_driven {
             new.extra
                 .insert(client::DRIVER_KEY.into(), json!(client::CLIENT_DRIVER));
+        }
+        for (k, v) in trace.iter().flat_map(trace::run_json_entries) {
+            new.extra.insert(k.into(), v);
         }
         let budget = self.budget_for(&namespace, req.budget.as_ref())?;
         if let Some(b) = &budget {
@@ -514,6 +542,7 @@ impl RunManager {
             client_driven: req.client_driven,
             budget,
             parent: req.nested.as_ref().and_then(Parent::of_nested),
+            trace,
         };
         lock(&self.inner.runs).insert_live(summary.clone(), req.idempotency_key);
         self.schedule(&run_id, false); // a client-driven run waits for its client

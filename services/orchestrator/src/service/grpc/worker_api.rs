@@ -101,6 +101,18 @@ impl WorkerApi {
                 task_json,
                 attempt: a.attempt,
                 timeout: a.spec.timeout.map(duration_pb),
+                traceparent: a
+                    .spec
+                    .trace
+                    .as_ref()
+                    .map(|t| t.traceparent.clone())
+                    .unwrap_or_default(),
+                tracestate: a
+                    .spec
+                    .trace
+                    .as_ref()
+                    .map(|t| t.tracestate.clone())
+                    .unwrap_or_default(),
             })
             .collect();
         Ok(tasks)

@@ -12,6 +12,7 @@
 
 use babysitter_journal::{EventType, NewEvent};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::{RunManager, RunSummary, lock};
 use crate::engine::{Engine, Iteration, lifecycle};
@@ -65,7 +66,10 @@ impl RunManager {
             let it = engine.iterate_with(run_id, None).await?;
             return Ok((it, summary));
         };
-        let it = {
+        // In the run's trace like the manager's iterations, linked to the client's request.
+        let span = super::trace::iteration_span(run_id, summary.trace.as_ref());
+        babysitter_common::telemetry::link_to(&span, &tracing::Span::current());
+        let it = async {
             let _guard = run_lock.lock().await;
             self.ensure_materialized(run_id).await?;
             let it = engine.iterate_with(run_id, marker).await?;
@@ -81,8 +85,10 @@ impl RunManager {
             self.after_iteration(run_id, it.clone(), false, false)
                 .await?;
             self.settle_state(run_id, reason).await;
-            it
-        };
+            Ok::<_, ServiceError>(it)
+        }
+        .instrument(span)
+        .await?;
         Ok((it, self.get(namespace, run_id).await?))
     }
 

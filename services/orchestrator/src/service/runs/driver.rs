@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::spend::BUDGET_WARNING;
 use super::table::DriveFlags;
+use super::trace;
 use super::{DEFAULT_NAMESPACE, RunManager, RunStatus, RunSummary, lock};
 use crate::engine::IterationStatus;
 use crate::service::bundle;
@@ -100,7 +101,19 @@ impl RunManager {
         }
     }
 
+    /// One iteration, in its `run.iterate` span (a child of the run's root).
     async fn iterate_once(&self, run_id: &str, recovered: bool) {
+        use tracing::Instrument as _;
+        let root = lock(&self.inner.runs)
+            .live(run_id)
+            .and_then(|r| r.summary.borrow().trace.clone());
+        let span = trace::iteration_span(run_id, root.as_ref());
+        self.iterate_in_span(run_id, recovered)
+            .instrument(span)
+            .await;
+    }
+
+    async fn iterate_in_span(&self, run_id: &str, recovered: bool) {
         let Some(run_lock) = self.run_lock(run_id) else {
             return;
         };
@@ -180,10 +193,13 @@ impl RunManager {
             .engine()
             .view(run_id, |_, idx| idx.pending().cloned().collect())
             .await?;
-        let namespace = lock(&self.inner.runs)
+        let (namespace, root) = lock(&self.inner.runs)
             .live(run_id)
-            .map(|r| r.summary.borrow().namespace.clone())
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+            .map(|r| {
+                let s = r.summary.borrow();
+                (s.namespace.clone(), s.trace.clone())
+            })
+            .unwrap_or_else(|| (DEFAULT_NAMESPACE.to_owned(), None));
         // The task.json the iteration just stored, so new tasks are dispatched without a read.
         let fresh: HashMap<&str, &Bytes> = it
             .requested
@@ -208,7 +224,8 @@ impl RunManager {
                 _ if self.inner.queue.is_known(run_id, &r.effect_id) => {}
                 _ => {
                     let task = task_doc(journal, &fresh, run_id, r).await?;
-                    let spec = task_spec(&namespace, run_id, r, &kind, task)?;
+                    let mut spec = task_spec(&namespace, run_id, r, &kind, task)?;
+                    trace::dispatch(&mut spec, root.as_ref());
                     self.inner.queue.enqueue(spec, recovered);
                 }
             }
@@ -470,5 +487,6 @@ fn task_spec(
         harness,
         required_labels,
         timeout: timeout_ms.map(Duration::from_millis),
+        trace: None,
     })
 }

@@ -212,6 +212,7 @@ impl RunManager {
                     .inspect_err(|e| tracing::warn!(run_id, error = %e, "the run's budget does not parse; not enforced"))
                     .ok()
             }),
+            trace: super::trace::of_run_json(rj),
         };
         Ok(Some(StoredRun {
             summary,

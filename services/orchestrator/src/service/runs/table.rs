@@ -299,6 +299,7 @@ mod tests {
             client_driven: false,
             budget: None,
             parent: None,
+            trace: None,
         }
     }
 
