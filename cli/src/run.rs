@@ -16,6 +16,7 @@
 #![allow(clippy::print_stdout)]
 
 mod agents;
+mod budget_check;
 mod subprocess;
 mod ui;
 
@@ -39,7 +40,7 @@ use babysitter_journal::{EventType, Journal, NewEvent};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use babysitter_orchestrator::service::budget::{self, BUDGET_KEY, Budget, Spent};
+use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget};
 
 use self::ui::Ui;
 use crate::flags::{Arg, Flags};
@@ -70,7 +71,7 @@ struct Args {
     sets: Vec<String>,
 }
 
-const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--budget tokens=N,cost=USD,wall=30m,tasks=N,agent-tasks=N] [--harness NAME] [--config FILE] [--set launcher.agent.KEY=VALUE] [--server URL]\n       babysitter run --resume <runId> [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--harness NAME] [--config FILE] [--server URL]";
+const USAGE: &str = "usage: babysitter run <process.mjs[#export]> [--inputs FILE] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--concurrency N] [--process-root DIR] [--budget tokens=N,cost=USD,wall=30m,tasks=N,agent-tasks=N,warn-at=0.8,on-exceed=fail|ask] [--harness NAME] [--config FILE] [--set launcher.agent.KEY=VALUE] [--server URL]\n       babysitter run --resume <runId> [--budget NEW-LIMITS] [--yes] [--rules FILE] [--json] [--runs-dir DIR] [--harness NAME] [--config FILE] [--server URL]";
 
 fn parse(args: &[String]) -> Result<Args> {
     let mut a = Args {
@@ -367,6 +368,9 @@ async fn drive(args: Args, env: &EnvMap, ui: &Ui, fs: FsRuntime) -> Result<ExitC
         agents: None,
         ended_with: None,
     };
+    if let (Some(_), Some(asked)) = (&args.resume, &args.budget) {
+        driver.raise_on_resume(asked).await?;
+    }
     driver.run().await
 }
 
@@ -410,8 +414,8 @@ struct Driver<'a> {
     started: HashMap<String, tokio::time::Instant>,
     /// Budget warnings already shown.
     warned: std::collections::HashSet<String>,
-    /// The run's budget and creation time, once read (`Some(None)`: it has none).
-    budget: Option<Option<(Budget, Option<String>)>>,
+    /// run.json's budget (if any) and creation time, once read.
+    budget: Option<(Option<Budget>, Option<String>)>,
     env: EnvMap,
     /// Agent settings, harnesses detected, once a harness task is due.
     agents: Option<Arc<babysitter_harness_launcher::agent::AgentSettings>>,
@@ -470,55 +474,6 @@ impl Driver<'_> {
                 return Ok(interrupted(self.ui, &self.run_id));
             }
         }
-    }
-
-    /// The run's budget (run.json `budget`) checked against what the journal says it spent, as
-    /// the orchestrator checks it (`service::budget`, one rule): past a limit the run fails
-    /// with `BudgetExceededError` before anything more runs; past a warning fraction it says so.
-    async fn over_budget(&mut self) -> Result<Option<ExitCode>> {
-        let journal = self.engine.journal();
-        // run.json is read once per `babysitter run`: the budget and creation time never change.
-        if self.budget.is_none() {
-            let run_json = journal.run_files(&self.run_id).await?.run_json;
-            let budget = run_json
-                .get(BUDGET_KEY)
-                .map(|b| serde_json::from_value::<Budget>(b.clone()))
-                .transpose()
-                .context("run.json `budget` does not parse")?;
-            let created = run_json
-                .get("createdAt")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            self.budget = Some(budget.map(|b| (b, created)));
-        }
-        let Some(Some((budget, created))) = &self.budget else {
-            return Ok(None);
-        };
-        let age = budget::age(created.as_deref(), chrono::Utc::now().timestamp_millis());
-        let (head, index) = journal.index(&self.run_id).await?;
-        let spent = Spent::of(&index, age);
-        for w in budget.warnings(&spent) {
-            let said = format!("budget warning: {}", w.figures());
-            if self.warned.insert(said.clone()) {
-                self.ui.warn(&said);
-            }
-        }
-        let Some(crossed) = budget.crossed(&spent) else {
-            return Ok(None);
-        };
-        let reason = crossed.reason();
-        journal
-            .append(
-                &self.run_id,
-                head.seq + 1,
-                vec![NewEvent::new(
-                    EventType::RunFailed,
-                    json!({"error": crossed.error(&spent), "reason": reason}),
-                )],
-            )
-            .await?;
-        self.ui.error(&format!("run {}: {reason}", self.run_id));
-        Ok(Some(ExitCode::FAILURE))
     }
 
     /// The exit code, once the iteration has ended the run (after saying how it ended).

@@ -435,16 +435,7 @@ fn a_run_over_its_task_budget_fails_before_the_extra_task_runs() {
     let dir = tempfile::tempdir().unwrap();
     let process = dir.path().join("p.mjs");
     let ledger = dir.path().join("ledger");
-    std::fs::write(
-        &process,
-        format!(
-            "import {{ defineTask }} from '@a5c-ai/babysitter-sdk';\n\
-             const sh = defineTask('sh', (a) => ({{ kind: 'shell', title: `step ${{a.i}}`, shell: {{ command: `echo ${{a.i}} >> {}` }} }}));\n\
-             export async function process(inputs, ctx) {{ for (let i = 0; i < 3; i++) await ctx.task(sh, {{ i }}); return 'done'; }}\n",
-            ledger.display()
-        ),
-    )
-    .unwrap();
+    write_three_steps(&process, &ledger);
     let runs = dir.path().join("runs");
     let out = babysitter()
         .args([
@@ -629,4 +620,107 @@ fn subprocesses_run_here_as_child_runs_and_resume_into_the_same_child() {
     let after: Vec<_> = std::fs::read_dir(&runs).unwrap().collect();
     assert_eq!(before.len(), after.len(), "no second child was made");
     assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), 1);
+}
+
+/// A budget that asks: past the limit the run stops resumable (the wait journaled once, the
+/// warning before it too); `--resume --budget` raises it (journaled) and the run finishes,
+/// the extra task running once.
+#[test]
+fn a_budget_that_asks_stops_resumable_and_a_resume_with_more_raises_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = dir.path().join("p.mjs");
+    let ledger = dir.path().join("ledger");
+    write_three_steps(&process, &ledger);
+    let runs = dir.path().join("runs");
+    let run = |args: &[&str]| {
+        babysitter()
+            .args(args)
+            .arg("--runs-dir")
+            .arg(&runs)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "run",
+        process.to_str().unwrap(),
+        "--budget",
+        "tasks=2,on-exceed=ask",
+        "--json",
+    ]);
+    // With --json the warning is an NDJSON event on stdout.
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert!(
+        stderr
+            .contains("budget_exceeded: tasks 3 of 2; raise it and go on: babysitter run --resume")
+            && stderr.contains("--budget tasks=<more>"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "0\n1\n");
+    let run_id = events(&out.stdout)
+        .iter()
+        .find(|e| e["event"] == "run.started")
+        .and_then(|e| e["runId"].as_str().map(str::to_owned))
+        .unwrap();
+    let types = |run_dir: &Path| -> Vec<String> {
+        let mut files: Vec<_> = std::fs::read_dir(run_dir.join("journal"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|f| {
+                let e: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+                e["type"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let n = |t: &[String], ty: &str| t.iter().filter(|x| *x == ty).count();
+
+    // Resumed with no more: it stops again, saying nothing twice.
+    let out = run(&["run", "--resume", &run_id]);
+    assert_eq!(out.status.code(), Some(3));
+    let t = types(&runs.join(&run_id));
+    assert_eq!(
+        (n(&t, "BUDGET_WARNING"), n(&t, "BUDGET_EXCEEDED")),
+        (1, 1),
+        "{t:?}"
+    );
+
+    // A raise that is still exceeded is refused; one that is not goes on to the end.
+    let out = run(&["run", "--resume", &run_id, "--budget", "tasks=2"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("still exceeded: tasks 3 of 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["run", "--resume", &run_id, "--budget", "tasks=5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&ledger).unwrap(), "0\n1\n2\n");
+    let t = types(&runs.join(&run_id));
+    assert_eq!(n(&t, "BUDGET_RAISED"), 1, "{t:?}");
+    assert_eq!(t.last().map(String::as_str), Some("RUN_COMPLETED"), "{t:?}");
+}
+
+/// A process of three shell steps, each appending its number to `ledger`.
+fn write_three_steps(process: &Path, ledger: &Path) {
+    std::fs::write(
+        process,
+        format!(
+            "import {{ defineTask }} from '@a5c-ai/babysitter-sdk';\n\
+             const sh = defineTask('sh', (a) => ({{ kind: 'shell', title: `step ${{a.i}}`, shell: {{ command: `echo ${{a.i}} >> {}` }} }}));\n\
+             export async function process(inputs, ctx) {{ for (let i = 0; i < 3; i++) await ctx.task(sh, {{ i }}); return 'done'; }}\n",
+            ledger.display()
+        ),
+    )
+    .unwrap();
 }

@@ -285,6 +285,11 @@ pub struct RunBudget {
     /// the fraction of a limit past which it is reported as a warning; unset = 0.8.
     #[prost(double, optional, tag = "6")]
     pub warn_at: ::core::option::Option<f64>,
+    /// past a limit, wait on a breakpoint (effect id "budget") asking to raise the budget instead
+    /// of failing the run; approving it with `response` = new limits in the `--budget` form
+    /// (e.g. "tokens=50000") raises them, rejecting it fails the run.
+    #[prost(bool, optional, tag = "7")]
+    pub ask_to_raise: ::core::option::Option<bool>,
 }
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, ::prost::Message)]

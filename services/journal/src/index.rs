@@ -183,6 +183,9 @@ pub struct EffectIndex {
     /// inside many futures, and most runs track no cost).
     #[serde(default)]
     pub costs: Box<crate::cost_stats::CostStats>,
+    /// What the journal says about the run's budget (warnings, a wait for a raise).
+    #[serde(default)]
+    pub budget: Box<crate::budget_marks::BudgetMarks>,
 }
 
 /// The stored form of [`EffectIndex`] (everything but the derived pending set).
@@ -197,6 +200,8 @@ struct StoredIndex {
     last_resolved: Option<String>,
     #[serde(default)]
     costs: Box<crate::cost_stats::CostStats>,
+    #[serde(default)]
+    budget: Box<crate::budget_marks::BudgetMarks>,
 }
 
 impl<'de> Deserialize<'de> for EffectIndex {
@@ -217,6 +222,7 @@ impl<'de> Deserialize<'de> for EffectIndex {
             last_resolved: s.last_resolved,
             pending_at,
             costs: s.costs,
+            budget: s.budget,
         })
     }
 }
@@ -455,8 +461,11 @@ impl EffectIndex {
             EventType::ProcessAssigned
             | EventType::ProcessCodeHashChanged
             | EventType::ProcessLog
-            | EventType::StopHookInvoked
-            | EventType::Other(_) => Ok(()),
+            | EventType::StopHookInvoked => Ok(()),
+            EventType::Other(name) => {
+                self.budget.apply(name, &event.body.data);
+                Ok(())
+            }
         }
     }
 }

@@ -240,6 +240,7 @@ async fn create(
             max_tasks: Some(u32::MAX / 2),
             max_agent_tasks: Some(u32::MAX / 2),
             warn_at: None,
+            ask_to_raise: None,
         });
     c.create_run(pb::CreateRunRequest {
         process: Some(pb::ProcessBundle::single_file(

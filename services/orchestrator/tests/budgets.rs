@@ -301,3 +301,159 @@ async fn a_budget_that_cannot_mean_anything_is_refused_by_name() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("max-cost-usd"), "{e:?}");
 }
+
+/// The run's journal event types (read from the journal: the run may still be waiting).
+async fn event_types(s: &Service, run_id: &str) -> Vec<(String, Value)> {
+    let journal = s.manager.journal();
+    let head = journal.head(run_id).await.unwrap();
+    journal
+        .read(run_id, 1, head.seq)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.body.kind.as_str().to_owned(), e.body.data))
+        .collect()
+}
+
+fn count(events: &[(String, Value)], ty: &str) -> usize {
+    events.iter().filter(|(t, _)| t == ty).count()
+}
+
+async fn decide(
+    c: &mut RunServiceClient<AuthedChannel>,
+    run_id: &str,
+    approve: bool,
+    response: &str,
+) -> Result<pb::ResolveBreakpointResponse, tonic::Status> {
+    c.resolve_breakpoint(pb::ResolveBreakpointRequest {
+        run_id: run_id.into(),
+        effect_id: "budget".into(),
+        decision: if approve {
+            pb::BreakpointDecision::Approve
+        } else {
+            pb::BreakpointDecision::Reject
+        } as i32,
+        response: response.into(),
+        ..Default::default()
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Until the run shows as waiting for its budget (a guard bound, not a timing assertion).
+async fn waiting_for_raise(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
+    for _ in 0..500 {
+        let run = get(c, run_id).await;
+        if run.status_reason.starts_with("budget_exceeded: ") {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("run {run_id} never waited for a raise");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_budget_that_asks_waits_on_a_breakpoint_across_a_restart_and_goes_on_once_raised() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let budget = pb::RunBudget {
+        max_tokens: Some(1000),
+        ask_to_raise: Some(true),
+        ..Default::default()
+    };
+    let run = create_with(&mut c, STEPS, json!({"n": 5}), budget).await;
+    let mut w = raw_worker(&s, "w1").await;
+    for _ in 0..3 {
+        let t = poll_one(&mut w, "w1").await;
+        complete_spending(&mut w, &t, 400).await;
+    }
+    // 1200 of 1000: the run waits, nothing more is dispatched.
+    let waiting = waiting_for_raise(&mut c, &run.run_id).await;
+    assert_eq!(waiting.status, pb::RunStatus::Waiting as i32, "{waiting:?}");
+    assert!(
+        waiting
+            .status_reason
+            .starts_with("budget_exceeded: tokens 1200 of 1000 (waiting on breakpoint `budget`"),
+        "{waiting:?}"
+    );
+    nothing_to_poll(&mut w).await;
+    let events = event_types(&s, &run.run_id).await;
+    assert_eq!(
+        count(&events, "BUDGET_WARNING"),
+        1,
+        "warned once: {events:?}"
+    );
+    assert_eq!(count(&events, "BUDGET_EXCEEDED"), 1, "{events:?}");
+
+    // A restart neither forgets the wait nor says anything twice.
+    let s = s.halt().await.start().await;
+    let mut c = client(&s, None);
+    waiting_for_raise(&mut c, &run.run_id).await;
+    let events = event_types(&s, &run.run_id).await;
+    assert_eq!(count(&events, "BUDGET_WARNING"), 1, "{events:?}");
+    assert_eq!(count(&events, "BUDGET_EXCEEDED"), 1, "{events:?}");
+
+    // The question is a breakpoint an approver sees with the others.
+    let bp = first_breakpoint(&mut c, "default").await;
+    assert_eq!(
+        (bp.run_id.as_str(), bp.effect_id.as_str()),
+        (run.run_id.as_str(), "budget")
+    );
+    assert!(bp.label.contains("tokens 1200 of 1000"), "{bp:?}");
+
+    // A raise that is still exceeded, or none at all, is refused by name.
+    let e = decide(&mut c, &run.run_id, true, "tokens=1100")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("still exceeded: tokens 1200 of 1100"),
+        "{e:?}"
+    );
+    let e = decide(&mut c, &run.run_id, true, "").await.unwrap_err();
+    assert!(e.message().contains("tokens=50000"), "{e:?}");
+
+    decide(&mut c, &run.run_id, true, "tokens=5000")
+        .await
+        .unwrap();
+    let mut w = raw_worker(&s, "w1").await;
+    for _ in 0..2 {
+        let t = poll_one(&mut w, "w1").await;
+        complete_spending(&mut w, &t, 100).await;
+    }
+    let done = ended(&mut c, &run.run_id).await;
+    assert_eq!(done.status, pb::RunStatus::Completed as i32, "{done:?}");
+    let events = event_types(&s, &run.run_id).await;
+    let raised = events.iter().find(|(t, _)| t == "BUDGET_RAISED").unwrap();
+    assert_eq!(raised.1["budget"]["max-tokens"], 5000, "{raised:?}");
+    let spent = cost(&mut c, &run.run_id).await;
+    assert_eq!(spent.budget.and_then(|b| b.max_tokens), Some(5000));
+    assert_eq!(spent.tokens, 1400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rejected_raise_fails_the_run_with_its_figures() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let budget = pb::RunBudget {
+        max_tokens: Some(500),
+        ask_to_raise: Some(true),
+        ..Default::default()
+    };
+    let run = create_with(&mut c, STEPS, json!({"n": 3}), budget).await;
+    let mut w = raw_worker(&s, "w1").await;
+    let t = poll_one(&mut w, "w1").await;
+    complete_spending(&mut w, &t, 600).await;
+    waiting_for_raise(&mut c, &run.run_id).await;
+    decide(&mut c, &run.run_id, false, "").await.unwrap();
+    let data = budget_error(&ended(&mut c, &run.run_id).await);
+    assert_eq!(
+        (data["limit"].as_str(), data["spent"].as_f64()),
+        (Some("tokens"), Some(600.0))
+    );
+    // Decided: asking again is a conflict, not a second decision.
+    let e = decide(&mut c, &run.run_id, true, "tokens=5000")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+}

@@ -22,7 +22,9 @@
 
 use std::time::Duration;
 
+use babysitter_journal::budget_marks;
 use babysitter_journal::index::EffectIndex;
+use babysitter_journal::{EventType, NewEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -46,6 +48,36 @@ pub struct Budget {
     pub max_agent_tasks: Option<u32>,
     /// The fraction of a limit at which it warns (default 0.8).
     pub warn_at: Option<f64>,
+    /// What a crossed limit does (default: fail the run).
+    pub on_exceed: Option<OnExceed>,
+}
+
+/// What a run does when a limit is crossed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnExceed {
+    /// It fails with `BudgetExceededError`.
+    #[default]
+    Fail,
+    /// It waits, nothing dispatched, on a breakpoint asking to raise the budget (`effect_id`
+    /// [`RAISE_BREAKPOINT`]): approved with new limits it goes on, rejected it fails.
+    Ask,
+}
+
+/// The breakpoint id (and effect id) of a run waiting for its budget to be raised.
+pub const RAISE_BREAKPOINT: &str = "budget";
+
+/// The budget in force: the latest raise's (`BUDGET_RAISED`, journaled), else the one stored
+/// in run.json (never rewritten).
+pub fn effective(
+    stored: Option<&Budget>,
+    marks: &babysitter_journal::budget_marks::BudgetMarks,
+) -> Option<Budget> {
+    marks
+        .raised
+        .as_ref()
+        .and_then(|b| serde_json::from_value::<Budget>(b.clone()).ok())
+        .or_else(|| stored.cloned())
 }
 
 /// One kind of limit.
@@ -113,9 +145,43 @@ impl Crossed {
     pub fn reason(&self) -> String {
         format!("budget_exceeded: {}", self.figures())
     }
+
+    /// The journal's `BUDGET_WARNING` for this limit past its warning fraction `warn_at`.
+    pub fn warning_event(&self, warn_at: f64) -> NewEvent {
+        NewEvent::new(
+            EventType::Other(budget_marks::WARNING.into()),
+            json!({"limit": self.limit.as_str(), "max": self.max, "spent": self.spent, "warnAt": warn_at}),
+        )
+    }
+
+    /// The journal's `BUDGET_EXCEEDED` of a budget that asks: the run waits for a raise.
+    pub fn wait_event(&self, spent: &Spent) -> NewEvent {
+        let mut data = self.error(spent)["data"].clone();
+        data["action"] = json!("ask");
+        NewEvent::new(EventType::Other(budget_marks::EXCEEDED.into()), data)
+    }
+}
+
+impl Budget {
+    /// The journal's `BUDGET_RAISED`: this budget is the one in force from now on.
+    pub fn raised_event(&self, by: &str) -> NewEvent {
+        let budget = serde_json::to_value(self).unwrap_or(Value::Null);
+        NewEvent::new(
+            EventType::Other(budget_marks::RAISED.into()),
+            json!({"budget": budget, "by": by}),
+        )
+    }
 }
 
 const TASKLESS: [&str; 2] = ["breakpoint", "sleep"];
+
+/// Amounts (tokens, cost, wall time) are crossed once reached, task counts once exceeded.
+fn is_crossed(limit: Limit, max: f64, spent: f64) -> bool {
+    match limit {
+        Limit::Tasks | Limit::AgentTasks => spent > max,
+        Limit::Tokens | Limit::CostUsd | Limit::WallTime => spent >= max,
+    }
+}
 
 /// The wall time of a run created at `created_at` (ISO), as of `now_ms` (epoch ms); zero when
 /// the creation time is unknown.
@@ -189,9 +255,16 @@ impl std::str::FromStr for Budget {
                     b.max_agent_tasks = Some(value.parse().map_err(|_| bad("a count"))?)
                 }
                 "warn-at" => b.warn_at = Some(value.parse().map_err(|_| bad("a fraction"))?),
+                "on-exceed" => {
+                    b.on_exceed = Some(match value.trim() {
+                        "fail" => OnExceed::Fail,
+                        "ask" => OnExceed::Ask,
+                        _ => return Err(bad("`fail` or `ask`")),
+                    })
+                }
                 other => {
                     return Err(format!(
-                        "unknown limit `{other}` (tokens, cost, wall, tasks, agent-tasks, warn-at)"
+                        "unknown limit `{other}` (tokens, cost, wall, tasks, agent-tasks, warn-at, on-exceed)"
                     ));
                 }
             }
@@ -220,7 +293,13 @@ impl Budget {
             max_tasks: self.max_tasks.or(defaults.max_tasks),
             max_agent_tasks: self.max_agent_tasks.or(defaults.max_agent_tasks),
             warn_at: self.warn_at.or(defaults.warn_at),
+            on_exceed: self.on_exceed.or(defaults.on_exceed),
         }
+    }
+
+    /// Whether a crossed limit waits for a raise instead of failing the run.
+    pub fn asks(&self) -> bool {
+        self.on_exceed == Some(OnExceed::Ask)
     }
 
     /// Refuses limits that cannot mean anything (negative, not a number, zero wall time).
@@ -267,19 +346,17 @@ impl Budget {
     pub fn crossed(&self, s: &Spent) -> Option<Crossed> {
         self.figures(s)
             .into_iter()
-            .find(|(limit, max, spent)| match limit {
-                Limit::Tasks | Limit::AgentTasks => spent > max,
-                Limit::Tokens | Limit::CostUsd | Limit::WallTime => spent >= max,
-            })
+            .find(|(limit, max, spent)| is_crossed(*limit, *max, *spent))
             .map(|(limit, max, spent)| Crossed { limit, max, spent })
     }
 
-    /// The limits past their warning fraction (and not crossed).
+    /// The limits past their warning fraction (and not crossed: a task count at its maximum
+    /// warns, the last allowed task may still run).
     pub fn warnings(&self, s: &Spent) -> Vec<Crossed> {
         let at = self.warn_at.unwrap_or(0.8);
         self.figures(s)
             .into_iter()
-            .filter(|(_, max, spent)| *spent >= max * at && spent < max)
+            .filter(|(limit, max, spent)| *spent >= max * at && !is_crossed(*limit, *max, *spent))
             .map(|(limit, max, spent)| Crossed { limit, max, spent })
             .collect()
     }

@@ -411,19 +411,30 @@ impl TaskQueue {
         }
     }
 
+    /// Withdraws a run's queued tasks (their effects stay pending, queued again when the run
+    /// is dispatched again); leased ones run on. Returns how many were withdrawn.
+    pub fn withdraw_queued(&self, run_id: &str) -> usize {
+        let mut g = self.lock();
+        let keys = run_keys(&g, run_id);
+        let mut n = 0;
+        for key in keys {
+            if matches!(
+                g.tasks.get(&key).map(|t| &t.state),
+                Some(State::Queued { .. })
+            ) && let Some(t) = g.remove_task(&key)
+            {
+                g.queued.remove(&t.order);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Cancels a run's tasks: queued ones are dropped, leased ones are told at their next
     /// heartbeat. Returns the effect ids that were queued or running.
     pub fn cancel_run(&self, run_id: &str, reason: &str) -> Vec<String> {
         let mut g = self.lock();
-        let keys: Vec<Key> = g
-            .tasks_per_run
-            .get(run_id)
-            .map(|ids| {
-                ids.iter()
-                    .map(|id| (run_id.to_owned(), id.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let keys = run_keys(&g, run_id);
         let mut out = Vec::new();
         for key in keys {
             out.push(key.1.clone());
@@ -929,3 +940,15 @@ pub use views::{LeaseView, QueuedTask, WorkerView};
 #[cfg(test)]
 #[path = "queue_tests.rs"]
 mod tests;
+
+/// The queue's keys of `run_id`'s tasks (queued or leased).
+fn run_keys(g: &Inner, run_id: &str) -> Vec<Key> {
+    g.tasks_per_run
+        .get(run_id)
+        .map(|ids| {
+            ids.iter()
+                .map(|id| (run_id.to_owned(), id.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -87,6 +87,13 @@ pub(super) fn budget_of(b: pb::RunBudget) -> Budget {
         max_tasks: b.max_tasks,
         max_agent_tasks: b.max_agent_tasks,
         warn_at: b.warn_at,
+        on_exceed: b.ask_to_raise.map(|ask| {
+            if ask {
+                crate::service::budget::OnExceed::Ask
+            } else {
+                crate::service::budget::OnExceed::Fail
+            }
+        }),
     }
 }
 
@@ -99,6 +106,9 @@ pub fn budget_pb(b: Budget) -> pb::RunBudget {
         max_tasks: b.max_tasks,
         max_agent_tasks: b.max_agent_tasks,
         warn_at: b.warn_at,
+        ask_to_raise: b
+            .on_exceed
+            .map(|o| o == crate::service::budget::OnExceed::Ask),
     }
 }
 

@@ -317,6 +317,9 @@ impl RunManager {
         effect_id: &str,
         d: Decision,
     ) -> Result<(u64, bool)> {
+        if effect_id == crate::service::budget::RAISE_BREAKPOINT {
+            return self.decide_budget(namespace, run_id, d).await;
+        }
         let record = self.record(namespace, run_id, effect_id).await?;
         if record.kind.as_deref() != Some("breakpoint") {
             return Err(ServiceError::invalid(
@@ -551,33 +554,35 @@ impl RunManager {
         let size = page_size.clamp(1, 1000);
         let mut out = Vec::new();
         for run in runs {
-            let waiting = lock(&self.inner.runs).live(&run).is_some_and(|r| {
-                r.summary
-                    .borrow()
-                    .pending_by_kind
-                    .contains_key("breakpoint")
-            });
-            if !waiting {
-                continue;
-            }
-            let records: Vec<EffectRecord> = self
-                .engine()
-                .view(&run, |_, idx| {
-                    idx.pending()
-                        .filter(|r| r.kind.as_deref() == Some("breakpoint"))
-                        .cloned()
-                        .collect()
+            let (waiting, budget_wait) = lock(&self.inner.runs)
+                .live(&run)
+                .map(|r| {
+                    let s = r.summary.borrow();
+                    (
+                        s.pending_by_kind.contains_key("breakpoint"),
+                        s.status_reason.starts_with(super::spend::BUDGET_WAIT),
+                    )
                 })
-                .await?;
+                .unwrap_or_default();
+            let records: Vec<EffectRecord> = if !waiting {
+                Vec::new()
+            } else {
+                self.engine()
+                    .view(&run, |_, idx| {
+                        idx.pending()
+                            .filter(|r| r.kind.as_deref() == Some("breakpoint"))
+                            .cloned()
+                            .collect()
+                    })
+                    .await?
+            };
             for r in records {
                 let token = format!("{run}/{}", r.effect_id);
                 if after.is_some_and(|a| token.as_str() <= a) {
                     continue;
                 }
                 if out.len() == size {
-                    let next = out
-                        .last()
-                        .map(|l: &BreakpointInfo| format!("{}/{}", l.run_id, l.effect_id));
+                    let next = page_token(&out);
                     return Ok((out, next));
                 }
                 let task = self
@@ -608,9 +613,73 @@ impl RunManager {
                     auto_approval: task.get("autoApproval").cloned(),
                 });
             }
+            if budget_wait {
+                // After the run's own breakpoints (its token sorts after their ULIDs).
+                let token = format!("{run}/{}", crate::service::budget::RAISE_BREAKPOINT);
+                if after.is_some_and(|a| token.as_str() <= a) {
+                    continue;
+                }
+                if out.len() == size {
+                    let next = page_token(&out);
+                    return Ok((out, next));
+                }
+                if let Some(b) = self.budget_breakpoint(namespace, &run).await? {
+                    out.push(b);
+                }
+            }
         }
         Ok((out, None))
     }
+}
+
+impl RunManager {
+    /// The `budget` breakpoint of a run waiting for its budget to be raised: the question, the
+    /// limit crossed and the figures (from the journal's `BUDGET_EXCEEDED`).
+    async fn budget_breakpoint(
+        &self,
+        namespace: &str,
+        run_id: &str,
+    ) -> Result<Option<BreakpointInfo>> {
+        let (head, marks) = self
+            .engine()
+            .view(run_id, |h, idx| (h.clone(), (*idx.budget).clone()))
+            .await?;
+        if marks.waiting.is_none() {
+            return Ok(None);
+        }
+        // The wait's own event: the latest BUDGET_EXCEEDED (read back, from the end).
+        let from = head.seq.saturating_sub(64).max(1);
+        let events = self.journal().read(run_id, from, head.seq).await?;
+        let exceeded = events
+            .iter()
+            .rev()
+            .find(|e| e.body.kind.as_str() == babysitter_journal::budget_marks::EXCEEDED);
+        let data = exceeded.map(|e| e.body.data.clone()).unwrap_or_default();
+        let figures = format!(
+            "{} {} of {}",
+            data["limit"].as_str().unwrap_or("budget"),
+            data["spent"],
+            data["max"]
+        );
+        Ok(Some(BreakpointInfo {
+            namespace: namespace.to_owned(),
+            run_id: run_id.to_owned(),
+            effect_id: crate::service::budget::RAISE_BREAKPOINT.to_owned(),
+            breakpoint_id: crate::service::budget::RAISE_BREAKPOINT.to_owned(),
+            label: format!("Raise the budget? ({figures})"),
+            payload: Some(json!({
+                "question": format!("The run has spent {figures}. Approve with the new limits as the response (e.g. `tokens=50000,cost=5`) to go on, or reject to fail it."),
+                "budget": data,
+            })),
+            requested_at: exceeded.map(|e| e.body.recorded_at.clone()),
+            auto_approval: None,
+        }))
+    }
+}
+
+/// The page token after the last breakpoint of a full page.
+fn page_token(page: &[BreakpointInfo]) -> Option<String> {
+    page.last().map(|l| format!("{}/{}", l.run_id, l.effect_id))
 }
 
 /// A run's summary once sealed at `seq` (`failed`: `RUN_FAILED`, else `RUN_COMPLETED`).
