@@ -217,24 +217,33 @@ impl Ha {
     }
 }
 
-/// Creates a run through `c`, retrying while the orchestrator it reaches is not answering yet.
+/// Creates a run through `c` as a careful client does: each call under its own deadline, and
+/// retried under the same idempotency key while the orchestrator it reaches is not answering
+/// (standing by, failing over) or the call's outcome is unknown (its deadline passed). A retry
+/// never makes a second run: the ledger checks below would see its tasks run twice.
 async fn create(ha: &Ha, c: &mut RunServiceClient<AuthedChannel>, inputs: Value) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let r = c
-            .create_run(pb::CreateRunRequest {
-                process: Some(pb::ProcessBundle::single_file(
-                    "main.mjs",
-                    cluster::LEDGER_STEPS.as_bytes().to_vec(),
-                )),
-                inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
-                idempotency_key: format!("n-{}", inputs["n"]),
-                ..Default::default()
-            })
-            .await;
+        let mut req = tonic::Request::new(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle::single_file(
+                "main.mjs",
+                cluster::LEDGER_STEPS.as_bytes().to_vec(),
+            )),
+            inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+            idempotency_key: format!("n-{}", inputs["n"]),
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(20));
+        let r = c.create_run(req).await;
+        let retryable = |code| {
+            matches!(
+                code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            )
+        };
         match r {
             Ok(r) => return r.into_inner().run.expect("the created run").run_id,
-            Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+            Err(s) if retryable(s.code()) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(s) => panic!("create run: {s:?}\n{}", ha.logs()),
