@@ -25,6 +25,8 @@ pub struct BudgetMarks {
     pub warned: BTreeSet<String>,
     /// The limit the run waits on a raise of (`None`: not waiting).
     pub waiting: Option<String>,
+    /// That wait's `BUDGET_EXCEEDED` data and `recordedAt` (what its breakpoint shows).
+    pub exceeded: Option<(Value, String)>,
     /// Raises so far.
     pub raises: u32,
     /// The budget the latest raise set (`BUDGET_RAISED.budget`): it stands over run.json's,
@@ -34,13 +36,17 @@ pub struct BudgetMarks {
 
 impl BudgetMarks {
     /// Applies an event of type `kind` (anything but the three budget types is ignored).
-    pub fn apply(&mut self, kind: &str, data: &Value) {
+    pub fn apply(&mut self, kind: &str, data: &Value, recorded_at: &str) {
         let limit = || data.get("limit").and_then(Value::as_str).map(str::to_owned);
         match kind {
             WARNING => self.warned.extend(limit()),
-            EXCEEDED => self.waiting = limit().or_else(|| Some(String::new())),
+            EXCEEDED => {
+                self.waiting = limit().or_else(|| Some(String::new()));
+                self.exceeded = Some((data.clone(), recorded_at.to_owned()));
+            }
             RAISED => {
                 self.waiting = None;
+                self.exceeded = None;
                 self.warned.clear();
                 self.raises += 1;
                 self.raised = data.get("budget").cloned();
@@ -58,11 +64,15 @@ mod tests {
     #[test]
     fn warnings_waits_and_raises_are_remembered_in_journal_order() {
         let mut m = BudgetMarks::default();
-        m.apply(WARNING, &json!({"limit": "tokens"}));
-        m.apply(EXCEEDED, &json!({"limit": "tokens"}));
+        m.apply(WARNING, &json!({"limit": "tokens"}), "t1");
+        m.apply(EXCEEDED, &json!({"limit": "tokens"}), "t2");
         assert!(m.warned.contains("tokens"));
         assert_eq!(m.waiting.as_deref(), Some("tokens"));
-        m.apply(RAISED, &json!({"budget": {"max-tokens": 5}}));
+        assert_eq!(
+            m.exceeded,
+            Some((json!({"limit": "tokens"}), "t2".to_owned()))
+        );
+        m.apply(RAISED, &json!({"budget": {"max-tokens": 5}}), "t3");
         assert_eq!(
             m,
             BudgetMarks {
@@ -71,7 +81,7 @@ mod tests {
                 ..BudgetMarks::default()
             }
         );
-        m.apply("SOMETHING_ELSE", &json!({"limit": "x"}));
+        m.apply("SOMETHING_ELSE", &json!({"limit": "x"}), "t4");
         assert_eq!(m.raises, 1);
     }
 }

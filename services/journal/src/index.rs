@@ -463,7 +463,8 @@ impl EffectIndex {
             | EventType::ProcessLog
             | EventType::StopHookInvoked => Ok(()),
             EventType::Other(name) => {
-                self.budget.apply(name, &event.body.data);
+                self.budget
+                    .apply(name, &event.body.data, &event.body.recorded_at);
                 Ok(())
             }
         }

@@ -89,18 +89,6 @@ async fn complete_spending(
     w.complete_task(done).await.unwrap();
 }
 
-async fn get(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
-    c.get_run(pb::GetRunRequest {
-        run_id: run_id.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .run
-    .unwrap()
-}
-
 async fn cost(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::GetRunCostResponse {
     c.get_run_cost(pb::GetRunCostRequest {
         run_id: run_id.into(),
@@ -109,18 +97,6 @@ async fn cost(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::GetR
     .await
     .unwrap()
     .into_inner()
-}
-
-/// Waits (a guard bound, not a timing assertion) until the run ended.
-async fn ended(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
-    for _ in 0..500 {
-        let run = get(c, run_id).await;
-        if run.status >= pb::RunStatus::Completed as i32 {
-            return run;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("run {run_id} did not end");
 }
 
 /// The error of a run stopped by its budget, with its figures.
@@ -165,7 +141,7 @@ async fn a_run_warns_then_stops_at_its_token_limit_and_dispatches_nothing_more()
     complete_spending(&mut w, &t, 400).await;
     // 800 of 1000: past the 0.8 warning, still running.
     let t = poll_one(&mut w, "w1").await;
-    let now = get(&mut c, &run.run_id).await;
+    let now = get_run(&mut c, &run.run_id).await;
     assert_eq!(now.status, pb::RunStatus::Running as i32, "{now:?}");
     assert_eq!(now.status_reason, "budget warning: tokens 800 of 1000");
     assert_eq!(
@@ -343,7 +319,7 @@ async fn decide(
 /// Until the run shows as waiting for its budget (a guard bound, not a timing assertion).
 async fn waiting_for_raise(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
     for _ in 0..500 {
-        let run = get(c, run_id).await;
+        let run = get_run(c, run_id).await;
         if run.status_reason.starts_with("budget_exceeded: ") {
             return run;
         }

@@ -6,8 +6,6 @@
 #[path = "support/service.rs"]
 mod service_support;
 
-use std::time::Duration;
-
 use babysitter_common::auth::AuthConfig;
 use babysitter_common::client::AuthedChannel;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -87,41 +85,6 @@ async fn create_parent(
     .into_inner()
     .run
     .unwrap()
-}
-
-async fn get(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
-    c.get_run(pb::GetRunRequest {
-        run_id: run_id.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .run
-    .unwrap()
-}
-
-/// Polls until the run has ended (a guard of 60 s against a hang, not a timing assertion).
-async fn ended(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let run = get(c, run_id).await;
-        if [
-            pb::RunStatus::Completed,
-            pb::RunStatus::Failed,
-            pb::RunStatus::Cancelled,
-        ]
-        .iter()
-        .any(|s| *s as i32 == run.status)
-        {
-            return run;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never ended: {run:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn output(run: &pb::Run) -> Value {

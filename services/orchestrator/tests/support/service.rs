@@ -395,3 +395,32 @@ pub async fn first_breakpoint(c: &mut RunServiceClient<AuthedChannel>, ns: &str)
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The run `run_id` of the default namespace.
+pub async fn get_run(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
+    c.get_run(pb::GetRunRequest {
+        run_id: run_id.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .run
+    .unwrap()
+}
+
+/// Polls until the run has ended (a guard of 60 s against a hang, not a timing assertion).
+pub async fn ended(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> pb::Run {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = get_run(c, run_id).await;
+        if run.status >= pb::RunStatus::Completed as i32 {
+            return run;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ended: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

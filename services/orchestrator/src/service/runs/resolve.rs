@@ -634,27 +634,19 @@ impl RunManager {
 
 impl RunManager {
     /// The `budget` breakpoint of a run waiting for its budget to be raised: the question, the
-    /// limit crossed and the figures (from the journal's `BUDGET_EXCEEDED`).
+    /// limit crossed and the figures (the wait's `BUDGET_EXCEEDED`, as the index keeps it).
     async fn budget_breakpoint(
         &self,
         namespace: &str,
         run_id: &str,
     ) -> Result<Option<BreakpointInfo>> {
-        let (head, marks) = self
+        let exceeded = self
             .engine()
-            .view(run_id, |h, idx| (h.clone(), (*idx.budget).clone()))
+            .view(run_id, |_, idx| idx.budget.exceeded.clone())
             .await?;
-        if marks.waiting.is_none() {
+        let Some((data, at)) = exceeded else {
             return Ok(None);
-        }
-        // The wait's own event: the latest BUDGET_EXCEEDED (read back, from the end).
-        let from = head.seq.saturating_sub(64).max(1);
-        let events = self.journal().read(run_id, from, head.seq).await?;
-        let exceeded = events
-            .iter()
-            .rev()
-            .find(|e| e.body.kind.as_str() == babysitter_journal::budget_marks::EXCEEDED);
-        let data = exceeded.map(|e| e.body.data.clone()).unwrap_or_default();
+        };
         let figures = format!(
             "{} {} of {}",
             data["limit"].as_str().unwrap_or("budget"),
@@ -671,7 +663,7 @@ impl RunManager {
                 "question": format!("The run has spent {figures}. Approve with the new limits as the response (e.g. `tokens=50000,cost=5`) to go on, or reject to fail it."),
                 "budget": data,
             })),
-            requested_at: exceeded.map(|e| e.body.recorded_at.clone()),
+            requested_at: Some(at),
             auto_approval: None,
         }))
     }
