@@ -618,12 +618,13 @@ impl Driver<'_> {
             let run_dir = self.run_dir.clone();
             let run_id = self.run_id.clone();
             let agent_settings = agent_settings.clone();
+            let journal = self.engine.journal().clone();
             tasks.spawn(async move {
                 let _permit = sem.acquire_owned().await;
                 let effect_id = a["effectId"].as_str().unwrap_or_default().to_owned();
                 let kind = a["kind"].as_str().unwrap_or_default().to_owned();
                 if let Some(settings) = agent_settings.filter(|_| kinds::runs_on_a_harness(&kind)) {
-                    let out = agents::execute(&settings, &run_id, &a, &stop).await;
+                    let out = agents::execute(&settings, &journal, &run_id, &a, &stop).await;
                     return (a, out.map(|d| (d.done, d.usage)));
                 }
                 let task = exec::Task {

@@ -18,10 +18,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use babysitter_common::EnvMap;
+use babysitter_common::agent_session::SavedSession;
 use babysitter_common::config::ConfigLoader;
 use babysitter_harness_launcher::agent::{self, AgentDone, AgentSettings, AgentTask};
 use babysitter_harness_launcher::exec::Attempt;
 use babysitter_harness_launcher::harness::HarnessKind;
+use babysitter_journal::{Journal, agent_sessions};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -80,8 +82,13 @@ pub async fn load(source: &Source, env: &EnvMap) -> Result<Arc<AgentSettings>> {
 }
 
 /// Runs one agent / skill / orchestrator task (`a` is the iteration's action) to its result.
+///
+/// Its harness session is kept in the run as a worker's is (`agent_sessions`): saved while
+/// it runs, so a follow-up task naming the same session (`agent.session`) continues it, and
+/// so does this task when `babysitter run --resume` takes up a run stopped in the middle of it.
 pub async fn execute(
     settings: &AgentSettings,
+    journal: &Journal,
     run_id: &str,
     a: &Value,
     stop: &CancellationToken,
@@ -94,6 +101,30 @@ pub async fn execute(
         .tempdir()
         .context("cannot make a directory for the agent's home")?;
     let marker = format!("babysitter-run:{run_id}");
+    let file = agent_sessions::run_file(&a["taskDef"], effect_id).ok();
+    let resume = match &file {
+        Some(f) => agent_sessions::load(journal, run_id, f)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(%run_id, %effect_id, error = %e, "the saved agent session cannot be read; the task starts a new one");
+                None
+            }),
+        None => None,
+    };
+    let (saves, mut saved) = tokio::sync::mpsc::channel::<SavedSession>(8);
+    let saver = file.map(|file| {
+        let (journal, run_id) = (journal.clone(), run_id.to_owned());
+        tokio::spawn(async move {
+            while let Some(mut latest) = saved.recv().await {
+                while let Ok(newer) = saved.try_recv() {
+                    latest = newer;
+                }
+                if let Err(e) = agent_sessions::save(&journal, &run_id, &file, &latest).await {
+                    tracing::warn!(%run_id, error = %e, "saving the agent session failed");
+                }
+            }
+        })
+    });
     let task = AgentTask {
         kind,
         def: &a["taskDef"],
@@ -105,12 +136,18 @@ pub async fn execute(
             home_marker: &marker,
         },
         timeout: None,
+        resume: resume.as_ref(),
+        saves: saver.as_ref().map(|_| &saves),
     };
     // The universal events are for watchers of a server's run; here they are dropped.
     let (tx, mut rx) = tokio::sync::mpsc::channel(256);
     let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
     let done = agent::run(settings, task, &tx, stop).await;
     drop(tx);
+    drop(saves);
     let _ = drain.await;
+    if let Some(saver) = saver {
+        let _ = saver.await;
+    }
     Ok(done)
 }

@@ -2360,7 +2360,7 @@ pub struct PollTasksResponse {
 }
 /// A task handed to one worker under a lease.
 #[allow(clippy::all)]
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct TaskAssignment {
     /// the lease; every later call about this task names it.
     #[prost(string, tag = "1")]
@@ -2400,7 +2400,56 @@ pub struct TaskAssignment {
     /// W3C tracestate that goes with traceparent; usually empty.
     #[prost(string, tag = "14")]
     pub tracestate: ::prost::alloc::string::String,
+    /// The harness session this task continues (agent, skill and orchestrator_task kinds): the
+    /// one an earlier attempt of this task saved, or, for a task naming `agent.session`, the
+    /// latest one saved under that name in its run. Unset: start a new session.
+    #[prost(message, optional, tag = "15")]
+    pub session: ::core::option::Option<AgentSession>,
 }
+/// A coding-agent harness's session as files of its home directory, enough for the harness to
+/// resume it (e.g. `claude --resume <id>`) on another machine.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct AgentSession {
+    /// the adapter name, e.g. "claude-code".
+    #[prost(string, tag = "1")]
+    pub harness: ::prost::alloc::string::String,
+    /// the harness's own session id.
+    #[prost(string, tag = "2")]
+    pub native_session_id: ::prost::alloc::string::String,
+    /// the task whose attempt saved it, and that attempt.
+    #[prost(string, tag = "3")]
+    pub effect_id: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "4")]
+    pub attempt: u32,
+    #[prost(message, optional, tag = "5")]
+    pub saved_at: ::core::option::Option<::prost_types::Timestamp>,
+    /// relative to the harness's home; a directory named after the project is written
+    /// `{project}` (the harness's own name for the project directory it ran in).
+    #[prost(message, repeated, tag = "6")]
+    pub files: ::prost::alloc::vec::Vec<SessionFile>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SessionFile {
+    #[prost(string, tag = "1")]
+    pub path: ::prost::alloc::string::String,
+    #[prost(bytes = "bytes", tag = "2")]
+    pub content: ::prost::bytes::Bytes,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct SaveSessionRequest {
+    #[prost(string, tag = "1")]
+    pub worker_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub lease_id: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "3")]
+    pub session: ::core::option::Option<AgentSession>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SaveSessionResponse {}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HeartbeatRequest {
@@ -2767,6 +2816,39 @@ pub mod worker_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Saves the harness session of a running agent task under its lease (the latest save wins),
+        /// so a later attempt on another worker, or a follow-up task naming the same session,
+        /// continues it instead of starting over. Refused with FailedPrecondition (`lease-lost`) when
+        /// the lease is not the caller's current one.
+        pub async fn save_session(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SaveSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::SaveSessionResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.orchestrator.v1.WorkerService/SaveSession",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.orchestrator.v1.WorkerService",
+                        "SaveSession",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -2825,6 +2907,17 @@ pub mod worker_service_server {
             request: tonic::Request<super::CompleteTaskRequest>,
         ) -> std::result::Result<
             tonic::Response<super::CompleteTaskResponse>,
+            tonic::Status,
+        >;
+        /// Saves the harness session of a running agent task under its lease (the latest save wins),
+        /// so a later attempt on another worker, or a follow-up task naming the same session,
+        /// continues it instead of starting over. Refused with FailedPrecondition (`lease-lost`) when
+        /// the lease is not the caller's current one.
+        async fn save_session(
+            &self,
+            request: tonic::Request<super::SaveSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::SaveSessionResponse>,
             tonic::Status,
         >;
     }
@@ -3116,6 +3209,51 @@ pub mod worker_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = CompleteTaskSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.orchestrator.v1.WorkerService/SaveSession" => {
+                    #[allow(non_camel_case_types)]
+                    struct SaveSessionSvc<T: WorkerService>(pub Arc<T>);
+                    impl<
+                        T: WorkerService,
+                    > tonic::server::UnaryService<super::SaveSessionRequest>
+                    for SaveSessionSvc<T> {
+                        type Response = super::SaveSessionResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SaveSessionRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as WorkerService>::save_session(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SaveSessionSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -14,6 +14,7 @@
 //! crates, which use [`error::status`] in their own exhaustive `From<DomainError> for Status`.
 #![forbid(unsafe_code)]
 
+pub mod agent_session;
 pub mod auth;
 pub mod client;
 pub mod config;

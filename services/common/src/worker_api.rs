@@ -41,6 +41,18 @@ pub trait WorkerApi: Send + Sync + std::fmt::Debug + 'static {
         &self,
         req: pb::CompleteTaskRequest,
     ) -> Result<pb::CompleteTaskResponse, Status>;
+
+    /// Saves a running agent task's harness session. The default answers as an orchestrator
+    /// from before sessions did: `UNIMPLEMENTED` (the worker then runs on without saving).
+    async fn save_session(
+        &self,
+        req: pb::SaveSessionRequest,
+    ) -> Result<pb::SaveSessionResponse, Status> {
+        let _ = req;
+        Err(Status::unimplemented(
+            "this orchestrator keeps no agent sessions",
+        ))
+    }
 }
 
 #[tonic::async_trait]
@@ -83,6 +95,15 @@ impl WorkerApi for WorkerServiceClient<AuthedChannel> {
         req: pb::CompleteTaskRequest,
     ) -> Result<pb::CompleteTaskResponse, Status> {
         Ok(WorkerServiceClient::complete_task(&mut self.clone(), req)
+            .await?
+            .into_inner())
+    }
+
+    async fn save_session(
+        &self,
+        req: pb::SaveSessionRequest,
+    ) -> Result<pb::SaveSessionResponse, Status> {
+        Ok(WorkerServiceClient::save_session(&mut self.clone(), req)
             .await?
             .into_inner())
     }

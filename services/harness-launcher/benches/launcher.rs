@@ -115,6 +115,7 @@ async fn direct(
         output_schema: None,
         as_root: rustix::process::geteuid().is_root(),
         trace: None,
+        resume: None,
     };
     let plan = harness::plan(kind, &req).ok_or_else(|| anyhow::anyhow!("no plan"))?;
     for (p, c) in &plan.files {

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use babysitter_common::agent_session::SavedSession;
 use babysitter_common::telemetry::W3cContext;
 use babysitter_proto::common::v1 as cpb;
 use serde_json::{Value, json};
@@ -28,6 +29,7 @@ use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
 use crate::outcome::{self, Price};
 use crate::parse::LineParser;
 use crate::provider::{self, Provider, RemoteProxy};
+use crate::session::{self, Saver};
 use crate::workspace;
 
 pub use crate::agent_spec::AgentSpec;
@@ -112,7 +114,15 @@ pub struct AgentTask<'a> {
     pub attempt: Attempt<'a>,
     /// The lease's time limit, when the task names none.
     pub timeout: Option<Duration>,
+    /// The saved session this task continues: an earlier attempt's, or the one its named
+    /// session (`agent.session`) holds.
+    pub resume: Option<&'a SavedSession>,
+    /// Where the harness's session goes while it runs (see [`crate::session::Saver`]).
+    pub saves: Option<&'a mpsc::Sender<SavedSession>>,
 }
+
+/// What a harness resuming a session of its own task is told.
+pub const CONTINUE_PROMPT: &str = "Your earlier session on this task was interrupted before it finished (the machine running it stopped). Continue from where it stopped: do not redo steps whose results are already in this conversation. When you are done, give your final answer as the task asks.";
 
 /// Runs a harness task (one attempt at it); `<effect id>-<attempt>` names its universal event
 /// stream, and the harness gets the attempt's environment.
@@ -128,6 +138,8 @@ pub async fn run(
         work_dir,
         attempt,
         timeout: assignment_timeout,
+        resume,
+        saves,
     } = task;
     let no_usage = |done| AgentDone {
         done,
@@ -158,7 +170,11 @@ pub async fn run(
                 }
             }
         }
-        None => match settings.harnesses.first() {
+        None => match resume
+            .and_then(|r| HarnessKind::from_name(&r.harness))
+            .and_then(|k| settings.harnesses.iter().find(|d| d.kind == k))
+            .or_else(|| settings.harnesses.first())
+        {
             Some(d) => d.clone(),
             None => {
                 return no_usage(fail(
@@ -199,7 +215,33 @@ pub async fn run(
     };
     let project = prepared.dir.clone();
     let home = work_dir.join("home");
-    let prompt = spec.full_prompt();
+    // A session of another harness cannot be resumed by this one: the task starts anew.
+    let resume = resume.filter(|r| HarnessKind::from_name(&r.harness) == Some(detected.kind));
+    if let Some(r) = resume {
+        let restored = tokio::task::spawn_blocking({
+            let (home, project, files) = (home.clone(), project.clone(), r.files.clone());
+            move || session::restore(detected.kind, &home, &project, &files)
+        })
+        .await;
+        if !matches!(restored, Ok(Ok(()))) {
+            prepared.finish().await;
+            let why = match restored {
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+                Ok(Ok(())) => String::new(),
+            };
+            return no_usage(fail(
+                "WorkerError",
+                format!("cannot restore the saved {} session: {why}", detected.kind),
+                Value::Null,
+            ));
+        }
+    }
+    // Its own session goes on where it stopped; another task's gets this task's prompt.
+    let prompt = match resume {
+        Some(r) if r.is_of(attempt.effect_id) => CONTINUE_PROMPT.to_owned(),
+        _ => spec.full_prompt(),
+    };
     // The harness process's span (a child of the task's): its context is in the harness's
     // environment and on its model requests, so a proxy's request spans hang under it.
     let process_span = tracing::info_span!(
@@ -219,6 +261,7 @@ pub async fn run(
         output_schema: spec.output_schema.as_ref(),
         as_root: settings.as_root,
         trace: trace.as_ref(),
+        resume: resume.map(|r| r.native_session_id.as_str()),
     };
     let plan = match write_plan(detected.kind, &req, &home).await {
         Ok(p) => p,
@@ -260,9 +303,35 @@ pub async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let ran = supervise(cmd, detected.kind, timeout, cancel, &mut evs)
-        .instrument(process_span.clone())
-        .await;
+    let mut saver = saves.map(|tx| Saver {
+        kind: detected.kind,
+        harness: detected.kind.name(),
+        home: &home,
+        project: &project,
+        effect_id: attempt.effect_id,
+        attempt: attempt.number,
+        tx,
+        last: None,
+    });
+    let ran = supervise(
+        cmd,
+        detected.kind,
+        timeout,
+        cancel,
+        &mut evs,
+        saver.as_mut(),
+    )
+    .instrument(process_span.clone())
+    .await;
+    // The session as the harness left it (a follow-up task continues from here).
+    if let (Some(saver), Ok((_, parser))) = (saver.as_mut(), &ran) {
+        let native = parser
+            .sink
+            .native_session_id
+            .as_deref()
+            .or(resume.map(|r| r.native_session_id.as_str()));
+        saver.save_if_changed(native).await;
+    }
     if let Ok((r, _)) = &ran {
         process_span.record("exit_code", r.code);
     }
@@ -374,7 +443,10 @@ pub async fn run(
                          "provider": provider.name, "model": model, "reportedModel": out.model,
                          "viaProxy": via, "nativeSessionId": native, "exitCode": ran.code,
                          "events": evs.count, "unparsedEvents": out.unparsed,
-                         "workspace": workspace_meta}),
+                         "workspace": workspace_meta,
+                         "session": {"name": spec.session,
+                                     "resumed": resume.map(|r| json!({"effectId": r.effect_id, "attempt": r.attempt,
+                                                                      "nativeSessionId": r.native_session_id}))}}),
     }
 }
 
@@ -430,6 +502,7 @@ async fn supervise(
     timeout: Duration,
     cancel: &CancellationToken,
     evs: &mut Events<'_>,
+    mut saver: Option<&mut Saver<'_>>,
 ) -> std::io::Result<(Ran, LineParser)> {
     let mut group = group::spawn(&mut cmd)?;
     let child = group.child();
@@ -439,6 +512,8 @@ async fn supervise(
     let mut captured = Vec::new();
     let deadline = tokio::time::Instant::now() + timeout;
     let (mut timed_out, mut cancelled) = (false, false);
+    let mut save_tick = tokio::time::interval(session::SAVE_EVERY);
+    save_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     if let Some(out) = stdout {
         let mut reader = tokio::io::BufReader::new(out);
         let mut line = Vec::new();
@@ -459,6 +534,11 @@ async fn supervise(
                         evs.send(batch, native.as_deref()).await;
                     }
                 },
+                _ = save_tick.tick(), if saver.is_some() => {
+                    if let Some(s) = saver.as_deref_mut() {
+                        s.save_if_changed(parser.sink.native_session_id.as_deref()).await;
+                    }
+                }
                 () = tokio::time::sleep_until(deadline) => { timed_out = true; break; }
                 () = cancel.cancelled() => { cancelled = true; break; }
             }

@@ -10,8 +10,8 @@
 //!   description, `agent.prompt` when the process wrote one, and the payload
 //!   (`orchestratorTask.payload`, or `metadata.payload` from `ctx.orchestratorTask`).
 //!
-//! Harness, provider, model, turn limit and timeout come from `execution` and `agent` for
-//! every kind; the answer's JSON Schema from the kind's own block, else the top-level
+//! Harness, provider, model, turn limit, timeout and a named session (`agent.session`, see
+//! [`babysitter_common::agent_session`]) come from `execution` and `agent` for every kind; the answer's JSON Schema from the kind's own block, else the top-level
 //! `outputSchema`. A definition that says nothing to do is an error naming the field.
 
 use std::path::PathBuf;
@@ -33,6 +33,8 @@ pub struct AgentSpec {
     pub timeout: Option<Duration>,
     /// The project the agent works in.
     pub workspace: Workspace,
+    /// `agent.session`: the named session of its run this task continues (and saves).
+    pub session: Option<String>,
 }
 
 /// A prompt part as text: a non-blank string as it is, an object or array as pretty JSON.
@@ -127,7 +129,11 @@ impl AgentSpec {
             (Workspace::Fresh, Some(dir)) => Workspace::InPlace(dir.clone()),
             (w, _) => w,
         };
+        let session = babysitter_common::agent_session::session_name(def)
+            .map_err(|e| e.to_string())?
+            .map(str::to_owned);
         Ok(Self {
+            session,
             harness: s(&exec["harness"]).or_else(|| s(&agent["harness"])),
             prompt,
             provider: s(&agent["provider"]).or_else(|| s(&exec["provider"])),

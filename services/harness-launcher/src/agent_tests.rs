@@ -81,6 +81,8 @@ async fn run_task(
         work_dir: dir,
         attempt,
         timeout: None,
+        resume: None,
+        saves: None,
     };
     let done = run(s, task, &tx, cancel).await;
     drop(tx);

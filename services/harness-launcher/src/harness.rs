@@ -141,6 +141,9 @@ pub struct LaunchRequest<'a> {
     /// `TRACESTATE`) and, where the harness can add headers to its model requests, sent as
     /// `traceparent` / `tracestate` with each of them (see [`trace_headers`]).
     pub trace: Option<&'a W3cContext>,
+    /// The harness's own id of a session whose files are in `home` to resume (see
+    /// [`crate::session`]); `prompt` is then the next user message in it.
+    pub resume: Option<&'a str>,
 }
 
 /// Everything needed to start one harness run.
@@ -220,6 +223,9 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             ];
             if let Some(n) = req.max_turns {
                 p.args.extend(["--max-turns".into(), n.to_string()]);
+            }
+            if let Some(id) = req.resume {
+                p.args.extend(["--resume".into(), id.into()]);
             }
             p.env.insert("ANTHROPIC_BASE_URL".into(), origin.into());
             p.env.insert("ANTHROPIC_API_KEY".into(), ep.api_key.clone());

@@ -23,6 +23,7 @@ fn req<'a>(e: &'a Endpoint, schema: Option<&'a serde_json::Value>) -> LaunchRequ
         output_schema: schema,
         as_root: true,
         trace: None,
+        resume: None,
     }
 }
 

@@ -28,6 +28,7 @@
 mod control;
 mod deliver;
 mod heartbeat;
+mod sessions;
 
 pub use control::{
     DRAIN_DEADLINE_REASON, DrainError, DrainStatus, TaskInfo, WorkerControl, WorkerState,
@@ -619,15 +620,31 @@ impl Worker {
             .timeout
             .and_then(|d| Duration::try_from(d).ok())
             .filter(|d| !d.is_zero());
+        let resume = sessions::of_assignment(a);
+        let (saves, saver) = sessions::start(
+            self.api.clone(),
+            self.settings.worker_id.clone(),
+            a.lease_id.clone(),
+        );
         let task = agent::AgentTask {
             kind: &a.kind,
             def,
             work_dir,
             attempt: self.attempt(a),
             timeout,
+            resume: resume.as_ref(),
+            saves: Some(&saves),
         };
         let r = agent::run(agents, task, &tx, cancel).await;
         drop(tx);
+        drop(saves);
+        // The last save lands before the completion, so a follow-up task finds it.
+        if tokio::time::timeout(sessions::FINAL_SAVE_WAIT, saver)
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease_id = %a.lease_id, "the agent session's last save did not finish in time");
+        }
         if let Ok(Err(s)) = reporter.await {
             tracing::warn!(lease_id = %a.lease_id, error = %s.message(), "reporting agent events failed; the task goes on");
         }

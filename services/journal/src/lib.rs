@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_sessions;
 pub mod budget_marks;
 pub mod config;
 pub mod cost_stats;

@@ -83,6 +83,9 @@ pub struct TaskSpec {
     /// The W3C context of the orchestrator's span for this task, handed to the worker so its
     /// spans join the run's trace (`runs/trace.rs`).
     pub trace: Option<babysitter_common::telemetry::W3cContext>,
+    /// The run file keeping the harness session this task continues and saves (harness kinds
+    /// only; `babysitter_journal::agent_sessions`).
+    pub session_file: Option<babysitter_journal::store::RunFile>,
 }
 
 /// A worker's advertised capabilities.
@@ -874,13 +877,20 @@ impl TaskQueue {
 
     /// The (run, effect) of a live lease `worker_id` holds, for relaying its agent events.
     pub fn lease_task(&self, worker_id: &str, lease_id: &str) -> Option<(String, String)> {
+        self.leased_spec(worker_id, lease_id)
+            .map(|s| (s.run_id.clone(), s.effect_id.clone()))
+    }
+
+    /// The task `lease_id` holds, while `worker_id` holds that lease.
+    pub fn leased_spec(&self, worker_id: &str, lease_id: &str) -> Option<Arc<TaskSpec>> {
         let g = self.lock();
         let key = g.leases.get(lease_id)?;
-        match &g.tasks.get(key)?.state {
+        let task = g.tasks.get(key)?;
+        match &task.state {
             State::Leased { worker, .. } | State::Completing { worker, .. }
                 if worker == worker_id =>
             {
-                Some(key.clone())
+                Some(task.spec.clone())
             }
             _ => None,
         }

@@ -29,6 +29,7 @@ fn spec(run: &str, effect: &str, kind: &str) -> TaskSpec {
         required_labels: BTreeMap::new(),
         timeout: None,
         trace: None,
+        session_file: None,
     }
 }
 

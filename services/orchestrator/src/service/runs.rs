@@ -31,6 +31,7 @@ mod driver;
 mod query;
 mod recovery;
 mod resolve;
+mod sessions;
 mod spend;
 mod subprocess;
 mod table;

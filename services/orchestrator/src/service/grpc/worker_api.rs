@@ -1,6 +1,7 @@
 //! `WorkerService`: register, long-poll, heartbeat, agent events, completion — served over
 //! gRPC and, for a worker in the same process, through [`InProcess`].
 
+use babysitter_common::agent_session::SavedSession;
 use babysitter_common::auth::{Principal, Role};
 use babysitter_common::server::ServerConfig;
 use babysitter_proto::orchestrator::v1 as pb;
@@ -86,9 +87,14 @@ impl WorkerApi {
                 }
             }
         }
-        let tasks = ready
-            .into_iter()
-            .map(|(a, task_json)| pb::TaskAssignment {
+        let mut tasks = Vec::with_capacity(ready.len());
+        for (a, task_json) in ready {
+            let session = match a.spec.session_file {
+                Some(_) => self.manager.saved_session(&a.spec).await,
+                None => None,
+            };
+            let trace = a.spec.trace.as_ref();
+            tasks.push(pb::TaskAssignment {
                 lease_id: a.lease_id,
                 lease_expires_at: Some(system_time_to_pb(a.expires_at)),
                 namespace: a.spec.namespace.clone(),
@@ -101,20 +107,11 @@ impl WorkerApi {
                 task_json,
                 attempt: a.attempt,
                 timeout: a.spec.timeout.map(duration_pb),
-                traceparent: a
-                    .spec
-                    .trace
-                    .as_ref()
-                    .map(|t| t.traceparent.clone())
-                    .unwrap_or_default(),
-                tracestate: a
-                    .spec
-                    .trace
-                    .as_ref()
-                    .map(|t| t.tracestate.clone())
-                    .unwrap_or_default(),
-            })
-            .collect();
+                traceparent: trace.map(|t| t.traceparent.clone()).unwrap_or_default(),
+                tracestate: trace.map(|t| t.tracestate.clone()).unwrap_or_default(),
+                session: session.map(SavedSession::into_pb),
+            });
+        }
         Ok(tasks)
     }
 }
@@ -239,6 +236,20 @@ impl WorkerApi {
     }
 }
 
+impl WorkerApi {
+    async fn save(&self, r: pb::SaveSessionRequest) -> Result<pb::SaveSessionResponse, Status> {
+        let Some(session) = r.session else {
+            return Err(ServiceError::invalid("session", "missing").into());
+        };
+        let session = SavedSession::from_pb(session)
+            .map_err(|e| ServiceError::invalid("session", e.to_string()))?;
+        self.manager
+            .save_session(&r.worker_id, &r.lease_id, session)
+            .await?;
+        Ok(pb::SaveSessionResponse {})
+    }
+}
+
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     async fn register_worker(
@@ -289,6 +300,14 @@ impl WorkerService for WorkerApi {
         authorize(&req, WORKER)?;
         self.complete(req.into_inner()).await.map(Response::new)
     }
+
+    async fn save_session(
+        &self,
+        req: Request<pb::SaveSessionRequest>,
+    ) -> Result<Response<pb::SaveSessionResponse>, Status> {
+        authorize(&req, WORKER)?;
+        self.save(req.into_inner()).await.map(Response::new)
+    }
 }
 
 /// The server's own worker calling these handlers in the same process (`babysitter up`): no
@@ -338,5 +357,12 @@ impl babysitter_common::worker_api::WorkerApi for InProcess {
         req: pb::CompleteTaskRequest,
     ) -> Result<pb::CompleteTaskResponse, Status> {
         self.0.complete(req).await
+    }
+
+    async fn save_session(
+        &self,
+        req: pb::SaveSessionRequest,
+    ) -> Result<pb::SaveSessionResponse, Status> {
+        self.0.save(req).await
     }
 }

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use babysitter_common::kinds::runs_on_a_harness;
+use babysitter_journal::agent_sessions;
 use babysitter_journal::index::EffectRecord;
 use babysitter_journal::store::RunFile;
 use bytes::Bytes;
@@ -488,5 +490,9 @@ fn task_spec(
         required_labels,
         timeout: timeout_ms.map(Duration::from_millis),
         trace: None,
+        // An invalid session name keeps none here; the worker fails the task naming it.
+        session_file: runs_on_a_harness(kind)
+            .then(|| agent_sessions::run_file(&def, &r.effect_id).ok())
+            .flatten(),
     })
 }
