@@ -20,19 +20,15 @@
 //! config, CLI table and event checks are the launcher's `testing` module, shared with its
 //! `tests/real_harnesses.rs` (the same turn with the real orchestrator in one process).
 
+#[path = "support/agent_stack.rs"]
+mod agent_stack;
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use babysitter_harness_launcher::config::{
-    AgentConfig, LauncherConfig, OrchestratorLink, WorkerConfig,
-};
+use agent_stack::{Stack, Watched, only, watch_to_end};
 use babysitter_harness_launcher::testing::{
     self, CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, PI, RealCli, TOOL_TURN_PROMPT,
 };
-use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_tests::ServiceProcess;
@@ -53,127 +49,6 @@ export async function process(inputs, ctx) {
   return { answer };
 }
 "#;
-
-/// A guard against a hung CLI or service, not a timing assertion.
-const RUN_GUARD: Duration = Duration::from_secs(300);
-
-/// Journal and orchestrator processes, the worker once started, and their directory.
-struct Stack {
-    dir: tempfile::TempDir,
-    journal: ServiceProcess,
-    orchestrator: ServiceProcess,
-    worker: Option<ServiceProcess>,
-}
-
-impl Stack {
-    fn start() -> Stack {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = format!("file://{}", dir.path().join("journal").display());
-        let journal = cluster::start_journal(&store, &[], &[], dir.path().join("journal.log"));
-        let args = cluster::orchestrator_args(
-            &format!("http://{}", journal.ready),
-            "127.0.0.1:0",
-            &dir.path().join("orchestrator-runs"),
-        );
-        let orchestrator = cluster::start_orchestrator(&args, dir.path().join("orchestrator.log"));
-        Stack {
-            dir,
-            journal,
-            orchestrator,
-            worker: None,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.orchestrator.ready)
-    }
-
-    /// Starts `harness-launcher` from a TOML config with `agent`; ready once it has detected
-    /// its harnesses (registration follows at once).
-    fn start_worker(&mut self, agent: AgentConfig) -> String {
-        let config = LauncherConfig {
-            orchestrator: OrchestratorLink {
-                url: self.url(),
-                token_file: None,
-            },
-            worker: WorkerConfig {
-                id: "agents".into(),
-                work_dir: self.dir.path().join("work"),
-                max_concurrency: 2,
-                drain_timeout_secs: 10,
-                ..WorkerConfig::default()
-            },
-            agent,
-            ..LauncherConfig::default()
-        };
-        let file = self.dir.path().join("harness-launcher.toml");
-        let text = toml::to_string(&config).expect("the launcher config as TOML");
-        std::fs::write(&file, text).expect("write the launcher config");
-        let w = ServiceProcess::start(
-            &babysitter_tests::workspace_bin("harness-launcher").expect("the launcher binary"),
-            &["--config".to_owned(), file.display().to_string()],
-            &[],
-            "harness-launcher: harnesses ",
-            self.dir.path().join("harness-launcher.log"),
-        )
-        .expect("harness-launcher");
-        let harnesses = w.ready.clone();
-        self.worker = Some(w);
-        harnesses
-    }
-
-    fn logs(&self) -> String {
-        let mut s = format!(
-            "--- orchestrator\n{}\n--- journal\n{}\n",
-            self.orchestrator.log_tail(40),
-            self.journal.log_tail(20)
-        );
-        if let Some(w) = &self.worker {
-            s.push_str(&format!("--- harness-launcher\n{}\n", w.log_tail(40)));
-        }
-        s
-    }
-}
-
-/// What a watch of the whole run saw.
-#[derive(Default)]
-struct Watched {
-    events: Vec<jpb::Event>,
-    /// Agent events by effect id, in arrival order.
-    agent: BTreeMap<String, Vec<cpb::AgentEvent>>,
-    last: Option<pb::Run>,
-}
-
-async fn watch_to_end(
-    stream: &mut tonic::Streaming<pb::WatchRunResponse>,
-    stack: &Stack,
-) -> Watched {
-    let mut w = Watched::default();
-    let deadline = tokio::time::Instant::now() + RUN_GUARD;
-    loop {
-        let Ok(msg) = tokio::time::timeout_at(deadline, stream.message()).await else {
-            panic!("the run did not finish:\n{}", stack.logs());
-        };
-        let Some(m) = msg.unwrap_or_else(|e| panic!("watch: {e}\n{}", stack.logs())) else {
-            return w;
-        };
-        w.events.extend(m.events);
-        for g in m.agent_events {
-            w.agent.entry(g.effect_id).or_default().extend(g.events);
-        }
-        if let Some(r) = m.run {
-            w.last = Some(r);
-        }
-    }
-}
-
-/// The run's single event of `ty`; panics naming the types when there is not exactly one.
-fn only<'a>(events: &'a [jpb::Event], ty: &str) -> &'a jpb::Event {
-    let found: Vec<&jpb::Event> = events.iter().filter(|e| e.r#type == ty).collect();
-    let types: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
-    assert_eq!(found.len(), 1, "exactly one {ty}: {types:?}");
-    found[0]
-}
 
 /// One agent task on `cli` with the scripted provider speaking `upstream`, through every
 /// service as a process.
@@ -212,7 +87,7 @@ async fn agent_task(cli: RealCli, upstream: Protocol) {
         .expect("watch run")
         .into_inner();
     // Subscribed: only now does a worker exist to run the task, so no agent event is missed.
-    let detected = stack.start_worker(cli.scripted_config(bin, upstream, scripted.url()));
+    let detected = stack.start_worker("agents", cli.scripted_config(bin, upstream, scripted.url()));
     assert!(detected.contains(harness), "{detected}\n{}", stack.logs());
     let watched = watch_to_end(&mut stream, &stack).await;
     let requests: Vec<String> = scripted
@@ -238,7 +113,7 @@ async fn agent_task(cli: RealCli, upstream: Protocol) {
     testing::check_out_txt(&project, &ctx);
 
     // SIGTERM: the worker and the orchestrator drain and exit cleanly.
-    let worker = stack.worker.as_mut().and_then(ServiceProcess::terminate);
+    let worker = stack.workers.last_mut().and_then(ServiceProcess::terminate);
     assert!(worker.is_some_and(|s| s.success()), "{worker:?}\n{ctx}");
     let orch = stack.orchestrator.terminate();
     assert!(orch.is_some_and(|s| s.success()), "{orch:?}\n{ctx}");
@@ -370,7 +245,10 @@ async fn skill_and_orchestrator_tasks_are_executed_by_a_worker_through_the_servi
     let mut stack = Stack::start();
     let project = stack.dir.path().join("project");
     std::fs::create_dir_all(&project).expect("project dir");
-    let detected = stack.start_worker(cli.scripted_config(bin, cli.native, scripted.url()));
+    let detected = stack.start_worker(
+        "agents",
+        cli.scripted_config(bin, cli.native, scripted.url()),
+    );
     assert!(
         detected.contains(cli.harness),
         "{detected}\n{}",
@@ -427,7 +305,7 @@ async fn skill_and_orchestrator_tasks_are_executed_by_a_worker_through_the_servi
             .any(|b| b.contains("Use the `release-notes` skill for this task.")),
         "the skill was named to the model"
     );
-    let worker = stack.worker.as_mut().and_then(ServiceProcess::terminate);
+    let worker = stack.workers.last_mut().and_then(ServiceProcess::terminate);
     assert!(worker.is_some_and(|s| s.success()), "{worker:?}\n{ctx}");
     scripted.stop().await;
 }

@@ -38,7 +38,7 @@ use crate::protocol::{self, Protocol, UrlFacts};
 mod harness;
 mod render;
 
-pub use harness::harness_reply;
+pub use harness::{harness_reply, shell_call};
 use render::render_reply;
 
 /// A script: turns tried in order.
@@ -142,6 +142,11 @@ pub struct Reply {
     /// printed): replaces `text`.
     #[serde(default)]
     pub echo: Option<Echo>,
+    /// Call the request's shell-like tool (whichever name the harness gives it, as the built-in
+    /// harness rule finds it) with this command: added to `tool_calls`. A request offering no
+    /// such tool is answered with a 400 saying so.
+    #[serde(default)]
+    pub shell: Option<String>,
 }
 
 /// Text taken from the request's latest tool result that holds `after`: what follows it up to
@@ -508,6 +513,18 @@ async fn answer(
                             return err(
                                 ErrorKind::InvalidRequest,
                                 &format!("scripted echo: no tool result holds {:?}", echo.after),
+                            );
+                        }
+                    }
+                }
+                if let Some(command) = &reply.shell {
+                    match shell_call(&req, command, "Run the scripted command") {
+                        Some(call) => reply.tool_calls.push(call),
+                        None => {
+                            entry.turn = Some(i);
+                            return err(
+                                ErrorKind::InvalidRequest,
+                                "scripted shell: the request offers no shell-like tool",
                             );
                         }
                     }

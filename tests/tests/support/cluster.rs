@@ -118,7 +118,7 @@ pub async fn get_run(c: &mut RunServiceClient<AuthedChannel>, run_id: &str) -> p
 }
 
 /// A `JournalService` client for the journal at `addr` (`host:port`).
-fn journal_client(addr: &str, token: Option<&str>) -> JournalServiceClient<AuthedChannel> {
+pub fn journal_client(addr: &str, token: Option<&str>) -> JournalServiceClient<AuthedChannel> {
     let token = token.map(Secret::new);
     let url = format!("http://{addr}");
     client(&url, token.as_ref(), &ClientOptions::default()).expect("journal channel")

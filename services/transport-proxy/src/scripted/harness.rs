@@ -23,51 +23,11 @@ pub fn harness_reply(req: &Request, raw: &Value) -> Reply {
             ..Reply::default()
         };
     }
-    const SHELLS: [&str; 7] = [
-        "Bash",
-        "bash",
-        "shell",
-        "shell_command",
-        "exec_command",
-        "run_shell_command",
-        "local_shell",
-    ];
-    let shell = SHELLS.iter().find_map(|want| {
-        req.tools.iter().find_map(|t| match t {
-            Tool::Function {
-                name, parameters, ..
-            } if name == want => Some((name.clone(), parameters.clone())),
-            _ => None,
-        })
-    });
-    if let Some((name, schema)) = shell.filter(|_| !has_tool_result(req)) {
-        let command = "echo hello > out.txt";
-        let props = schema.get("properties").cloned().unwrap_or(json!({}));
-        let mut args = serde_json::Map::new();
-        for key in ["command", "cmd"] {
-            if let Some(prop) = props.get(key) {
-                let v = if prop.get("type").and_then(Value::as_str) == Some("array") {
-                    json!(["bash", "-lc", command])
-                } else {
-                    json!(command)
-                };
-                args.insert(key.to_owned(), v);
-                break;
-            }
-        }
-        if args.is_empty() {
-            args.insert("command".to_owned(), json!(command));
-        }
-        if props.get("description").is_some() {
-            args.insert("description".to_owned(), json!("Write hello to out.txt"));
-        }
+    if !has_tool_result(req)
+        && let Some(call) = shell_call(req, "echo hello > out.txt", "Write hello to out.txt")
+    {
         return Reply {
-            tool_calls: vec![ScriptedCall {
-                id: None,
-                name,
-                arguments: Value::Object(args),
-                thought_signature: None,
-            }],
+            tool_calls: vec![call],
             ..Reply::default()
         };
     }
@@ -80,6 +40,54 @@ pub fn harness_reply(req: &Request, raw: &Value) -> Reply {
         text: Some(text.to_owned()),
         ..Reply::default()
     }
+}
+
+/// A call of the request's shell-like tool (whichever of the harnesses' names it offers)
+/// running `command`, its arguments shaped as that tool's schema asks; `None` when the request
+/// offers no such tool.
+pub fn shell_call(req: &Request, command: &str, description: &str) -> Option<ScriptedCall> {
+    const SHELLS: [&str; 7] = [
+        "Bash",
+        "bash",
+        "shell",
+        "shell_command",
+        "exec_command",
+        "run_shell_command",
+        "local_shell",
+    ];
+    let (name, schema) = SHELLS.iter().find_map(|want| {
+        req.tools.iter().find_map(|t| match t {
+            Tool::Function {
+                name, parameters, ..
+            } if name == want => Some((name.clone(), parameters.clone())),
+            _ => None,
+        })
+    })?;
+    let props = schema.get("properties").cloned().unwrap_or(json!({}));
+    let mut args = serde_json::Map::new();
+    for key in ["command", "cmd"] {
+        if let Some(prop) = props.get(key) {
+            let v = if prop.get("type").and_then(Value::as_str) == Some("array") {
+                json!(["bash", "-lc", command])
+            } else {
+                json!(command)
+            };
+            args.insert(key.to_owned(), v);
+            break;
+        }
+    }
+    if args.is_empty() {
+        args.insert("command".to_owned(), json!(command));
+    }
+    if props.get("description").is_some() {
+        args.insert("description".to_owned(), json!(description));
+    }
+    Some(ScriptedCall {
+        id: None,
+        name,
+        arguments: Value::Object(args),
+        thought_signature: None,
+    })
 }
 
 /// A value satisfying a (simple) JSON schema.
