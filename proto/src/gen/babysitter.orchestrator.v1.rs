@@ -2452,6 +2452,31 @@ pub struct SaveSessionRequest {
 pub struct SaveSessionResponse {}
 #[allow(clippy::all)]
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReleaseTaskRequest {
+    #[prost(string, tag = "1")]
+    pub worker_id: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub lease_id: ::prost::alloc::string::String,
+    /// must match the assignment; a mismatch is InvalidArgument.
+    #[prost(string, tag = "3")]
+    pub effect_id: ::prost::alloc::string::String,
+    /// why, e.g. "claude-code stopped by a rate limit (429)" (logged and shown on the task).
+    #[prost(string, tag = "4")]
+    pub reason: ::prost::alloc::string::String,
+    /// the earliest the task is handed out again; capped by the orchestrator's longest backoff
+    /// policy (one hour).
+    #[prost(message, optional, tag = "5")]
+    pub retry_after: ::core::option::Option<::prost_types::Duration>,
+}
+#[allow(clippy::all)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReleaseTaskResponse {
+    /// the attempt the task will be next.
+    #[prost(uint32, tag = "1")]
+    pub next_attempt: u32,
+}
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HeartbeatRequest {
     #[prost(string, tag = "1")]
     pub worker_id: ::prost::alloc::string::String,
@@ -2849,6 +2874,40 @@ pub mod worker_service_client {
                 );
             self.inner.unary(req, path, codec).await
         }
+        /// Gives a task back without a result because something outside it stopped it for a while
+        /// (a harness stopped by its provider's rate limit or quota window): it is queued again,
+        /// handed out no sooner than `retry_after` from now as its next attempt (with its saved agent
+        /// session, so the harness resumes). Refused with FailedPrecondition when the lease is not
+        /// the caller's or the task has no attempt left; the worker then completes it with its error.
+        pub async fn release_task(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ReleaseTaskRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReleaseTaskResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/babysitter.orchestrator.v1.WorkerService/ReleaseTask",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "babysitter.orchestrator.v1.WorkerService",
+                        "ReleaseTask",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -2918,6 +2977,18 @@ pub mod worker_service_server {
             request: tonic::Request<super::SaveSessionRequest>,
         ) -> std::result::Result<
             tonic::Response<super::SaveSessionResponse>,
+            tonic::Status,
+        >;
+        /// Gives a task back without a result because something outside it stopped it for a while
+        /// (a harness stopped by its provider's rate limit or quota window): it is queued again,
+        /// handed out no sooner than `retry_after` from now as its next attempt (with its saved agent
+        /// session, so the harness resumes). Refused with FailedPrecondition when the lease is not
+        /// the caller's or the task has no attempt left; the worker then completes it with its error.
+        async fn release_task(
+            &self,
+            request: tonic::Request<super::ReleaseTaskRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ReleaseTaskResponse>,
             tonic::Status,
         >;
     }
@@ -3254,6 +3325,51 @@ pub mod worker_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = SaveSessionSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/babysitter.orchestrator.v1.WorkerService/ReleaseTask" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReleaseTaskSvc<T: WorkerService>(pub Arc<T>);
+                    impl<
+                        T: WorkerService,
+                    > tonic::server::UnaryService<super::ReleaseTaskRequest>
+                    for ReleaseTaskSvc<T> {
+                        type Response = super::ReleaseTaskResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ReleaseTaskRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as WorkerService>::release_task(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReleaseTaskSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -53,6 +53,18 @@ pub trait WorkerApi: Send + Sync + std::fmt::Debug + 'static {
             "this orchestrator keeps no agent sessions",
         ))
     }
+
+    /// Gives a task back for a later attempt. The default answers as an orchestrator from
+    /// before releases did: `UNIMPLEMENTED` (the worker then completes the task with its error).
+    async fn release_task(
+        &self,
+        req: pb::ReleaseTaskRequest,
+    ) -> Result<pb::ReleaseTaskResponse, Status> {
+        let _ = req;
+        Err(Status::unimplemented(
+            "this orchestrator does not take tasks back",
+        ))
+    }
 }
 
 #[tonic::async_trait]
@@ -104,6 +116,15 @@ impl WorkerApi for WorkerServiceClient<AuthedChannel> {
         req: pb::SaveSessionRequest,
     ) -> Result<pb::SaveSessionResponse, Status> {
         Ok(WorkerServiceClient::save_session(&mut self.clone(), req)
+            .await?
+            .into_inner())
+    }
+
+    async fn release_task(
+        &self,
+        req: pb::ReleaseTaskRequest,
+    ) -> Result<pb::ReleaseTaskResponse, Status> {
+        Ok(WorkerServiceClient::release_task(&mut self.clone(), req)
             .await?
             .into_inner())
     }

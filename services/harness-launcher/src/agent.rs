@@ -29,6 +29,7 @@ use crate::harness::{self, Detected, HarnessKind, LaunchRequest};
 use crate::outcome::{self, Price};
 use crate::parse::LineParser;
 use crate::provider::{self, Provider, RemoteProxy};
+use crate::quota;
 use crate::session::{self, Saver};
 use crate::workspace;
 
@@ -60,6 +61,16 @@ pub struct AgentSettings {
     /// Where a task that names no workspace works: `None` on a worker (a fresh directory per
     /// attempt), the project `babysitter run` was started in when it runs tasks itself.
     pub default_workspace: Option<std::path::PathBuf>,
+    /// How long a task whose harness was stopped by a rate limit or quota waits before its
+    /// next attempt resumes it ([`crate::quota`]).
+    pub quota_retry: Duration,
+}
+
+/// A task to give back instead of completing: its harness was stopped by a quota window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    pub reason: String,
+    pub retry_after: Duration,
 }
 
 /// What an agent task produced.
@@ -68,6 +79,9 @@ pub struct AgentDone {
     pub done: Done,
     pub usage: Option<cpb::TaskUsage>,
     pub metadata: Value,
+    /// Set when the harness was stopped by a rate limit or quota: `done` is its error, for
+    /// when the task cannot be given back.
+    pub release: Option<Release>,
 }
 
 fn fail(name: &str, message: String, data: Value) -> Done {
@@ -145,6 +159,7 @@ pub async fn run(
         done,
         usage: None,
         metadata: Value::Null,
+        release: None,
     };
     let spec = match AgentSpec::from_task(kind, def, settings.default_workspace.as_ref()) {
         Ok(s) => s,
@@ -419,6 +434,16 @@ pub async fn run(
         outcome::value_from_answer(out.final_text.as_deref(), spec.output_schema.as_ref())
             .map_err(|e| ("AgentOutputError", format!("{h}: {e}")))
     };
+    // Stopped by a quota window (not by us, not for the task): given back to resume later.
+    let release = match &result {
+        Err(("AgentExitError" | "AgentError", _)) => {
+            quota::stop_reason(&out, &ran.stderr).map(|why| Release {
+                reason: format!("{h} was stopped by a rate limit or quota: {why}"),
+                retry_after: settings.quota_retry,
+            })
+        }
+        _ => None,
+    };
     let outcome = match result {
         Ok(v) => Ok(v),
         Err((name, message)) => Err(json!({"name": name, "message": message, "data": data})),
@@ -447,6 +472,7 @@ pub async fn run(
                          "session": {"name": spec.session,
                                      "resumed": resume.map(|r| json!({"effectId": r.effect_id, "attempt": r.attempt,
                                                                       "nativeSessionId": r.native_session_id}))}}),
+        release,
     }
 }
 

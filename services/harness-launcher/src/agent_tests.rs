@@ -49,6 +49,7 @@ fn settings(bin: PathBuf, kind: HarnessKind) -> AgentSettings {
         path_env: "/usr/bin:/bin".into(),
         as_root: false,
         default_workspace: None,
+        quota_retry: Duration::from_secs(300),
     }
 }
 

@@ -189,6 +189,9 @@ pub struct AgentConfig {
     pub prices: BTreeMap<String, Price>,
     /// Extra environment for every harness (e.g. an auditing `HTTPS_PROXY`). Since v0.1.
     pub env: BTreeMap<String, String>,
+    /// Seconds before a task whose harness was stopped by a rate limit or quota window is
+    /// tried again, resuming its session. Since v0.1.
+    pub quota_retry_secs: u64,
 }
 
 impl Default for AgentConfig {
@@ -202,6 +205,7 @@ impl Default for AgentConfig {
             timeout_secs: 30 * 60,
             prices: BTreeMap::new(),
             env: BTreeMap::new(),
+            quota_retry_secs: 300,
         }
     }
 }
@@ -250,6 +254,7 @@ impl AgentConfig {
             path_env,
             as_root: rustix::process::geteuid().is_root(),
             default_workspace: None,
+            quota_retry: Duration::from_secs(self.quota_retry_secs),
         }
     }
 }

@@ -42,6 +42,9 @@ pub struct Outcome {
     pub model: Option<String>,
     /// The harness said the run failed (Claude `is_error`, Codex `turn.failed`, …).
     pub failure: Option<String>,
+    /// The HTTP status of the provider error that ended the run, when the harness says
+    /// (Claude Code's `api_error_status`).
+    pub api_status: Option<u64>,
     /// The harness's end-of-run marker was seen (`harnesses.md` §6.6).
     pub finished: bool,
     /// Native events understood.

@@ -28,6 +28,7 @@ mod metrics;
 pub mod outcome;
 pub mod parse;
 pub mod provider;
+pub mod quota;
 pub mod session;
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -145,6 +145,8 @@ struct Executed {
     done: Done,
     usage: Option<cpb::TaskUsage>,
     metadata: Value,
+    /// Give the task back instead of completing it (see [`agent::Release`]).
+    release: Option<agent::Release>,
 }
 
 impl From<Done> for Executed {
@@ -153,6 +155,7 @@ impl From<Done> for Executed {
             done,
             usage: None,
             metadata: Value::Null,
+            release: None,
         }
     }
 }
@@ -505,6 +508,10 @@ impl Worker {
             })),
             None => Some(done),
         };
+        let outcome = match outcome {
+            Some(done) if done.release.is_some() => self.release(&a, done).await,
+            other => other,
+        };
         let next = match outcome {
             Some(done) => {
                 // No task comes along with the completion once stopping or draining.
@@ -516,6 +523,31 @@ impl Worker {
         let _ = tokio::fs::remove_dir_all(&work_dir).await;
         self.control.remove(&a.lease_id);
         next
+    }
+
+    /// Gives a task back for a later attempt (its harness hit a quota window); `Some(done)`
+    /// when the orchestrator would not take it back, so it is completed with its error instead.
+    async fn release(&self, a: &pb::TaskAssignment, done: Executed) -> Option<Executed> {
+        let r = done.release.clone()?;
+        let req = pb::ReleaseTaskRequest {
+            worker_id: self.settings.worker_id.clone(),
+            lease_id: a.lease_id.clone(),
+            effect_id: a.effect_id.clone(),
+            reason: r.reason.clone(),
+            retry_after: prost_types::Duration::try_from(r.retry_after).ok(),
+        };
+        match self.api.release_task(req).await {
+            Ok(resp) => {
+                tracing::info!(lease_id = %a.lease_id, reason = %r.reason, retry_after_s = r.retry_after.as_secs(),
+                    next_attempt = resp.next_attempt, "task given back to resume after a quota window");
+                None
+            }
+            Err(s) => {
+                tracing::warn!(lease_id = %a.lease_id, code = ?s.code(), error = %s.message(),
+                    "the task could not be given back; it is completed with its error");
+                Some(done)
+            }
+        }
     }
 
     /// The attempt `a` is, as its commands are told.
@@ -652,6 +684,7 @@ impl Worker {
             done: r.done,
             usage: r.usage,
             metadata: r.metadata,
+            release: r.release,
         }
     }
 }

@@ -121,6 +121,7 @@ impl NativeParser for Claude {
                         .filter(|s| !s.is_empty())
                         .or_else(|| v["result"].as_str().map(str::to_owned))
                         .unwrap_or_default();
+                    sink.outcome.api_status = v["api_error_status"].as_u64();
                     let msg = format!("claude code ended with {subtype}: {errors}");
                     sink.error(&msg, Some(subtype));
                     sink.outcome.failure = Some(msg);

@@ -172,6 +172,7 @@ fn completion(
         done,
         usage,
         metadata,
+        release: _,
     } = executed;
     let outcome = match done.outcome {
         Ok(v) => cpb::task_result::Outcome::ValueJson(Bytes::from(

@@ -38,6 +38,7 @@ impl From<ServiceError> for Status {
                 QueueError::EffectMismatch { .. } => {
                     status(ErrorKind::InvalidArgument, msg, false, &[])
                 }
+                QueueError::NotReleased { .. } => status(ErrorKind::Conflict, msg, false, &[]),
             },
             ServiceError::ShuttingDown => status(ErrorKind::Unavailable, msg, true, &[]),
             ServiceError::Journal(j) => journal_status(j),

@@ -142,6 +142,9 @@ pub enum QueueError {
         leased: String,
         named: String,
     },
+    /// A task that cannot be given back for another attempt (complete it instead).
+    #[error("the task of lease {lease_id} cannot be given back: {reason}")]
+    NotReleased { lease_id: String, reason: String },
 }
 
 #[derive(Debug, Clone)]
@@ -670,6 +673,72 @@ impl TaskQueue {
         if let Some(w) = g.workers.get_mut(worker_id) {
             w.leased += 1;
         }
+    }
+
+    /// Gives the task `lease_id` holds back to the queue as its next attempt, handed out no
+    /// sooner than `delay` from now (something outside the task stopped it for a while, such
+    /// as a provider's quota window); the lease ends. Refused unless `worker_id` holds the
+    /// lease, and for a cancelled task or one with no attempt left. Returns the next attempt.
+    pub fn release(
+        &self,
+        worker_id: &str,
+        lease_id: &str,
+        effect_id: &str,
+        delay: Duration,
+    ) -> Result<u32, QueueError> {
+        let now = Instant::now();
+        let mut g = self.lock();
+        let g = &mut *g;
+        let lost = |reason: &str| QueueError::LeaseLost {
+            lease_id: lease_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let refused = |reason: &str| QueueError::NotReleased {
+            lease_id: lease_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let Some(key) = g.leases.get(lease_id).cloned() else {
+            return Err(lost("the lease is unknown, expired or already ended"));
+        };
+        if key.1 != effect_id {
+            return Err(QueueError::EffectMismatch {
+                lease_id: lease_id.to_owned(),
+                leased: key.1,
+                named: effect_id.to_owned(),
+            });
+        }
+        let task = g
+            .tasks
+            .get_mut(&key)
+            .ok_or_else(|| lost("the task no longer exists"))?;
+        if !matches!(&task.state, State::Leased { worker, .. } if worker == worker_id) {
+            return Err(lost("the lease is not this worker's"));
+        }
+        if task.cancelled.is_some() {
+            return Err(refused("it was cancelled"));
+        }
+        if task.attempt >= self.config.max_attempts {
+            return Err(refused(&format!(
+                "it has had all {} attempts",
+                self.config.max_attempts
+            )));
+        }
+        let spec = task.spec.clone();
+        task.attempt += 1;
+        let attempt = task.attempt;
+        let order = g.next_order;
+        g.next_order += 1;
+        task.order = order;
+        task.state = State::Queued {
+            not_before: now + delay,
+            adoptable: false,
+        };
+        g.leases.remove(lease_id);
+        g.dead_leases.insert(lease_id.to_owned());
+        g.queued.insert(order, key);
+        release(g, &spec, worker_id);
+        self.notify.notify_waiters();
+        Ok(attempt)
     }
 
     /// Checks a completion and, when it may proceed, marks the task as completing (no other

@@ -248,6 +248,21 @@ impl WorkerApi {
             .await?;
         Ok(pb::SaveSessionResponse {})
     }
+
+    fn release(&self, r: pb::ReleaseTaskRequest) -> Result<pb::ReleaseTaskResponse, Status> {
+        if r.reason.len() > 4096 {
+            return Err(ServiceError::invalid("reason", "longer than 4096 bytes").into());
+        }
+        let retry_after = r.retry_after.map(duration_of).unwrap_or_default();
+        let next_attempt = self.manager.release_task(
+            &r.worker_id,
+            &r.lease_id,
+            &r.effect_id,
+            &r.reason,
+            retry_after,
+        )?;
+        Ok(pb::ReleaseTaskResponse { next_attempt })
+    }
 }
 
 #[tonic::async_trait]
@@ -308,6 +323,14 @@ impl WorkerService for WorkerApi {
         authorize(&req, WORKER)?;
         self.save(req.into_inner()).await.map(Response::new)
     }
+
+    async fn release_task(
+        &self,
+        req: Request<pb::ReleaseTaskRequest>,
+    ) -> Result<Response<pb::ReleaseTaskResponse>, Status> {
+        authorize(&req, WORKER)?;
+        self.release(req.into_inner()).map(Response::new)
+    }
 }
 
 /// The server's own worker calling these handlers in the same process (`babysitter up`): no
@@ -364,5 +387,12 @@ impl babysitter_common::worker_api::WorkerApi for InProcess {
         req: pb::SaveSessionRequest,
     ) -> Result<pb::SaveSessionResponse, Status> {
         self.0.save(req).await
+    }
+
+    async fn release_task(
+        &self,
+        req: pb::ReleaseTaskRequest,
+    ) -> Result<pb::ReleaseTaskResponse, Status> {
+        self.0.release(req)
     }
 }
