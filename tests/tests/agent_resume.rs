@@ -145,6 +145,7 @@ async fn run_file(stack: &Stack, run_id: &str, path: &str) -> Option<Vec<u8>> {
         .map(|r| r.into_inner().content.to_vec())
 }
 
+#[allow(clippy::print_stdout)] // the figure the closing note quotes (`--no-capture`)
 async fn resumes_after_worker_death(cli: RealCli) {
     let Some(bin) = installed(cli) else { return };
     let mut stack = Stack::start();

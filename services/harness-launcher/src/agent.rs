@@ -232,26 +232,18 @@ pub async fn run(
     let home = work_dir.join("home");
     // A session of another harness cannot be resumed by this one: the task starts anew.
     let resume = resume.filter(|r| HarnessKind::from_name(&r.harness) == Some(detected.kind));
-    if let Some(r) = resume {
-        let restored = tokio::task::spawn_blocking({
-            let (home, project, files) = (home.clone(), project.clone(), r.files.clone());
-            move || session::restore(detected.kind, &home, &project, &files)
-        })
-        .await;
-        if !matches!(restored, Ok(Ok(()))) {
-            prepared.finish().await;
-            let why = match restored {
-                Ok(Err(e)) => e.to_string(),
-                Err(e) => e.to_string(),
-                Ok(Ok(())) => String::new(),
-            };
-            return no_usage(fail(
-                "WorkerError",
-                format!("cannot restore the saved {} session: {why}", detected.kind),
-                Value::Null,
-            ));
-        }
+    if let Some(r) = resume
+        && let Err(e) = session::restore(detected.kind, &home, &project, &r.files).await
+    {
+        prepared.finish().await;
+        return no_usage(fail(
+            "WorkerError",
+            format!("cannot restore the saved {} session: {e}", detected.kind),
+            Value::Null,
+        ));
     }
+    let resume_target =
+        resume.map(|r| session::resume_target(detected.kind, &home, &r.native_session_id));
     // Its own session goes on where it stopped; another task's gets this task's prompt.
     let prompt = match resume {
         Some(r) if r.is_of(attempt.effect_id) => CONTINUE_PROMPT.to_owned(),
@@ -276,7 +268,7 @@ pub async fn run(
         output_schema: spec.output_schema.as_ref(),
         as_root: settings.as_root,
         trace: trace.as_ref(),
-        resume: resume.map(|r| r.native_session_id.as_str()),
+        resume: resume_target.as_deref(),
     };
     let plan = match write_plan(detected.kind, &req, &home).await {
         Ok(p) => p,
@@ -307,24 +299,40 @@ pub async fn run(
         .timeout
         .or(assignment_timeout)
         .unwrap_or(settings.default_timeout);
+    // The harness's whole environment: for it, and for its own session commands.
+    let mut env: Vec<(OsString, OsString)> = vec![("PATH".into(), settings.path_env.clone())];
+    env.extend(settings.extra_env.iter().map(|(k, v)| (k.into(), v.into())));
+    env.extend(attempt.env().into_iter().map(|(k, v)| (k.into(), v.into())));
+    env.extend(plan.env.iter().map(|(k, v)| (k.into(), v.into())));
+    let harness_command = session::HarnessCommand {
+        bin: detected.path.clone(),
+        env: env.clone(),
+        project: project.clone(),
+    };
+    if resume.is_some()
+        && let Err(e) = session::import(detected.kind, &home, &harness_command).await
+    {
+        prepared.finish().await;
+        return no_usage(fail(
+            "WorkerError",
+            format!("cannot import the saved {} session: {e}", detected.kind),
+            Value::Null,
+        ));
+    }
     let mut cmd = group::command(&detected.path);
     cmd.args(&plan.args)
         .current_dir(&project)
         .env_clear()
-        .env("PATH", &settings.path_env)
-        .envs(&settings.extra_env)
-        .envs(attempt.env())
-        .envs(&plan.env)
+        .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut saver = saves.map(|tx| Saver {
         kind: detected.kind,
-        harness: detected.kind.name(),
         home: &home,
-        project: &project,
         effect_id: attempt.effect_id,
         attempt: attempt.number,
+        command: Some(harness_command),
         tx,
         last: None,
     });

@@ -318,6 +318,11 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
                     req.output_schema.map(|s| s.to_string()).unwrap_or_default(),
                 ));
             }
+            // Exec options first: `resume` takes only the session id (a UUID; anything else
+            // silently starts a new session) and the prompt.
+            if let Some(id) = req.resume {
+                p.args.extend(["resume".into(), id.into()]);
+            }
             p.args.push(req.prompt.into());
         }
         HarnessKind::GeminiCli => {
@@ -353,6 +358,9 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
                 "--yolo".into(),
                 "--skip-trust".into(),
             ];
+            if let Some(id) = req.resume {
+                p.args.extend(["--resume".into(), id.into()]);
+            }
         }
         HarnessKind::Pi => {
             let api = match ep.protocol {
@@ -379,17 +387,23 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
             p.env.insert(KEY_ENV.into(), ep.api_key.clone());
             p.secret_env.push(KEY_ENV.into());
             p.env.insert("PI_OFFLINE".into(), "1".into());
+            // Sessions are kept (flat) in the home, so an interrupted task can resume its own
+            // (`crate::session`); a resume names the session's file.
             p.args = vec![
                 "-p".into(),
                 "--mode".into(),
                 "json".into(),
-                "--no-session".into(),
+                "--session-dir".into(),
+                home.join(crate::session::PI_SESSIONS).display().to_string(),
                 "--provider".into(),
                 "babysitter".into(),
                 "--model".into(),
                 ep.model.clone(),
-                req.prompt.into(),
             ];
+            if let Some(file) = req.resume {
+                p.args.extend(["--session".into(), file.into()]);
+            }
+            p.args.push(req.prompt.into());
         }
         HarnessKind::OpenCode => {
             let npm = match ep.protocol {
@@ -436,8 +450,11 @@ pub fn plan(kind: HarnessKind, req: &LaunchRequest<'_>) -> Option<LaunchPlan> {
                 "--auto".into(),
                 "-m".into(),
                 format!("babysitter/{}", ep.model),
-                req.prompt.into(),
             ];
+            if let Some(id) = req.resume {
+                p.args.extend(["--session".into(), id.into()]);
+            }
+            p.args.push(req.prompt.into());
         }
     }
     // Every harness's process (and what it runs) learns its parent span from the environment.
