@@ -175,3 +175,158 @@ model = "scripted-model"
     }
     server.stop().await;
 }
+
+/// Two agent tasks sharing a session (`agent.session`); the second is stopped by a 429 once
+/// the first time it asks the model, then resumes after the quota window.
+const SESSIONS: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const agent = defineTask('agent', (a) => ({ kind: 'agent', title: a.title,
+  agent: { prompt: a.prompt, session: 'pair' } }));
+export async function process(inputs, ctx) {
+  const first = await ctx.task(agent, { title: 'first', prompt: 'FIRST-TASK: run the ledger command' });
+  const second = await ctx.task(agent, { title: 'second', prompt: 'FOLLOW-UP: say what it printed' });
+  return { first, second };
+}
+"#;
+
+/// Locally, as on a worker: a follow-up task continues the named session kept in the run, and
+/// a harness stopped by a quota window is waited out and resumed (the command ran once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_continues_the_session_and_a_quota_stop_is_waited_out_here() {
+    use babysitter_transport_proxy::scripted::{Reply, ScriptedError, When};
+    let claude = repo().join(".ci-work/harness-claude/node_modules/.bin/claude");
+    let Some(claude) = skip::installed(&claude) else {
+        return skip::skip(format!(
+            "needs the claude CLI at {}: run scripts/ensure-claude-code.sh",
+            skip::tidy(&claude).display()
+        ));
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    let when = |w: When, reply: Reply| Turn {
+        when: Some(w),
+        reply,
+        ..Turn::default()
+    };
+    let text = |t: &str| Reply {
+        text: Some(t.into()),
+        ..Reply::default()
+    };
+    let script = Script {
+        turns: vec![
+            // The resumed follow-up: its answer.
+            when(
+                When {
+                    last_user_text_contains: Some("was interrupted before it finished".into()),
+                    ..When::default()
+                },
+                text("SECOND"),
+            ),
+            // The follow-up's first ask: a 429 (the CLI does not retry: see the env below).
+            when(
+                When {
+                    last_user_text_contains: Some("FOLLOW-UP".into()),
+                    ..When::default()
+                },
+                Reply {
+                    error: Some(ScriptedError {
+                        status: 429,
+                        message: Some("rate limit reached".into()),
+                        retry_after: None,
+                    }),
+                    ..Reply::default()
+                },
+            ),
+            when(
+                When {
+                    has_tool_result: Some(true),
+                    ..When::default()
+                },
+                text("FIRST"),
+            ),
+            when(
+                When {
+                    has_tool_result: Some(false),
+                    ..When::default()
+                },
+                Reply {
+                    shell: Some(format!(
+                        "echo ran >> {} && echo TOOL-MARKER-9c2",
+                        ledger.display()
+                    )),
+                    ..Reply::default()
+                },
+            ),
+        ],
+    };
+    let server = ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
+        .await
+        .unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("p.mjs"), SESSIONS).unwrap();
+    let config = format!(
+        r#"[launcher.agent]
+default-provider = "scripted"
+quota-retry-secs = 1
+binaries = {{ claude-code = "{claude}" }}
+env = {{ HTTPS_PROXY = "http://127.0.0.1:9", HTTP_PROXY = "http://127.0.0.1:9", CLAUDE_CODE_MAX_RETRIES = "0" }}
+[launcher.agent.providers.scripted]
+protocol = "anthropic"
+base-url = "{url}"
+model = "scripted-model"
+"#,
+        claude = claude.display(),
+        url = server.url()
+    );
+    std::fs::write(dir.path().join("babysitter.toml"), config).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .current_dir(&project)
+        .args(["run", "p.mjs", "--json", "--config"])
+        .arg(dir.path().join("babysitter.toml"))
+        .arg("--runs-dir")
+        .arg(dir.path().join("runs"))
+        .env_remove("BABYSITTER_RUNS_DIR")
+        .env("HOME", dir.path())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "babysitter run failed: {stderr}");
+    let finished = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "run.finished")
+        .unwrap_or_else(|| panic!("no run.finished\n{stderr}"));
+    assert_eq!(finished["status"], "completed", "{finished}\n{stderr}");
+    assert_eq!(
+        finished["output"],
+        json!({"first": "FIRST", "second": "SECOND"})
+    );
+    let bodies: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    let follow_up = bodies
+        .iter()
+        .find(|b| b.contains("FOLLOW-UP"))
+        .expect("the follow-up asked the model");
+    for want in ["FIRST-TASK", "TOOL-MARKER-9c2"] {
+        assert!(
+            follow_up.contains(want),
+            "the follow-up carries the first task's turns: {want}"
+        );
+    }
+    assert!(
+        server.requests().iter().any(|r| r.status == 429),
+        "the follow-up was stopped by a 429 first"
+    );
+    let resumed = bodies
+        .iter()
+        .find(|b| b.contains("was interrupted before it finished"))
+        .expect("the follow-up resumed after the window");
+    assert!(resumed.contains("FOLLOW-UP"), "and kept its own turn");
+    let ran = std::fs::read_to_string(&ledger).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 1, "the command ran once: {ran:?}");
+}

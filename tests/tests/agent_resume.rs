@@ -28,7 +28,9 @@ use babysitter_harness_launcher::testing::{CLAUDE_CODE, CODEX, GEMINI_CLI, OPENC
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_tests::skip::{self, skip};
-use babysitter_transport_proxy::scripted::{Reply, Script, ScriptedServer, Turn, When};
+use babysitter_transport_proxy::scripted::{
+    Reply, Script, ScriptedError, ScriptedServer, Turn, When,
+};
 use cluster::data;
 use serde_json::{Value, json};
 
@@ -367,6 +369,106 @@ async fn follow_up_continues_the_session(cli: RealCli) {
     )
     .expect("JSON");
     assert_eq!(saved["harness"], cli.harness, "{saved}");
+    for w in &mut stack.workers {
+        w.terminate();
+    }
+    scripted.stop().await;
+}
+
+/// Claude Code stopped by a 429 after its first call: the worker gives the task back, and the
+/// next attempt (after `quota-retry-secs`) resumes the session instead of failing the effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_stopped_by_a_quota_window_resumes_after_it() {
+    let cli = CLAUDE_CODE;
+    let Some(bin) = installed(cli) else { return };
+    let mut stack = Stack::start();
+    let ledger = stack.dir.path().join("ledger");
+    let script = Script {
+        turns: vec![
+            text_when(RESUME_NEEDLE, "RESUMED"),
+            turn(
+                When {
+                    has_tool_result: Some(true),
+                    ..When::default()
+                },
+                Reply {
+                    error: Some(ScriptedError {
+                        status: 429,
+                        message: Some("rate limit reached for this organization".into()),
+                        retry_after: Some("1".into()),
+                    }),
+                    ..Reply::default()
+                },
+            ),
+            shell_turn(&ledger),
+        ],
+    };
+    let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
+        .await
+        .expect("scripted model server");
+    let mut config = cli.scripted_config(bin, cli.native, scripted.url());
+    // The CLI's own retries would outwait the window; the worker's give-back is under test.
+    config
+        .env
+        .insert("CLAUDE_CODE_MAX_RETRIES".into(), "0".into());
+    config.quota_retry_secs = 1;
+    let mut c = cluster::run_client(&stack.url(), None);
+    let run_id = cluster::create(
+        &mut c,
+        ONE_TASK,
+        json!({"harness": cli.harness, "prompt": PROMPT}),
+    )
+    .await;
+    let mut stream = c
+        .watch_run(pb::WatchRunRequest {
+            run_id: run_id.clone(),
+            from_seq: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("watch run")
+        .into_inner();
+    stack.start_worker("w", config);
+    let watched = watch_to_end(&mut stream, &stack).await;
+    let ctx = stack.logs();
+    let last = watched.last.expect("the watch sent the run");
+    assert_eq!(
+        last.status,
+        pb::RunStatus::Completed as i32,
+        "{last:?}\n{ctx}"
+    );
+    assert!(
+        !requests_with(&scripted, 1).is_empty(),
+        "the provider answered 429 first\n{ctx}"
+    );
+    let resumed = requests_with(&scripted, 0);
+    let first = resumed.first().expect("the resumed session's request");
+    for want in [PROMPT, MARKER, RESUME_NEEDLE] {
+        assert!(
+            first.contains(want),
+            "the resumed request holds {want:?}: {first}"
+        );
+    }
+    let ledger = std::fs::read_to_string(&ledger).unwrap_or_default();
+    assert_eq!(ledger.lines().count(), 1, "ledger: {ledger:?}\n{ctx}");
+    let stored = cluster::journal_events(&stack.journal.ready, None, &run_id).await;
+    let resolved = data(agent_stack::only(&stored, "EFFECT_RESOLVED"));
+    assert_eq!(resolved["status"], "ok", "{resolved}\n{ctx}");
+    let result: Value = serde_json::from_slice(
+        &cluster::journal_file(
+            &stack.journal.ready,
+            None,
+            &run_id,
+            resolved["resultRef"].as_str().expect("resultRef"),
+        )
+        .await,
+    )
+    .expect("result.json");
+    assert_eq!(result["value"], "RESUMED", "{result}");
+    assert_eq!(
+        result["metadata"]["session"]["resumed"]["attempt"], 1,
+        "{result}"
+    );
     for w in &mut stack.workers {
         w.terminate();
     }

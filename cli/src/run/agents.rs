@@ -86,11 +86,43 @@ pub async fn load(source: &Source, env: &EnvMap) -> Result<Arc<AgentSettings>> {
 /// Its harness session is kept in the run as a worker's is (`agent_sessions`): saved while
 /// it runs, so a follow-up task naming the same session (`agent.session`) continues it, and
 /// so does this task when `babysitter run --resume` takes up a run stopped in the middle of it.
+/// A harness stopped by a rate limit or quota window is waited out (`quota-retry-secs`) and
+/// its session resumed, at most [`QUOTA_WAITS`] times, as a worker gives such a task back.
 pub async fn execute(
     settings: &AgentSettings,
     journal: &Journal,
     run_id: &str,
     a: &Value,
+    stop: &CancellationToken,
+) -> Result<AgentDone> {
+    let mut number = 1;
+    loop {
+        let done = attempt(settings, journal, run_id, a, number, stop).await?;
+        let Some(r) = &done.release else {
+            return Ok(done);
+        };
+        if number > QUOTA_WAITS {
+            return Ok(done);
+        }
+        tracing::warn!(%run_id, reason = %r.reason, retry_after_s = r.retry_after.as_secs(),
+            "the agent waits out a quota window, then resumes its session");
+        tokio::select! {
+            () = tokio::time::sleep(r.retry_after) => {}
+            () = stop.cancelled() => return Ok(done),
+        }
+        number += 1;
+    }
+}
+
+/// Quota windows one task waits out before it fails with the harness's error.
+pub const QUOTA_WAITS: u32 = 5;
+
+async fn attempt(
+    settings: &AgentSettings,
+    journal: &Journal,
+    run_id: &str,
+    a: &Value,
+    number: u32,
     stop: &CancellationToken,
 ) -> Result<AgentDone> {
     let effect_id = a["effectId"].as_str().unwrap_or_default();
@@ -132,7 +164,7 @@ pub async fn execute(
         attempt: Attempt {
             run_id,
             effect_id,
-            number: 1,
+            number,
             home_marker: &marker,
         },
         timeout: None,
