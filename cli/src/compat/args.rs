@@ -78,6 +78,8 @@ const VALUE_FLAGS: &[(&str, Check)] = &[
     ("--transcript-path", Check::Text),
     ("--hook-type", Check::Text),
     ("--harness", Check::Text),
+    // babysitter-rs: a run's budget (`babysitter run`'s form).
+    ("--budget", Check::Text),
     ("--log-file", Check::Text),
     ("--cache-ttl", Check::PositiveInt),
     ("--source-type", Check::Text),

@@ -40,6 +40,7 @@ use babysitter_engine::commit::Commit;
 use babysitter_engine::lifecycle;
 use babysitter_journal::store::RunFiles;
 use babysitter_journal::{EventType, JournalError, NewEvent, StoredEvent};
+use babysitter_orchestrator::service::budget;
 use serde_json::Value;
 
 use super::cli::Cli;
@@ -176,10 +177,50 @@ impl RunClient for OnDisk {
         user: UserFiles,
     ) -> Result<(Iteration, Run), String> {
         let engine = run.engine(Some(user)).map_err(|e| format!("{e:#}"))?;
-        let it = engine
+        let mut it = engine
             .iterate_with(&run.id, marker)
             .await
             .map_err(|e| output::engine_message(&e))?;
+        // A budget given at run:create, before the caller gets what was requested: past a
+        // limit the run fails (what it requested cancelled, as on a server), and the
+        // iteration reports that instead.
+        if it.status == babysitter_engine::IterationStatus::Waiting {
+            let now = chrono::Utc::now().timestamp_millis();
+            let stop = budget::client_driven_check(engine.journal(), &run.id, now)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(stop) = stop {
+                tracing::warn!(run_id = %run.id, reason = %stop.reason, "budget exceeded: the run is stopped");
+                let pending: Vec<String> = run
+                    .inspect(|_, idx| idx.pending().map(|r| r.effect_id.clone()).collect())
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                for effect_id in pending {
+                    engine
+                        .cancel_effect(&run.id, &effect_id, Some(&stop.reason))
+                        .await
+                        .map_err(|e| output::engine_message(&e))?;
+                }
+                let head = engine
+                    .journal()
+                    .head(&run.id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                engine
+                    .journal()
+                    .append(&run.id, head.seq + 1, vec![stop.event])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                engine
+                    .evict(&run.id)
+                    .await
+                    .map_err(|e| output::engine_message(&e))?;
+                it = engine
+                    .iterate_with(&run.id, None)
+                    .await
+                    .map_err(|e| output::engine_message(&e))?;
+            }
+        }
         Ok((it, run.clone()))
     }
 

@@ -22,6 +22,7 @@ use babysitter_engine::lifecycle;
 use babysitter_engine::{Iteration, IterationStatus};
 use babysitter_journal::index::EffectIndex;
 use babysitter_journal::{Head, Location, NewEvent, StoredEvent};
+use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget};
 use babysitter_proto::common::v1 as cpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
@@ -316,9 +317,12 @@ impl RunClient for Remote {
             prompt: spec.prompt.clone().unwrap_or_default(),
             idempotency_key: String::new(),
             client_driven: true,
-            // A client-driven run's budget is its client's to keep (the server dispatches none
-            // of its tasks); `babysitter run --server --budget` is not offered yet.
-            budget: None,
+            // `run:create --budget`: the server checks it before each of the run's iterations.
+            budget: spec
+                .extra
+                .get(BUDGET_KEY)
+                .and_then(|b| serde_json::from_value::<Budget>(b.clone()).ok())
+                .map(babysitter_orchestrator::service::grpc::budget_pb),
         };
         match self.client().create_run(request).await {
             Ok(_) => {}

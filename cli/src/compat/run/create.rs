@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use babysitter_engine::lifecycle::Entrypoint;
+use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget};
 use serde_json::{Map, Value, json};
 
 use super::assign_process::{Adoption, Assign, assign};
@@ -88,6 +89,21 @@ struct Request<'a> {
     resolved_entry: String,
     inputs_path: Option<PathBuf>,
     inputs: Option<Value>,
+    /// `--budget` (babysitter-rs): kept in run.json, checked before each `run:iterate`.
+    budget: Option<Budget>,
+}
+
+/// `--budget`'s value; a budget that asks to be raised is refused (a run its client drives has
+/// no one to ask: at a limit it fails).
+fn parse_budget(spec: &str) -> Result<Budget, String> {
+    let b: Budget = spec.parse().map_err(|e| format!("--budget {spec}: {e}"))?;
+    if b.asks() {
+        return Err(format!(
+            "--budget {spec}: on-exceed=ask is for runs babysitter run or a server drives; a run \
+             driven by run:iterate fails at its limit (on-exceed=fail)"
+        ));
+    }
+    Ok(b)
 }
 
 impl<'a> Request<'a> {
@@ -152,7 +168,16 @@ impl<'a> Request<'a> {
                 errln!("{msg}");
                 1u8
             })?;
+        let budget = a
+            .value("--budget")
+            .map(parse_budget)
+            .transpose()
+            .map_err(|msg| {
+                errln!("{msg}");
+                1u8
+            })?;
         Ok(Request {
+            budget,
             bare,
             process_id,
             runs_dir,
@@ -233,6 +258,10 @@ async fn create(
     spec.prompt = a.value("--prompt").map(str::to_owned);
     spec.non_interactive = a.interactive == Some(false);
     spec.code_hash = code_hash;
+    if let Some(b) = &req.budget {
+        spec.extra
+            .insert(BUDGET_KEY.into(), serde_json::to_value(b)?);
+    }
     let run_json = client::current()
         .create_run(
             cli,

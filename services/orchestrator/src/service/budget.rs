@@ -362,6 +362,73 @@ impl Budget {
     }
 }
 
+/// Why a run its client drives on this machine stops, and the event that ends it.
+#[derive(Debug)]
+pub struct Stop {
+    pub reason: String,
+    /// `RUN_FAILED` with `BudgetExceededError`: journaled after the run's pending effects are
+    /// cancelled.
+    pub event: NewEvent,
+}
+
+/// For a run its client drives on this machine (`run:iterate` on a runs directory): checked
+/// after each iteration, by the rules above. Warnings not journaled yet are journaled; past a
+/// limit, the [`Stop`] the caller ends the run with. Nothing for a run without a budget or one
+/// that has ended. (Such a run has no one to ask, so a budget that asks is refused when the
+/// run is created.)
+pub async fn client_driven_check(
+    journal: &babysitter_journal::Journal,
+    run_id: &str,
+    now_ms: i64,
+) -> Result<Option<Stop>, babysitter_journal::JournalError> {
+    let run_json = journal.run_files(run_id).await?.run_json;
+    let Some(stored) = run_json.get(BUDGET_KEY) else {
+        return Ok(None);
+    };
+    let stored: Budget = serde_json::from_value(stored.clone()).map_err(|e| {
+        babysitter_journal::JournalError::invalid(
+            "run.json",
+            format!("`budget` does not parse: {e}"),
+        )
+    })?;
+    let age = age(run_json.get("createdAt").and_then(Value::as_str), now_ms);
+    let verdict = journal
+        .inspect_now(run_id, |head, idx| {
+            if idx.last_lifecycle.as_ref().is_some_and(|m| {
+                matches!(
+                    m.event_type.as_str(),
+                    "RUN_COMPLETED" | "RUN_FAILED" | "RUN_HALTED"
+                )
+            }) {
+                return None;
+            }
+            let budget = effective(Some(&stored), &idx.budget)?;
+            let spent = Spent::of(idx, age);
+            let warnings: Vec<NewEvent> = budget
+                .warnings(&spent)
+                .iter()
+                .filter(|w| !idx.budget.warned.contains(w.limit.as_str()))
+                .map(|w| w.warning_event(budget.warn_at.unwrap_or(0.8)))
+                .collect();
+            let stop = budget.crossed(&spent).map(|c| Stop {
+                reason: c.reason(),
+                event: NewEvent::new(
+                    EventType::RunFailed,
+                    json!({"error": c.error(&spent), "reason": c.reason()}),
+                ),
+            });
+            Some((head.seq + 1, warnings, stop))
+        })
+        .await?;
+    let Some((next_seq, warnings, stop)) = verdict else {
+        return Ok(None);
+    };
+    if !warnings.is_empty() {
+        journal.append(run_id, next_seq, warnings).await?;
+    }
+    Ok(stop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

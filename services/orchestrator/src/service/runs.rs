@@ -490,7 +490,19 @@ impl RunManager {
         for (k, v) in trace.iter().flat_map(trace::run_json_entries) {
             new.extra.insert(k.into(), v);
         }
-        let budget = self.budget_for(&namespace, req.budget.as_ref())?;
+        let mut budget = self.budget_for(&namespace, req.budget.as_ref())?;
+        if req.client_driven
+            && let Some(b) = budget.as_mut()
+        {
+            // Its client iterates it: nobody would see a wait, so at a limit it fails.
+            if req.budget.as_ref().is_some_and(|b| b.asks()) {
+                return Err(ServiceError::invalid(
+                    "budget",
+                    "on-exceed=ask needs a run the orchestrator drives; a client-driven run fails at its limit",
+                ));
+            }
+            b.on_exceed = Some(crate::service::budget::OnExceed::Fail);
+        }
         if let Some(b) = &budget {
             new.extra.insert(
                 BUDGET_KEY.into(),

@@ -6,6 +6,11 @@
 //! its effects is dispatched to workers or timers; everything else — its journal, lock, summary,
 //! watchers, results, halts — is any run's.
 //!
+//! A budget given at creation is checked after each iteration, before its client gets what it
+//! requested, by the manager's rules (`runs/spend.rs`): past a limit the run fails (the new
+//! requests cancelled) and the iteration reports it. Such a run never
+//! waits for a raise: nobody would see the wait (`on-exceed=ask` is refused at creation).
+//!
 //! It iterates on an engine of its own ([`RunManager::client_engine`]): the same options, but
 //! building babysitter's `nextActions` for the client to print, which runs the manager drives do
 //! not pay for. The two engines share the journal, and a run is only ever iterated by one of them.
@@ -73,6 +78,13 @@ impl RunManager {
             let _guard = run_lock.lock().await;
             self.ensure_materialized(run_id).await?;
             let it = engine.iterate_with(run_id, marker).await?;
+            // Its budget, before the client gets anything: past a limit the run ends (what
+            // this iteration requested is cancelled) and the iteration reports the failure.
+            if it.status == crate::engine::IterationStatus::Waiting
+                && self.enforce_budget(run_id).await?
+            {
+                return Ok(engine.iterate_with(run_id, None).await?);
+            }
             let runtime_error = self
                 .journal()
                 .inspect(run_id, |_, idx| {
