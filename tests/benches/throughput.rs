@@ -6,7 +6,8 @@
 //! by 32 clients at once. Each configuration is measured with budgets and metrics off, then
 //! on (a default budget on every run, checked after every iteration, none reached; the
 //! Prometheus endpoint of every service listening, its counters and histograms updated on the
-//! hot path), `THROUGHPUT_ROUNDS` (1) times, alternating.
+//! hot path), `THROUGHPUT_ROUNDS` (1) times, alternating (which mode goes first alternates by
+//! round); the last lines are each configuration's medians and the on/off throughput ratio.
 //!
 //! Tasks per second: all tasks over the time from the first creation to the last run
 //! completed. Dispatch latency: from the task's `EFFECT_REQUESTED` (its `recordedAt`, the
@@ -222,9 +223,14 @@ fn main() {
         println!(
             "{runs} runs x {tasks} shell tasks, SeaweedFS journal, workers of 8 slots; dispatch latency = EFFECT_REQUESTED -> command started"
         );
+        let mut summary = Vec::new();
         for &w in &workers {
+            let mut by_mode: [Vec<Figures>; 2] = [Vec::new(), Vec::new()];
             for round in 0..rounds {
-                for on in [false, true] {
+                // Each round alternates which mode goes first, so drift over the run (the
+                // store growing, the machine warming) falls on both alike.
+                let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+                for on in order {
                     let f = one(&weed, w, on, runs, tasks).await;
                     println!(
                         "{w} worker(s), budgets+metrics {:3}, round {}: {:.0} tasks/s, dispatch p50 {:.1} ms, p99 {:.1} ms",
@@ -234,8 +240,29 @@ fn main() {
                         f.p50.as_secs_f64() * 1000.0,
                         f.p99.as_secs_f64() * 1000.0,
                     );
+                    by_mode[usize::from(on)].push(f);
                 }
             }
+            summary.push((w, by_mode));
+        }
+        println!("median of {rounds} round(s) per configuration:");
+        for (w, [off, on]) in &summary {
+            let med = |v: &[Figures], f: fn(&Figures) -> f64| {
+                let mut xs: Vec<f64> = v.iter().map(f).collect();
+                xs.sort_by(f64::total_cmp);
+                xs.get(xs.len() / 2).copied().unwrap_or_default()
+            };
+            let (t_off, t_on) = (med(off, |f| f.tasks_per_s), med(on, |f| f.tasks_per_s));
+            let p50 = |f: &Figures| f.p50.as_secs_f64() * 1000.0;
+            let p99 = |f: &Figures| f.p99.as_secs_f64() * 1000.0;
+            println!(
+                "{w} worker(s): off {t_off:.0} tasks/s, on {t_on:.0} tasks/s ({:+.1} %); dispatch p50 off {:.1} ms / on {:.1} ms, p99 off {:.1} ms / on {:.1} ms",
+                (t_on / t_off - 1.0) * 100.0,
+                med(off, p50),
+                med(on, p50),
+                med(off, p99),
+                med(on, p99),
+            );
         }
     });
 }
