@@ -335,6 +335,7 @@ pub async fn run(
         command: Some(harness_command),
         tx,
         last: None,
+        last_at: None,
     });
     let ran = supervise(
         cmd,
@@ -353,7 +354,7 @@ pub async fn run(
             .native_session_id
             .as_deref()
             .or(resume.map(|r| r.native_session_id.as_str()));
-        saver.save_if_changed(native).await;
+        saver.save_if_changed(native, true).await;
     }
     if let Ok((r, _)) = &ran {
         process_span.record("exit_code", r.code);
@@ -570,7 +571,7 @@ async fn supervise(
                 },
                 _ = save_tick.tick(), if saver.is_some() => {
                     if let Some(s) = saver.as_deref_mut() {
-                        s.save_if_changed(parser.sink.native_session_id.as_deref()).await;
+                        s.save_if_changed(parser.sink.native_session_id.as_deref(), false).await;
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => { timed_out = true; break; }

@@ -396,15 +396,35 @@ pub struct Saver<'a> {
     pub tx: &'a mpsc::Sender<SavedSession>,
     /// The signature of the last capture sent.
     pub last: Option<u64>,
+    /// When the last capture was taken ([`min_gap`] apart while the harness runs).
+    pub last_at: Option<tokio::time::Instant>,
+}
+
+/// The least time between two captures while a harness runs: OpenCode's is a process of its
+/// own (`opencode export`), so it is taken at most every few seconds; the others are file
+/// reads. The capture after the harness exited is always taken.
+fn min_gap(kind: HarnessKind) -> Duration {
+    match kind {
+        HarnessKind::OpenCode => Duration::from_secs(5),
+        _ => Duration::ZERO,
+    }
 }
 
 impl Saver<'_> {
     /// Captures and sends the session if it changed since the last time (and the harness has
-    /// said which session it is); errors are logged, never fail the task.
-    pub async fn save_if_changed(&mut self, native_session_id: Option<&str>) {
+    /// said which session it is); errors are logged, never fail the task. `last`: the harness
+    /// has exited (no gap is kept).
+    pub async fn save_if_changed(&mut self, native_session_id: Option<&str>, last: bool) {
         let Some(native) = native_session_id else {
             return;
         };
+        if !last
+            && self
+                .last_at
+                .is_some_and(|t| t.elapsed() < min_gap(self.kind))
+        {
+            return;
+        }
         let (kind, home) = (self.kind, self.home.to_path_buf());
         let sig = match tokio::task::spawn_blocking(move || signature(kind, &home)).await {
             Ok(Ok(s)) => s,
@@ -420,6 +440,7 @@ impl Saver<'_> {
         if Some(sig) == self.last {
             return;
         }
+        self.last_at = Some(tokio::time::Instant::now());
         let files = match capture(self.kind, self.home, native, self.command.as_ref()).await {
             Ok(f) => f,
             Err(e) => {
