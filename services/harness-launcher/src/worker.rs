@@ -144,6 +144,7 @@ pub struct Worker {
 struct Executed {
     done: Done,
     usage: Option<cpb::TaskUsage>,
+    requests: Vec<cpb::RequestUsage>,
     metadata: Value,
 }
 
@@ -152,6 +153,7 @@ impl From<Done> for Executed {
         Self {
             done,
             usage: None,
+            requests: Vec::new(),
             metadata: Value::Null,
         }
     }
@@ -651,6 +653,7 @@ impl Worker {
         Executed {
             done: r.done,
             usage: r.usage,
+            requests: r.requests,
             metadata: r.metadata,
         }
     }

@@ -171,6 +171,7 @@ fn completion(
     let Executed {
         done,
         usage,
+        requests,
         metadata,
     } = executed;
     let outcome = match done.outcome {
@@ -203,6 +204,7 @@ fn completion(
                 Bytes::from(serde_json::to_vec(&metadata).unwrap_or_default())
             },
             usage,
+            requests,
         }),
         next_max_tasks: u32::from(take_next),
         next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),
