@@ -29,7 +29,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use babysitter_common::EnvMap;
 use babysitter_common::kinds;
-use babysitter_engine::commit::{Commit, Usage};
+use babysitter_engine::commit::{Commit, TaskUsage};
 use babysitter_engine::lifecycle::{self, NewRun};
 use babysitter_engine::{Engine, EngineOptions, Iteration, IterationStatus};
 use babysitter_harness_launcher::agent::AgentSettings;
@@ -625,7 +625,7 @@ impl Driver<'_> {
                 let kind = a["kind"].as_str().unwrap_or_default().to_owned();
                 if let Some(settings) = agent_settings.filter(|_| kinds::runs_on_a_harness(&kind)) {
                     let out = agents::execute(&settings, &journal, &run_id, &a, &stop).await;
-                    return (a, out.map(|d| (d.done, d.usage)));
+                    return (a, out.map(|d| (d.done, Some((d.usage, d.requests)))));
                 }
                 let task = exec::Task {
                     effect_id: &effect_id,
@@ -649,9 +649,14 @@ impl Driver<'_> {
                 Ok((done, usage)) => {
                     let ok = done.outcome.is_ok();
                     let kind = a["kind"].as_str().unwrap_or_default();
-                    let usage = usage
-                        .map(babysitter_orchestrator::service::grpc::usage_of)
-                        .map(|u| (u, kind));
+                    // The orchestrator's rule for a worker's report, checks included.
+                    let usage = match usage {
+                        Some((total, requests)) => Some((
+                            babysitter_orchestrator::service::grpc::task_usage_of(total, requests)?,
+                            kind,
+                        )),
+                        None => None,
+                    };
                     commit(&self.engine, &self.run_id, id, done, usage).await?;
                     self.ui.effect_done(&a, ok, elapsed);
                 }
@@ -679,21 +684,20 @@ impl Driver<'_> {
 }
 
 /// Commits an effect's result, its model usage (if any, with the effect's kind) journaled with
-/// it as `COST_TRACKED`.
+/// it as `COST_TRACKED` by the orchestrator's rule ([`TaskUsage::events`]; attempt 1).
 async fn commit(
     engine: &Engine,
     run_id: &str,
     effect_id: &str,
     done: exec::Done,
-    usage: Option<(Usage, &str)>,
+    usage: Option<(TaskUsage, &str)>,
 ) -> Result<()> {
     let now = chrono::Utc::now()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string();
     let then = usage
-        .map(|(u, kind)| u.cost_tracked(effect_id, Some(kind)))
-        .into_iter()
-        .collect();
+        .map(|(u, kind)| u.events(effect_id, Some(kind), None))
+        .unwrap_or_default();
     engine
         .commit_result_then(
             run_id,

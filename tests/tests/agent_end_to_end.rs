@@ -9,8 +9,12 @@
 //! (Claude Code to an OpenAI-Chat upstream, through the launcher's in-process transport proxy):
 //! the run completes with the agent's answer; the journal (read from the journal service, and
 //! equal to what `WatchRun` streamed) holds the task as one EFFECT_REQUESTED and exactly one
-//! EFFECT_RESOLVED whose `result.json` carries `DONE`, plus one COST_TRACKED with the scripted
-//! usage; the universal agent events reached the `WatchRun` watcher live, with a tool call and
+//! EFFECT_RESOLVED whose `result.json` carries `DONE`, plus its usage: talking natively, one
+//! COST_TRACKED from the harness's report (`source: "harness"`); through the proxy, one
+//! COST_TRACKED per model request the scripted server answered (`source: "proxy"`, distinct
+//! idempotency keys, tokens adding up to the scripted usage, and `GetRunCost` and
+//! `RUN_COMPLETED`'s `costStats` equal to that sum — the harness's own total is not counted as
+//! well); the universal agent events reached the `WatchRun` watcher live, with a tool call and
 //! its result and zero `agent.unparsed`; and `out.txt` is in the project dir.
 //!
 //! The watch is opened before the worker starts: agent events are live only, so this is what
@@ -106,7 +110,24 @@ async fn agent_task(cli: RealCli, upstream: Protocol) {
         pb::RunStatus::Completed as i32,
         "{last:?}\n{ctx}"
     );
-    check_journal(&stack, &run_id, &watched, cli, upstream, &ctx).await;
+    let (effect, stored) = check_journal(&stack, &run_id, &watched, cli, upstream, &ctx).await;
+    if !cli.speaks(upstream) {
+        // Every model request the upstream answered went through the task's proxy.
+        let answered = scripted
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/chat/completions"))
+            .count();
+        let cost = c
+            .get_run_cost(pb::GetRunCostRequest {
+                run_id: run_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("GetRunCost")
+            .into_inner();
+        check_proxied_cost(&stored, &effect, answered, &cost, &ctx);
+    }
     let run = cluster::get_run(&mut c, &run_id).await;
     let output: Value = serde_json::from_slice(&run.output_json).unwrap_or_default();
     testing::check_done(&output["answer"], &ctx);
@@ -121,7 +142,7 @@ async fn agent_task(cli: RealCli, upstream: Protocol) {
 }
 
 /// The journal: as watched, one agent effect resolved once with `DONE`, its cost tracked, and
-/// its universal events relayed to the watcher.
+/// its universal events relayed to the watcher. Returns the effect's id and the journal.
 async fn check_journal(
     stack: &Stack,
     run_id: &str,
@@ -129,7 +150,7 @@ async fn check_journal(
     cli: RealCli,
     upstream: Protocol,
     ctx: &str,
-) {
+) -> (String, Vec<jpb::Event>) {
     let stored = cluster::journal_events(&stack.journal.ready, None, run_id).await;
     let key = |e: &jpb::Event| (e.seq, e.r#type.clone(), e.checksum.clone());
     assert_eq!(
@@ -156,20 +177,107 @@ async fn check_journal(
         "{}",
         result["metadata"]
     );
-    let cost = data(only(&stored, "COST_TRACKED"));
-    assert_eq!(cost["effectId"], effect.as_str(), "{cost}");
-    assert_eq!(cost["provider"], testing::SCRIPTED_PROVIDER, "{cost}");
-    assert_eq!(cost["model"], testing::SCRIPTED_MODEL, "{cost}");
-    assert!(
-        cost["inputTokens"].as_u64() > Some(0) && cost["outputTokens"].as_u64() > Some(0),
-        "{cost}"
-    );
+    let costs: Vec<Value> = stored
+        .iter()
+        .filter(|e| e.r#type == "COST_TRACKED")
+        .map(data)
+        .collect();
+    assert!(!costs.is_empty(), "usage journaled\n{ctx}");
+    for cost in &costs {
+        assert_eq!(cost["effectId"], effect.as_str(), "{cost}");
+        assert_eq!(cost["provider"], testing::SCRIPTED_PROVIDER, "{cost}");
+        assert_eq!(cost["model"], testing::SCRIPTED_MODEL, "{cost}");
+    }
+    if cli.speaks(upstream) {
+        // No proxy: the harness's own report, once.
+        assert_eq!(costs.len(), 1, "{costs:?}\n{ctx}");
+        let cost = &costs[0];
+        assert_eq!(cost["source"], "harness", "{cost}");
+        assert!(
+            cost["inputTokens"].as_u64() > Some(0) && cost["outputTokens"].as_u64() > Some(0),
+            "{cost}"
+        );
+    }
     assert_eq!(
         watched.agent.keys().collect::<Vec<_>>(),
         vec![&effect],
         "agent events only for the agent effect\n{ctx}"
     );
     testing::check_tool_turn_events(&watched.agent[&effect], &ctx);
+    (effect, stored)
+}
+
+/// The scripted server's usage of every reply it renders by default (`scripted/render.rs`).
+const SCRIPTED_INPUT: u64 = 100;
+const SCRIPTED_OUTPUT: u64 = 10;
+
+/// Through the task's proxy: one `COST_TRACKED` per model request the upstream `answered`, all
+/// from the proxy with distinct keys, adding up to the scripted usage — and the run's cost as
+/// `GetRunCost` and `RUN_COMPLETED`'s `costStats` report it is exactly that sum (the harness's
+/// own total is not counted on top).
+fn check_proxied_cost(
+    stored: &[jpb::Event],
+    effect: &str,
+    answered: usize,
+    cost: &pb::GetRunCostResponse,
+    ctx: &str,
+) {
+    let costs: Vec<Value> = stored
+        .iter()
+        .filter(|e| e.r#type == "COST_TRACKED")
+        .map(data)
+        .collect();
+    assert!(answered > 0, "the harness reached the upstream\n{ctx}");
+    assert_eq!(
+        costs.len(),
+        answered,
+        "one COST_TRACKED per model request: {costs:#?}\n{ctx}"
+    );
+    assert!(costs.iter().all(|c| c["source"] == "proxy"), "{costs:#?}");
+    let keys: std::collections::BTreeSet<&str> = costs
+        .iter()
+        .filter_map(|c| c["idempotencyKey"].as_str())
+        .collect();
+    assert_eq!(keys.len(), answered, "distinct keys: {costs:#?}");
+    assert!(
+        keys.iter().all(|k| k.starts_with(&format!("{effect}/1/"))),
+        "{keys:?}"
+    );
+    let sum = |field: &str| costs.iter().filter_map(|c| c[field].as_u64()).sum::<u64>();
+    let n = answered as u64;
+    let (input, output) = (sum("inputTokens"), sum("outputTokens"));
+    assert_eq!(
+        (input, output),
+        (n * SCRIPTED_INPUT, n * SCRIPTED_OUTPUT),
+        "{costs:#?}"
+    );
+    assert_eq!(
+        (sum("cacheReadTokens"), sum("cacheCreationTokens")),
+        (0, 0),
+        "{costs:#?}"
+    );
+    assert_eq!(cost.tokens, input + output, "GetRunCost: {cost:?}");
+    let task: Vec<_> = cost
+        .task_costs
+        .iter()
+        .map(|t| (t.effect_id.as_str(), t.input_tokens, t.output_tokens))
+        .collect();
+    assert_eq!(
+        task,
+        [(effect, input, output)],
+        "GetRunCost per task: {cost:?}"
+    );
+    let completed = data(only(stored, "RUN_COMPLETED"));
+    let stats = &completed["costStats"];
+    assert_eq!(stats["eventCount"].as_u64(), Some(n), "{stats}");
+    assert_eq!(
+        (
+            stats["totalInputTokens"].as_u64(),
+            stats["totalOutputTokens"].as_u64()
+        ),
+        (Some(input), Some(output)),
+        "{stats}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

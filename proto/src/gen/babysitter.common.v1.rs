@@ -68,9 +68,14 @@ pub struct TaskResult {
     /// result.json `metadata` as a UTF-8 JSON object.
     #[prost(bytes = "bytes", tag = "7")]
     pub metadata_json: ::prost::bytes::Bytes,
-    /// set when a model did the work.
+    /// set when a model did the work: the harness's own per-task total.
     #[prost(message, optional, tag = "8")]
     pub usage: ::core::option::Option<TaskUsage>,
+    /// One per model request, when the task's model traffic went through a transport proxy the
+    /// worker ran for it (in order). When any is set, these are journaled (one COST_TRACKED each,
+    /// source "proxy") and `usage` is not, so nothing is counted twice.
+    #[prost(message, repeated, tag = "9")]
+    pub requests: ::prost::alloc::vec::Vec<RequestUsage>,
     /// Exactly one must be set.
     #[prost(oneof = "task_result::Outcome", tags = "1, 2")]
     pub outcome: ::core::option::Option<task_result::Outcome>,
@@ -88,6 +93,43 @@ pub mod task_result {
         #[prost(message, tag = "2")]
         Error(super::TaskError),
     }
+}
+/// One model request a transport proxy made for a task, as the proxy measured it.
+#[allow(clippy::all)]
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RequestUsage {
+    /// the `x-request-id` the proxy answered the harness with (the harness's own, or one the proxy
+    /// minted); unique among one task's requests, 1 to 200 characters.
+    #[prost(string, tag = "1")]
+    pub request_id: ::prost::alloc::string::String,
+    /// provider name as routed, e.g. "anthropic", "openai", "scripted".
+    #[prost(string, tag = "2")]
+    pub provider: ::prost::alloc::string::String,
+    /// the model the proxy sent upstream.
+    #[prost(string, tag = "3")]
+    pub model: ::prost::alloc::string::String,
+    /// input tokens without prompt-cache reads and writes (canonical quantities).
+    #[prost(uint64, tag = "4")]
+    pub input_tokens: u64,
+    /// output tokens, reasoning included.
+    #[prost(uint64, tag = "5")]
+    pub output_tokens: u64,
+    /// prompt-cache tokens, counted once (not included in input_tokens).
+    #[prost(uint64, tag = "6")]
+    pub cache_read_tokens: u64,
+    #[prost(uint64, tag = "7")]
+    pub cache_write_tokens: u64,
+    /// from the worker's price table (the same one `TaskUsage.cost_usd` uses); 0 when the model
+    /// has no price. Finite and not negative.
+    #[prost(double, tag = "8")]
+    pub cost_usd: f64,
+    /// the request failed (refused, or its stream ended in an error); the token counts are what
+    /// the upstream had reported by then.
+    #[prost(bool, tag = "9")]
+    pub failed: bool,
+    /// from the proxy's decoding of the request to its last byte (or failure).
+    #[prost(uint64, tag = "10")]
+    pub duration_ms: u64,
 }
 /// An installed harness (coding-agent CLI) as a worker detected it.
 #[allow(clippy::all)]

@@ -1,7 +1,8 @@
 //! Committing an effect's result (babysitter's `commitEffectResult`, what `task:post` does):
 //! `tasks/<effectId>/result.json` (+ stdout/stderr logs) in the reference's exact format, then
 //! one `EFFECT_RESOLVED`. Failed shell effects are committed as `ok` with
-//! `{success:false, exitCode, stdout, stderr, error}` (the reference's F15).
+//! `{success:false, exitCode, stdout, stderr, error}` (the reference's F15). A task's model
+//! usage goes into the same append as its resolution, as [`TaskUsage::events`] says.
 
 use babysitter_journal::index::{EffectRecord, EffectStatus};
 use babysitter_journal::store::RunFile;
@@ -11,6 +12,10 @@ use serde_json::{Map, Value, json};
 
 use crate::pool::Arrived;
 use crate::{Engine, EngineError, identity, iso, views};
+
+mod usage;
+
+pub use usage::{RequestUsage, TaskUsage, Usage};
 
 /// A result to commit.
 #[derive(Debug, Clone)]
@@ -27,33 +32,6 @@ pub struct Commit {
     /// Run-relative refs to logs stored elsewhere (`--stdout-ref`); ignored when the text is given.
     pub stdout_ref: Option<String>,
     pub stderr_ref: Option<String>,
-}
-
-/// Model usage of a task, journaled as `COST_TRACKED` right after its resolution.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
-    pub provider: String,
-    pub model: String,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
-    pub cost_usd: f64,
-}
-
-impl Usage {
-    /// The `COST_TRACKED` event of effect `effect_id` of kind `kind` (babysitter's field names;
-    /// the effect index, `costStats` and `tokens:stats` read it back).
-    pub fn cost_tracked(&self, effect_id: &str, kind: Option<&str>) -> NewEvent {
-        let mut data = json!({"effectId": effect_id, "provider": self.provider, "model": self.model,
-               "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
-               "cacheReadTokens": self.cache_read_tokens, "cacheCreationTokens": self.cache_write_tokens,
-               "costUsd": self.cost_usd});
-        if let Some(k) = kind {
-            data["taskKind"] = json!(k);
-        }
-        NewEvent::new(EventType::CostTracked, data)
-    }
 }
 
 fn error_doc(e: &Value) -> Value {

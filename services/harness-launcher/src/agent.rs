@@ -78,6 +78,8 @@ pub struct Release {
 pub struct AgentDone {
     pub done: Done,
     pub usage: Option<cpb::TaskUsage>,
+    /// One per model request, when the task's in-process transport proxy carried its traffic.
+    pub requests: Vec<cpb::RequestUsage>,
     pub metadata: Value,
     /// Set when the harness was stopped by a rate limit or quota: `done` is its error, for
     /// when the task cannot be given back.
@@ -158,6 +160,7 @@ pub async fn run(
     let no_usage = |done| AgentDone {
         done,
         usage: None,
+        requests: Vec::new(),
         metadata: Value::Null,
         release: None,
     };
@@ -360,9 +363,10 @@ pub async fn run(
         process_span.record("exit_code", r.code);
     }
     drop(process_span);
-    if let Some(g) = routed.guard {
-        g.stop().await;
-    }
+    let requests = match routed.guard {
+        Some(g) => g.stop().await,
+        None => Vec::new(),
+    };
     let workspace_meta = prepared.finish().await;
     let (ran, mut parser) = match ran {
         Ok(r) => r,
@@ -473,6 +477,7 @@ pub async fn run(
             stderr: Some(ran.stderr),
         },
         usage: Some(usage),
+        requests: outcome::priced_requests(&settings.prices, &provider.name, requests),
         metadata: json!({"harness": h.name(), "harnessVersion": detected.version,
                          "provider": provider.name, "model": model, "reportedModel": out.model,
                          "viaProxy": via, "nativeSessionId": native, "exitCode": ran.code,

@@ -1,5 +1,6 @@
 //! From what the agent said to the task's value: the final text, or — when the task has an output
-//! schema — the JSON object in it, validated; and what the run cost (a price table per model).
+//! schema — the JSON object in it, validated; and what the run cost (a price table per model),
+//! in total and per model request.
 //!
 //! Why a small validator here instead of a full JSON-Schema engine: task output schemas are the
 //! SDK's plain shapes (types, properties, required, items, enums); the keywords below cover
@@ -7,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use babysitter_proto::common::v1 as cpb;
+use babysitter_transport_proxy::cost::RequestRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -231,6 +234,39 @@ pub fn cost_usd(prices: &BTreeMap<String, Price>, model: &str, tokens: Tokens) -
         + tokens.output as f64 * p.output / m
         + tokens.cache_read as f64 * p.cache_read / m
         + tokens.cache_write as f64 * p.cache_write / m
+}
+
+/// The in-process proxy's records of a task's model requests as the wire's per-request usage
+/// of provider `provider`, each priced like the task's total ([`cost_usd`], by the model the
+/// proxy sent upstream).
+pub fn priced_requests(
+    prices: &BTreeMap<String, Price>,
+    provider: &str,
+    records: Vec<RequestRecord>,
+) -> Vec<cpb::RequestUsage> {
+    records
+        .into_iter()
+        .map(|r| {
+            let tokens = Tokens {
+                input: r.usage.input.unwrap_or(0),
+                output: r.usage.output.unwrap_or(0),
+                cache_read: r.usage.cache_read.unwrap_or(0),
+                cache_write: r.usage.cache_write.unwrap_or(0),
+            };
+            cpb::RequestUsage {
+                cost_usd: cost_usd(prices, &r.model, tokens),
+                request_id: r.request_id,
+                provider: provider.to_owned(),
+                model: r.model,
+                input_tokens: tokens.input,
+                output_tokens: tokens.output,
+                cache_read_tokens: tokens.cache_read,
+                cache_write_tokens: tokens.cache_write,
+                failed: r.failed,
+                duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,12 +7,17 @@
 //! proxy crate as a library, on 127.0.0.1:0, with a per-task token, stopped when the task ends),
 //! or a remote one when configured. Keys are held as [`Secret`]s from the worker's environment
 //! and never reach logs or errors.
+//!
+//! The in-process proxy collects a record of every model request it carried
+//! ([`ProxyGuard::stop`] hands them over): the task's usage as the upstream reported it, request
+//! by request, which the orchestrator journals instead of the harness's own per-task total.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use babysitter_common::EnvMap;
 use babysitter_transport_proxy::config::{self as pcfg, ProxyConfig, Secret};
+use babysitter_transport_proxy::cost::{RequestLog, RequestRecord};
 use babysitter_transport_proxy::forward::Proxy;
 use babysitter_transport_proxy::protocol::Protocol;
 use serde::{Deserialize, Serialize};
@@ -146,19 +151,27 @@ pub enum RouteError {
     Proxy(String),
 }
 
+/// How long [`ProxyGuard::stop`] waits for requests still finishing (a stream's record is
+/// written just after its last byte; the harness has exited by then, so this is a bound, not a
+/// wait that normally happens).
+const RECORDS_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A running in-process proxy; stopped when dropped.
 #[derive(Debug)]
 pub struct ProxyGuard {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    requests: RequestLog,
 }
 
 impl ProxyGuard {
-    pub async fn stop(mut self) {
+    /// Stops the proxy; the records of the requests it carried, in the order they finished.
+    pub async fn stop(mut self) -> Vec<RequestRecord> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
         let _ = (&mut self.task).await;
+        self.requests.settle(RECORDS_GRACE).await
     }
 }
 
@@ -252,7 +265,8 @@ pub async fn route(
     let token = format!("bsp-{}", ulid::Ulid::generate());
     let mut config = ProxyConfig::with_routes(vec![pcfg::Route::new("task", up)]);
     config.proxy_token = Some(Secret::new(token.clone()));
-    let state: Arc<Proxy> = Proxy::new(config).map_err(|e| RouteError::Proxy(e.to_string()))?;
+    let (state, requests): (Arc<Proxy>, RequestLog) =
+        Proxy::collecting(config).map_err(|e| RouteError::Proxy(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| RouteError::Proxy(e.to_string()))?;
@@ -280,6 +294,7 @@ pub async fn route(
         guard: Some(ProxyGuard {
             stop: Some(tx),
             task,
+            requests,
         }),
     })
 }
@@ -345,6 +360,50 @@ mod tests {
         );
     }
 
+    /// The task's in-process proxy hands over one record per model request when stopped, each
+    /// priced from the worker's table by the model sent upstream.
+    #[tokio::test]
+    async fn the_in_process_proxy_returns_its_requests_priced_when_stopped() {
+        use babysitter_transport_proxy::scripted::{ScriptedServer, Turn};
+        let script = babysitter_transport_proxy::scripted::Script {
+            turns: vec![Turn::text_when_asked("hello", "hi")],
+        };
+        let scripted = ScriptedServer::start(([127, 0, 0, 1], 0).into(), Some(script), None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut p = provider(Protocol::OpenAiChat);
+        p.origin = scripted.url();
+        let r = route(HarnessKind::ClaudeCode, &p, "gpt-4o", None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let body = serde_json::json!({"model": "claude-x", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hello"}]});
+        for _ in 0..2 {
+            let status = post(&r.endpoint.origin, &r.endpoint.api_key, &body.to_string()).await;
+            assert_eq!(status.as_deref(), Some("HTTP/1.1 200 OK"));
+        }
+        let records = match r.guard {
+            Some(g) => g.stop().await,
+            None => panic!("no proxy"),
+        };
+        assert_eq!(records.len(), scripted.requests().len(), "{records:?}");
+        assert_eq!(records.len(), 2);
+        let priced =
+            crate::outcome::priced_requests(&crate::outcome::default_prices(), "p", records);
+        for u in &priced {
+            // The scripted server's default usage: 100 in, 10 out; gpt-4o at $2.5 / $10.
+            assert_eq!((u.provider.as_str(), u.model.as_str()), ("p", "gpt-4o"));
+            assert_eq!((u.input_tokens, u.output_tokens), (100, 10));
+            assert!(
+                (u.cost_usd - (100.0 * 2.5 + 10.0 * 10.0) / 1e6).abs() < 1e-12,
+                "{u:?}"
+            );
+            assert!(!u.failed && u.request_id.starts_with("req_"), "{u:?}");
+        }
+        assert_ne!(priced[0].request_id, priced[1].request_id);
+        scripted.stop().await;
+    }
+
     #[tokio::test]
     async fn azure_goes_through_the_proxy_even_when_the_protocol_matches() {
         let mut p = provider(Protocol::OpenAiResponses);
@@ -391,6 +450,28 @@ mod tests {
         assert_eq!(r.endpoint.protocol, Protocol::Gemini);
         assert_eq!(r.endpoint.origin, "http://127.0.0.1:7777");
         assert_eq!(r.endpoint.api_key, "remote-token");
+    }
+
+    /// A plain HTTP/1.1 POST of an Anthropic Messages body: status line or None.
+    async fn post(origin: &str, key: &str, body: &str) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = origin.strip_prefix("http://")?;
+        let mut s = tokio::net::TcpStream::connect(host).await.ok()?;
+        s.write_all(
+            format!(
+                "POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nx-api-key: {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        String::from_utf8_lossy(&buf)
+            .lines()
+            .next()
+            .map(str::to_owned)
     }
 
     /// A plain HTTP/1.1 GET over a TCP socket: status line or None.

@@ -144,6 +144,7 @@ pub struct Worker {
 struct Executed {
     done: Done,
     usage: Option<cpb::TaskUsage>,
+    requests: Vec<cpb::RequestUsage>,
     metadata: Value,
     /// Give the task back instead of completing it (see [`agent::Release`]).
     release: Option<agent::Release>,
@@ -154,6 +155,7 @@ impl From<Done> for Executed {
         Self {
             done,
             usage: None,
+            requests: Vec::new(),
             metadata: Value::Null,
             release: None,
         }
@@ -683,6 +685,7 @@ impl Worker {
         Executed {
             done: r.done,
             usage: r.usage,
+            requests: r.requests,
             metadata: r.metadata,
             release: r.release,
         }

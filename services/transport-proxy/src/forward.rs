@@ -22,7 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::canonical::Usage;
 use crate::checks::{estimate_tokens, validate_pairing};
 use crate::config::{ProxyConfig, Route};
-use crate::cost::{CostContext, CostSink};
+use crate::cost::{CostContext, CostSink, InFlight, RequestLog, RequestRecord};
 use crate::error::{ErrorKind, ProxyError};
 use crate::metrics::RouteStats;
 use crate::pipeline::{Output, StreamOutcome, spawn_stream};
@@ -65,12 +65,20 @@ pub struct Proxy {
     started: tokio::time::Instant,
 }
 
-/// Per-request accounting: route stats and, for babysitter-keyed requests, a cost record.
+/// Per-request accounting: route stats, and a cost record for babysitter-keyed requests (and
+/// for every request when the sink collects).
 #[derive(Debug, Clone)]
 struct Accounting {
     stats: Arc<RouteStats>,
-    cost: Option<(CostSink, CostContext, String, String)>,
+    sink: CostSink,
+    ctx: Option<CostContext>,
+    request_id: String,
+    route: String,
+    model: String,
     started: tokio::time::Instant,
+    /// Counts the request in flight in a collecting sink until the last clone is dropped
+    /// (after [`Accounting::done`]).
+    _in_flight: Option<Arc<InFlight>>,
 }
 
 impl Accounting {
@@ -80,8 +88,16 @@ impl Accounting {
             Some(class) => self.stats.fail(class, usage, elapsed),
             None => self.stats.finish(usage, false, elapsed),
         }
-        if let Some((sink, ctx, route, model)) = &self.cost {
-            sink.record(ctx, route, model, usage, failure.is_some());
+        if self.ctx.is_some() || self.sink.collects() {
+            let record = RequestRecord {
+                request_id: self.request_id.clone(),
+                route: self.route.clone(),
+                model: self.model.clone(),
+                usage: *usage,
+                failed: failure.is_some(),
+                duration: elapsed,
+            };
+            self.sink.finish(self.ctx.as_ref(), record);
         }
     }
 }
@@ -94,6 +110,8 @@ pub struct Inbound {
     pub headers: HeaderMap,
     pub query: Option<String>,
     pub url: UrlFacts,
+    /// The `x-request-id` the answer carries (the client's, or one the front minted).
+    pub request_id: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +126,19 @@ pub enum BuildError {
 impl Proxy {
     /// Builds the clients (one per route, for its connect timeout) and opens the store.
     pub fn new(config: ProxyConfig) -> Result<Arc<Self>, BuildError> {
+        Self::build(config).map(Arc::new)
+    }
+
+    /// [`Proxy::new`] whose cost sink also collects a record of every finished generate
+    /// request, for the owner to take from the returned log (the launcher's per-task proxy).
+    pub fn collecting(config: ProxyConfig) -> Result<(Arc<Self>, RequestLog), BuildError> {
+        let mut proxy = Self::build(config)?;
+        let (sink, log) = std::mem::take(&mut proxy.cost).collecting();
+        proxy.cost = sink;
+        Ok((Arc::new(proxy), log))
+    }
+
+    fn build(config: ProxyConfig) -> Result<Self, BuildError> {
         let store = match &config.data_dir {
             Some(dir) => SignatureStore::open(
                 dir,
@@ -139,7 +170,7 @@ impl Proxy {
         let revision = proxy.config.routes_revision.max(1);
         *proxy.table.write().unwrap_or_else(|p| p.into_inner()) =
             Arc::new(RouteTable { revision, routes });
-        Ok(Arc::new(proxy))
+        Ok(proxy)
     }
 
     /// A route with its own client (for its connect timeout) and its stats by name.
@@ -234,9 +265,13 @@ impl Proxy {
         let model = up.model.clone().unwrap_or_else(|| canon.model.clone());
         let acct = Accounting {
             stats: rt.stats.clone(),
-            cost: CostContext::from_headers(&inb.headers)
-                .map(|ctx| (self.cost.clone(), ctx, rt.route.name.clone(), model.clone())),
+            sink: self.cost.clone(),
+            ctx: CostContext::from_headers(&inb.headers),
+            request_id: inb.request_id.clone(),
+            route: rt.route.name.clone(),
+            model: model.clone(),
             started,
+            _in_flight: self.cost.begin(),
         };
         let fail = |e: ProxyError| {
             acct.done(&Usage::default(), Some(e.class()));

@@ -169,7 +169,7 @@ async fn passthrough(
     let id = request_id(&headers);
     let span = request_span(front, "passthrough", &headers);
     let result = async {
-        let inb = read(&st, front, UrlFacts::default(), query, headers, body).await?;
+        let inb = read(&st, front, UrlFacts::default(), query, headers, body, &id).await?;
         st.passthrough(method, &rest, inb).await
     }
     .instrument(span)
@@ -223,6 +223,7 @@ async fn read(
     query: Option<String>,
     headers: HeaderMap,
     body: Body,
+    id: &HeaderValue,
 ) -> Result<Inbound, ProxyError> {
     authorize(st, &headers, query.as_deref())?;
     let limit = st.config.max_body_bytes;
@@ -235,6 +236,8 @@ async fn read(
         headers,
         query,
         url,
+        // Visible ASCII by construction (`request_id`).
+        request_id: id.to_str().unwrap_or_default().to_owned(),
     })
 }
 
@@ -249,7 +252,7 @@ async fn generate(
     let id = request_id(&headers);
     let span = request_span(front, "generate", &headers);
     let result = async {
-        let inb = read(&st, front, url, query, headers, body).await?;
+        let inb = read(&st, front, url, query, headers, body, &id).await?;
         st.generate(inb).await
     }
     .instrument(span)
@@ -291,7 +294,7 @@ async fn count(
     let id = request_id(&headers);
     let span = request_span(front, "count_tokens", &headers);
     let result = async {
-        let inb = read(&st, front, url, query, headers, body).await?;
+        let inb = read(&st, front, url, query, headers, body, &id).await?;
         st.count_tokens(inb).await
     }
     .instrument(span)
@@ -302,22 +305,34 @@ async fn count(
     }
 }
 
-fn fail(protocol: Protocol, error: ProxyError, id: Option<HeaderValue>) -> Response {
+fn fail(protocol: Protocol, error: ProxyError, id: HeaderValue) -> Response {
     with_request_id(ProtocolError { protocol, error }.into_response(), id)
 }
 
-/// The client's `x-request-id`, kept before the headers move into the request.
-fn request_id(headers: &HeaderMap) -> Option<HeaderValue> {
-    headers.get("x-request-id").cloned()
+/// Longest client `x-request-id` echoed; a longer one is replaced by a minted id.
+const MAX_REQUEST_ID: usize = 128;
+
+/// The request's id, decided before the headers move into the request: the client's
+/// `x-request-id` when it is 1 to [`MAX_REQUEST_ID`] visible ASCII characters, else a minted
+/// `req_<ulid>`. Cost records carry the same id the answer does.
+fn request_id(headers: &HeaderMap) -> HeaderValue {
+    headers
+        .get("x-request-id")
+        .filter(|v| {
+            let b = v.as_bytes();
+            !b.is_empty() && b.len() <= MAX_REQUEST_ID && b.iter().all(|c| c.is_ascii_graphic())
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&format!("req_{}", ulid::Ulid::generate()))
+                .unwrap_or_else(|_| HeaderValue::from_static("req_unknown"))
+        })
 }
 
-/// Echoes the client's request id, or mints one.
-fn with_request_id(mut resp: Response, id: Option<HeaderValue>) -> Response {
-    let id = id.or_else(|| HeaderValue::from_str(&format!("req_{}", ulid::Ulid::generate())).ok());
-    if let Some(id) = id {
-        resp.headers_mut().insert("x-request-id", id.clone());
-        resp.headers_mut().insert("request-id", id);
-    }
+/// The answer with the request's id (`x-request-id` and `request-id`).
+fn with_request_id(mut resp: Response, id: HeaderValue) -> Response {
+    resp.headers_mut().insert("x-request-id", id.clone());
+    resp.headers_mut().insert("request-id", id);
     resp
 }
 

@@ -406,6 +406,7 @@ impl RunClient for Remote {
                 .map(|m| m.to_string().into_bytes().into())
                 .unwrap_or_default(),
             usage: None,
+            requests: Vec::new(),
         };
         self.client()
             .post_task_result(pb::PostTaskResultRequest {

@@ -171,6 +171,7 @@ fn completion(
     let Executed {
         done,
         usage,
+        requests,
         metadata,
         release: _,
     } = executed;
@@ -204,6 +205,7 @@ fn completion(
                 Bytes::from(serde_json::to_vec(&metadata).unwrap_or_default())
             },
             usage,
+            requests,
         }),
         next_max_tasks: u32::from(take_next),
         next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),

@@ -3,9 +3,10 @@
 //!
 //! Why the spent amount is always recomputed from the journal's effect index and never kept as
 //! a running total: the index is rebuilt from the journal on every start, so a restart (or a
-//! standby taking over) loses nothing and counts nothing twice; usage arrives once per task in
-//! the `COST_TRACKED` event journaled with its result (the worker's report, which already
-//! includes what its model calls through the proxy cost).
+//! standby taking over) loses nothing and counts nothing twice; usage arrives with a task's
+//! result, journaled in the same append as `COST_TRACKED` events — the harness's per-task total,
+//! or instead one per model request when the task's transport proxy measured them
+//! (`engine::commit::TaskUsage::events`) — and the index adds up every one of an effect.
 //!
 //! A budget is given at `CreateRun` (`budget`), merged over the namespace's default from config
 //! (`runs.budgets.<namespace>`, then `runs.budgets.default`), and stored in `run.json`

@@ -18,7 +18,9 @@ use tonic::{Request, Status};
 
 use super::ServiceError;
 use super::queue::QueueError;
-use super::runs::{AgentEvent, AgentEventSource, RunManager, TaskOutcome, Usage};
+use super::runs::{
+    AgentEvent, AgentEventSource, RequestUsage, RunManager, TaskOutcome, TaskUsage, Usage,
+};
 use crate::engine::EngineError;
 
 pub use run_api::RunApi;
@@ -282,19 +284,74 @@ fn outcome_of(r: Option<cpb::TaskResult>) -> Result<TaskOutcome, Status> {
         started_at: r.started_at.as_ref().and_then(iso_of),
         finished_at: r.finished_at.as_ref().and_then(iso_of),
         metadata,
-        usage: r.usage.map(usage_of),
+        usage: task_usage_of(r.usage, r.requests)?,
+        attempt: None,
     })
 }
 
-/// A task's model usage off the wire (what a worker, or `babysitter run`'s own launcher, reports).
-pub fn usage_of(u: cpb::TaskUsage) -> Usage {
-    Usage {
-        provider: u.provider,
-        model: u.model,
-        input_tokens: u.input_tokens,
-        output_tokens: u.output_tokens,
-        cache_read_tokens: u.cache_read_tokens,
-        cache_write_tokens: u.cache_write_tokens,
-        cost_usd: u.cost_usd,
+/// Longest request id a task's per-request usage may carry (it goes into journal keys).
+pub const MAX_REQUEST_ID: usize = 200;
+
+/// A task's model usage off the wire (what a worker, or `babysitter run`'s own launcher,
+/// reports): the harness's total and the proxy's per-request records, checked — each request id
+/// 1 to [`MAX_REQUEST_ID`] characters and distinct within the task (they key the journaled
+/// events), every cost finite and not negative.
+pub fn task_usage_of(
+    total: Option<cpb::TaskUsage>,
+    requests: Vec<cpb::RequestUsage>,
+) -> Result<TaskUsage, ServiceError> {
+    let cost = |what: &'static str, c: f64| {
+        if c.is_finite() && c >= 0.0 {
+            Ok(c)
+        } else {
+            Err(ServiceError::invalid(
+                what,
+                "must be a finite, non-negative number",
+            ))
+        }
+    };
+    let total = match total {
+        Some(u) => Some(Usage {
+            cost_usd: cost("result.usage.cost_usd", u.cost_usd)?,
+            provider: u.provider,
+            model: u.model,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+        }),
+        None => None,
+    };
+    let mut seen = std::collections::HashSet::with_capacity(requests.len());
+    let mut out = Vec::with_capacity(requests.len());
+    for r in requests {
+        if r.request_id.is_empty() || r.request_id.chars().count() > MAX_REQUEST_ID {
+            return Err(ServiceError::invalid(
+                "result.requests.request_id",
+                format!("must be 1 to {MAX_REQUEST_ID} characters"),
+            ));
+        }
+        if !seen.insert(r.request_id.clone()) {
+            return Err(ServiceError::invalid(
+                "result.requests.request_id",
+                format!("`{}` is given twice", r.request_id),
+            ));
+        }
+        out.push(RequestUsage {
+            cost_usd: cost("result.requests.cost_usd", r.cost_usd)?,
+            request_id: r.request_id,
+            provider: r.provider,
+            model: r.model,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cache_read_tokens: r.cache_read_tokens,
+            cache_write_tokens: r.cache_write_tokens,
+            failed: r.failed,
+            duration_ms: r.duration_ms,
+        });
     }
+    Ok(TaskUsage {
+        total,
+        requests: out,
+    })
 }

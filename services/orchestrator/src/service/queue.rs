@@ -276,6 +276,11 @@ impl metrics::Live for LiveQueue {
     }
 }
 
+/// The attempt a lease id names (`<incarnation>:<run>:<effect>:<attempt>:<nonce>`).
+pub fn lease_attempt(lease_id: &str) -> Option<u32> {
+    lease_id.rsplit(':').nth(1)?.parse().ok()
+}
+
 fn lease_parts(lease_id: &str) -> Option<(&str, &str, &str)> {
     let (incarnation, rest) = lease_id.split_once(':')?;
     let mut it = rest.rsplitn(4, ':');

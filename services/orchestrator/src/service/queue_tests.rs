@@ -54,6 +54,7 @@ async fn lease_complete_and_idempotent_repeat() {
     assert_eq!(got[0].attempt, 1);
     let lease = got[0].lease_id.clone();
     assert!(lease.starts_with("INC1:r1:e1:1:"), "{lease}");
+    assert_eq!(lease_attempt(&lease), Some(1));
     assert!(matches!(
         q.begin_completion(&w, &lease, "e1").unwrap(),
         Completion::Proceed(_)
@@ -83,6 +84,7 @@ async fn expired_lease_goes_back_with_backoff_and_its_completion_is_refused() {
         .unwrap()
         .remove(0);
     assert_eq!(second.attempt, 2);
+    assert_eq!(lease_attempt(&second.lease_id), Some(2));
     let err = q.begin_completion(&w1, &first.lease_id, "e1").unwrap_err();
     assert!(matches!(err, QueueError::LeaseLost { .. }), "{err:?}");
     assert!(matches!(

@@ -52,7 +52,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
-pub use resolve::{Decision, TaskOutcome, Usage};
+pub use resolve::{Decision, RequestUsage, TaskOutcome, TaskUsage, Usage};
 pub use spend::{RunCost, TaskCost};
 pub use tasks::{LogHead, TaskDetail, TaskInfo, TaskState};
 pub use watch::{RunWatch, WatchUpdate};

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{RunManager, RunStatus, RunSummary, lock};
 use crate::engine::commit::Commit;
-pub use crate::engine::commit::Usage;
+pub use crate::engine::commit::{RequestUsage, TaskUsage, Usage};
 use crate::engine::lifecycle;
 use crate::service::queue::{Completion, GaveUp};
 use crate::service::{Result, ServiceError};
@@ -30,7 +30,10 @@ pub struct TaskOutcome {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub metadata: Option<Value>,
-    pub usage: Option<Usage>,
+    /// The model usage reported with it, journaled as [`TaskUsage::events`] says.
+    pub usage: TaskUsage,
+    /// The lease's attempt, for a worker's completion (its per-request usage is keyed by it).
+    pub attempt: Option<u32>,
 }
 
 /// A breakpoint decision.
@@ -138,12 +141,9 @@ impl RunManager {
         let stderr = self
             .spill_log(run_id, "stderr", o.stderr, &mut metadata)
             .await?;
-        // The usage is journaled in the same append as the resolution.
-        let usage: Vec<NewEvent> = o
-            .usage
-            .map(|u| u.cost_tracked(effect_id, record.kind.as_deref()))
-            .into_iter()
-            .collect();
+        // The usage is journaled in the same append as the resolution: a repeated completion
+        // finds the effect resolved and journals nothing.
+        let usage: Vec<NewEvent> = o.usage.events(effect_id, record.kind.as_deref(), o.attempt);
         let commit = Commit {
             effect_id: effect_id.to_owned(),
             outcome,
@@ -242,9 +242,10 @@ impl RunManager {
         worker_id: &str,
         lease_id: &str,
         effect_id: &str,
-        outcome: TaskOutcome,
+        mut outcome: TaskOutcome,
         iterate_inline: bool,
     ) -> Result<bool> {
+        outcome.attempt = crate::service::queue::lease_attempt(lease_id);
         let spec = match self
             .inner
             .queue
