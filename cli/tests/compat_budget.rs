@@ -96,3 +96,46 @@ fn a_client_driven_run_fails_at_its_limit() {
 fn a_client_driven_run_fails_at_its_limit_remote() {
     a_client_driven_run_fails_at_its_limit_in(&Sandbox::new().remote());
 }
+
+/// `tokens:stats <runId> --usage`: the run's model usage per run and per task, summed from its
+/// `COST_TRACKED` events by the rule `GetRunCost` uses, with its budget.
+#[test]
+fn tokens_stats_usage_answers_per_run_and_per_task() {
+    let s = Sandbox::new();
+    create(&s, "u-1", "cost=5").ok();
+    let it = s.iterate("u-1");
+    let effect = it["nextActions"][0]["effectId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (model, input, output, cost) in [("m-a", 100, 10, 0.25), ("m-a", 50, 5, 0.5)] {
+        append_event(
+            &s.run_dir("u-1"),
+            "COST_TRACKED",
+            "2026-12-06T10:00:00.000Z",
+            serde_json::json!({"model": model, "inputTokens": input, "outputTokens": output,
+                               "effectId": effect, "costUsd": cost, "source": "proxy"}),
+        );
+    }
+    let v = s
+        .cmd(&["tokens:stats", "u-1", "--usage", "--json"])
+        .ok()
+        .json();
+    assert_eq!(v["runId"], "u-1");
+    assert_eq!(
+        (v["inputTokens"].as_u64(), v["outputTokens"].as_u64()),
+        (Some(150), Some(15))
+    );
+    assert_eq!(v["costUsd"].as_f64(), Some(0.75));
+    assert_eq!(v["budget"]["max-cost-usd"].as_f64(), Some(5.0), "{v}");
+    let tasks = v["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{v}");
+    assert_eq!(tasks[0]["effectId"], effect.as_str());
+    assert_eq!(tasks[0]["kind"], "shell");
+    assert_eq!(tasks[0]["inputTokens"].as_u64(), Some(150));
+    let table = s.cmd(&["tokens:stats", "u-1", "--usage"]).ok();
+    assert!(table.stdout.contains("150 in, 15 out"), "{}", table.stdout);
+    // Without --usage the reference's compression statistics, unchanged.
+    let v = s.cmd(&["tokens:stats", "u-1", "--json"]).ok().json();
+    assert_eq!(v["eventCount"], 0);
+}

@@ -3,7 +3,7 @@
 
 mod compat_support;
 
-use compat_support::{Sandbox, keys, read_json};
+use compat_support::{Sandbox, append_event, keys, read_json};
 use serde_json::json;
 
 #[test]
@@ -231,29 +231,6 @@ fn compat_compression_toggle_set_reset_edit_the_project_file() {
 }
 
 /// Appends a 6.0.0 event to a run's journal (next sequence, checksum as the spec's §2.2).
-fn append_event(run_dir: &std::path::Path, kind: &str, recorded_at: &str, data: serde_json::Value) {
-    use sha2::Digest as _;
-    let journal = run_dir.join("journal");
-    let last = std::fs::read_dir(&journal)
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().into_string().ok())
-        .filter_map(|n| n.split('.').next()?.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
-    let seq = last + 1;
-    let mut body =
-        json!({"type": kind, "recordedAt": recorded_at, "data": data, "sdkVersion": "6.0.0"});
-    let payload = serde_json::to_string_pretty(&body).unwrap() + "\n";
-    body["checksum"] = json!(hex::encode(sha2::Sha256::digest(payload.as_bytes())));
-    // A ULID after every real one (the journal checks their order).
-    let name = format!("{seq:06}.7ZTEST{seq:020}.json");
-    std::fs::write(
-        journal.join(name),
-        serde_json::to_string_pretty(&body).unwrap() + "\n",
-    )
-    .unwrap();
-}
-
 fn compression_event(
     layer: serde_json::Value,
     original: u64,

@@ -143,6 +143,8 @@ const BOOLEAN_FLAGS: &[&str] = &[
     "--global",
     "--all",
     "--tui",
+    // babysitter-rs: `tokens:stats <runId> --usage`.
+    "--usage",
 ];
 
 /// A parse error: the reference throws a plain `Error` with this message.

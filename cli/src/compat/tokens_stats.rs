@@ -4,6 +4,10 @@
 //! summed per run and per layer. (Cost and token *usage* from `COST_TRACKED` is the reference's
 //! `cost:stats`, which moved to the harness CLI.)
 //!
+//! Addition (babysitter-rs): `tokens:stats <runId> --usage [--json]` answers a run's model
+//! usage instead, per run and per task, from its `COST_TRACKED` events as the effect index adds
+//! them up (the rule `GetRunCost` uses), with the run's budget when it has one.
+//!
 //! Difference: the journal is read through the journal (sequence order, checksums verified)
 //! instead of parsing each file and skipping what does not parse: a damaged run is an error
 //! naming it for `<runId>`, and left out with a note on stderr for `--all`.
@@ -17,6 +21,8 @@ use crate::compat::cli::Cli;
 use crate::compat::output::{self, Style, locale_number};
 use crate::compat::paths;
 use crate::compat::run_dir::Run;
+use babysitter_orchestrator::service::budget::BUDGET_KEY;
+use babysitter_orchestrator::service::runs::{TaskCost, task_costs};
 
 #[derive(Default, Clone, Copy)]
 struct Totals {
@@ -241,6 +247,65 @@ fn aggregate_table(runs: &[RunStats], all: &Totals, st: &Style) -> String {
     out.join("\n")
 }
 
+/// `tokens:stats <runId> --usage`: the run's model usage, per run and per task.
+async fn usage(run_id: &str, dir: &Path) -> Result<Value, String> {
+    let run = Run::open(dir)?;
+    let budget = run
+        .metadata()
+        .ok()
+        .and_then(|m| m.get(BUDGET_KEY).cloned())
+        .unwrap_or(Value::Null);
+    let tasks = run
+        .inspect(|_, idx| task_costs(idx))
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let sum = |f: fn(&TaskCost) -> u64| tasks.iter().map(f).sum::<u64>();
+    let cost: f64 = tasks.iter().map(|t| t.cost_usd).sum();
+    Ok(json!({
+        "runId": run_id,
+        "inputTokens": sum(|t| t.input_tokens),
+        "outputTokens": sum(|t| t.output_tokens),
+        "cacheReadTokens": sum(|t| t.cache_read_tokens),
+        "cacheWriteTokens": sum(|t| t.cache_write_tokens),
+        "costUsd": cost,
+        "budget": budget,
+        "tasks": tasks.iter().map(|t| json!({
+            "effectId": t.effect_id, "kind": t.kind, "label": t.label, "model": t.model,
+            "inputTokens": t.input_tokens, "outputTokens": t.output_tokens,
+            "cacheReadTokens": t.cache_read_tokens, "cacheWriteTokens": t.cache_write_tokens,
+            "costUsd": t.cost_usd,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn usage_table(v: &Value) -> String {
+    let n = |x: &Value| locale_number(x.as_f64().unwrap_or(0.0));
+    let mut out = vec![
+        format!("Run: {}", v["runId"].as_str().unwrap_or_default()),
+        format!(
+            "  Tokens: {} in, {} out, {} cache read, {} cache write; cost ${:.4}",
+            n(&v["inputTokens"]),
+            n(&v["outputTokens"]),
+            n(&v["cacheReadTokens"]),
+            n(&v["cacheWriteTokens"]),
+            v["costUsd"].as_f64().unwrap_or(0.0)
+        ),
+    ];
+    for t in v["tasks"].as_array().into_iter().flatten() {
+        out.push(format!(
+            "  {} {} {}: {} in, {} out, ${:.4}",
+            t["effectId"].as_str().unwrap_or_default(),
+            t["kind"].as_str().unwrap_or_default(),
+            t["model"].as_str().unwrap_or_default(),
+            n(&t["inputTokens"]),
+            n(&t["outputTokens"]),
+            t["costUsd"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    out.push(String::new());
+    out.join("\n")
+}
+
 /// `tokens:stats`.
 pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
     let a = &cli.args;
@@ -312,6 +377,19 @@ pub async fn run(cli: &Cli<'_>) -> anyhow::Result<u8> {
             "Run not found: {run_id} (looked in {})",
             looked.join(", ")
         )));
+    }
+    if a.flag("--usage") {
+        return Ok(match usage(run_id, &dir).await {
+            Ok(v) if a.json() => {
+                output::line(&output::pretty(&v));
+                0
+            }
+            Ok(v) => {
+                output::line(&usage_table(&v));
+                0
+            }
+            Err(e) => report(format!("cannot read run {run_id}: {e}")),
+        });
     }
     // A run directory without a journal has no events (as the reference).
     let stats = if dir.join("journal").is_dir() {

@@ -487,3 +487,31 @@ pub fn reference_cli() -> Option<PathBuf> {
     skip::skip::<()>(reason);
     None
 }
+
+/// Appends a checksummed event to a run's journal directly (as another writer would).
+pub fn append_event(
+    run_dir: &std::path::Path,
+    kind: &str,
+    recorded_at: &str,
+    data: serde_json::Value,
+) {
+    use sha2::Digest as _;
+    let journal = run_dir.join("journal");
+    let last = std::fs::read_dir(&journal)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter_map(|n| n.split('.').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let seq = last + 1;
+    let mut body = serde_json::json!({"type": kind, "recordedAt": recorded_at, "data": data, "sdkVersion": "6.0.0"});
+    let payload = serde_json::to_string_pretty(&body).unwrap() + "\n";
+    body["checksum"] = serde_json::json!(hex::encode(sha2::Sha256::digest(payload.as_bytes())));
+    // A ULID after every real one (the journal checks their order).
+    let name = format!("{seq:06}.7ZTEST{seq:020}.json");
+    std::fs::write(
+        journal.join(name),
+        serde_json::to_string_pretty(&body).unwrap() + "\n",
+    )
+    .unwrap();
+}

@@ -53,7 +53,7 @@ use tracing::Instrument as _;
 
 pub use agents::{AgentBatch, AgentEvent, AgentEventSource};
 pub use resolve::{Decision, RequestUsage, TaskOutcome, TaskUsage, Usage};
-pub use spend::{RunCost, TaskCost};
+pub use spend::{RunCost, TaskCost, task_costs};
 pub use tasks::{LogHead, TaskDetail, TaskInfo, TaskState};
 pub use watch::{RunWatch, WatchUpdate};
 

@@ -49,7 +49,9 @@ pub struct TaskCost {
     pub cost_usd: f64,
 }
 
-fn task_costs(index: &EffectIndex) -> Vec<TaskCost> {
+/// Each task's model usage as its `COST_TRACKED` events add up in the effect index (what
+/// `GetRunCost` and `tokens:stats --usage` answer per task).
+pub fn task_costs(index: &EffectIndex) -> Vec<TaskCost> {
     let n = |v: Option<f64>| v.unwrap_or(0.0).max(0.0) as u64;
     index
         .effects
