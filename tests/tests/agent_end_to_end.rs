@@ -161,14 +161,9 @@ async fn check_journal(
     let requested = data(only(&stored, "EFFECT_REQUESTED"));
     let effect = requested["effectId"].as_str().expect("effectId").to_owned();
     assert_eq!(requested["kind"], "agent", "{requested}\n{ctx}");
-    let resolved = data(only(&stored, "EFFECT_RESOLVED"));
+    let (resolved, result) = agent_stack::resolution(stack, run_id).await;
     assert_eq!(resolved["effectId"], effect.as_str(), "{resolved}");
     assert_eq!(resolved["status"], "ok", "{resolved}\n{ctx}");
-    let result_ref = resolved["resultRef"].as_str().expect("resultRef");
-    let result: Value = serde_json::from_slice(
-        &cluster::journal_file(&stack.journal.ready, None, run_id, result_ref).await,
-    )
-    .expect("result.json is JSON");
     let ctx = format!("{ctx}\nresult.json: {result}");
     testing::check_done(&result["value"], &ctx);
     assert_eq!(

@@ -266,20 +266,8 @@ async fn resumes_after_worker_death(cli: RealCli) {
     let ledger = std::fs::read_to_string(&ledger).unwrap_or_default();
     assert_eq!(ledger.lines().count(), 1, "ledger: {ledger:?}\n{ctx}");
     // One resolution, by the second attempt, which says what it resumed.
-    let stored = cluster::journal_events(&stack.journal.ready, None, &run_id).await;
-    let resolved = agent_stack::only(&stored, "EFFECT_RESOLVED");
-    let resolved = data(resolved);
+    let (resolved, result) = agent_stack::resolution(&stack, &run_id).await;
     assert_eq!(resolved["status"], "ok", "{resolved}\n{ctx}");
-    let result: Value = serde_json::from_slice(
-        &cluster::journal_file(
-            &stack.journal.ready,
-            None,
-            &run_id,
-            resolved["resultRef"].as_str().expect("resultRef"),
-        )
-        .await,
-    )
-    .expect("result.json");
     assert_eq!(result["value"], "RESUMED", "{result}");
     let from = &result["metadata"]["session"]["resumed"];
     assert_eq!(from["attempt"], 1, "{result}");
@@ -451,19 +439,8 @@ async fn a_harness_stopped_by_a_quota_window_resumes_after_it() {
     }
     let ledger = std::fs::read_to_string(&ledger).unwrap_or_default();
     assert_eq!(ledger.lines().count(), 1, "ledger: {ledger:?}\n{ctx}");
-    let stored = cluster::journal_events(&stack.journal.ready, None, &run_id).await;
-    let resolved = data(agent_stack::only(&stored, "EFFECT_RESOLVED"));
+    let (resolved, result) = agent_stack::resolution(&stack, &run_id).await;
     assert_eq!(resolved["status"], "ok", "{resolved}\n{ctx}");
-    let result: Value = serde_json::from_slice(
-        &cluster::journal_file(
-            &stack.journal.ready,
-            None,
-            &run_id,
-            resolved["resultRef"].as_str().expect("resultRef"),
-        )
-        .await,
-    )
-    .expect("result.json");
     assert_eq!(result["value"], "RESUMED", "{result}");
     assert_eq!(
         result["metadata"]["session"]["resumed"]["attempt"], 1,

@@ -137,3 +137,19 @@ pub fn only<'a>(events: &'a [jpb::Event], ty: &str) -> &'a jpb::Event {
     assert_eq!(found.len(), 1, "exactly one {ty}: {types:?}");
     found[0]
 }
+
+/// The run's single `EFFECT_RESOLVED` (its data) and the `result.json` it names, read from the
+/// journal service.
+pub async fn resolution(stack: &Stack, run_id: &str) -> (serde_json::Value, serde_json::Value) {
+    let stored = cluster::journal_events(&stack.journal.ready, None, run_id).await;
+    let resolved = cluster::data(only(&stored, "EFFECT_RESOLVED"));
+    let result_ref = resolved["resultRef"]
+        .as_str()
+        .expect("resultRef")
+        .to_owned();
+    let result = serde_json::from_slice(
+        &cluster::journal_file(&stack.journal.ready, None, run_id, &result_ref).await,
+    )
+    .expect("result.json is JSON");
+    (resolved, result)
+}
