@@ -244,6 +244,20 @@ impl JournalError {
     }
 
     /// True for errors that say the stored journal itself is damaged.
+    /// Where a corruption was found (the event's seq when known), for readers that show how
+    /// far a journal verifies (the dashboard's raw journal view).
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            Self::Corrupt { at, .. }
+            | Self::ChecksumMismatch { at, .. }
+            | Self::SequenceGap { at, .. }
+            | Self::UlidOrder { at, .. }
+            | Self::HashChain { at, .. }
+            | Self::Replay { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+
     pub fn is_corruption(&self) -> bool {
         matches!(
             self,

@@ -1,0 +1,145 @@
+//! babysitter-dashboard: the web dashboard — does any run need me right now?
+//!
+//! A board of runs by triage bucket (needs you / orphaned / working / stale / failed /
+//! completed), live over SSE; a run's detail (its tasks as a pipeline, logs, timeline, the raw
+//! journal with each event verified, cost against budget); breakpoint approval and cancel /
+//! halt. One HTTP layer over a [`source::Source`]: the orchestrator's run manager implements it
+//! (served by the `orchestrator` binary and `babysitter up`), and [`local::LocalSource`] over
+//! `.a5c/runs` directories (`babysitter observe`). Why this shape, the page's design and the
+//! measurements: `OVERVIEW.md`.
+//!
+//! Dependencies point down only: this crate knows the journal (to read and verify runs) and the
+//! common auth and TLS; the orchestrator depends on it, never the reverse.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod board;
+pub mod detail;
+pub mod http;
+pub mod local;
+pub mod model;
+pub mod source;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use babysitter_common::auth::Authenticator;
+use babysitter_common::tls::{Protocol, ServerTls, ServerTlsConfig};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use board::Board;
+pub use source::Source;
+
+/// `[dashboard]`: the web dashboard's port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct DashboardConfig {
+    /// Where the dashboard listens (HTTP); unset = no dashboard. Since v0.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_addr: Option<SocketAddr>,
+    /// TLS for the dashboard's port (the same keys as `[server.tls]`). Since v0.1.
+    pub tls: ServerTlsConfig,
+    /// An unfinished run with no journal progress for this long is stale (waiting on
+    /// something) or orphaned (waiting on nothing). Since v0.1.
+    #[serde(with = "babysitter_common::config::duration")]
+    pub stale_after: Duration,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        Self {
+            listen_addr: None,
+            tls: ServerTlsConfig::default(),
+            stale_after: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Errors starting the dashboard.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DashboardError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("dashboard tls: {0}")]
+    Tls(String),
+}
+
+/// A running dashboard: stops when [`Running::stop`] is called or its token is cancelled.
+#[derive(Debug)]
+pub struct Running {
+    pub addr: SocketAddr,
+    pub board: Arc<Board>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Binds `addr` and serves the dashboard over `source` (TLS when `config.tls` has a
+/// certificate), until `stop`. Prints `dashboard listening on <addr>` on stderr (tests and
+/// scripts read the port when `:0` was asked for).
+pub async fn serve(
+    addr: SocketAddr,
+    config: &DashboardConfig,
+    source: Arc<dyn Source>,
+    auth: Authenticator,
+    mode: &'static str,
+    stop: CancellationToken,
+) -> Result<Running, DashboardError> {
+    let tls = ServerTls::load(&config.tls, Protocol::Http)
+        .map_err(|e| DashboardError::Tls(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DashboardError::Listen { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DashboardError::Listen { addr, source })?;
+    let board = Board::new(i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX));
+    board.follow(source.clone(), stop.clone());
+    let state = http::AppState {
+        source,
+        board: board.clone(),
+        gate: Arc::new(auth::Gate::new(auth, tls.is_some())),
+        mode,
+    };
+    let app = http::router(state);
+    let until = stop.clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let task = tokio::spawn(async move {
+        let served = match tls {
+            Some(tls) => {
+                tls.watch(until.clone());
+                axum::serve(tls.incoming(listener, None).into_listener(), app)
+                    .with_graceful_shutdown(until.cancelled_owned())
+                    .await
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(until.cancelled_owned())
+                    .await
+            }
+        };
+        if let Err(e) = served {
+            tracing::warn!(error = %e, "the dashboard stopped");
+        }
+    });
+    eprintln!("dashboard listening on {bound} ({scheme})");
+    Ok(Running {
+        addr: bound,
+        board,
+        stop,
+        task,
+    })
+}
