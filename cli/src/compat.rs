@@ -172,7 +172,6 @@ const MOVED: &[&str] = &[
     "anycli",
     "session-history",
     "help",
-    "observe",
     "user-install",
     "project-install",
     "invoke",

@@ -16,6 +16,7 @@ mod compat;
 mod flags;
 mod journal_options;
 mod mcp;
+mod observe;
 mod plugins;
 mod remote;
 mod run;
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
         }
         // `run` follows a run on a server itself; `up` and `warm` are servers.
         Some(cmd)
-            if !matches!(cmd, "run" | "up" | "warm")
+            if !matches!(cmd, "run" | "up" | "warm" | "observe")
                 && args
                     .iter()
                     .any(|a| a == "--server" || a.starts_with("--server=")) =>
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
     match (first, remote) {
         (Some("run"), _) => run::main(&args[1..], &env, fs),
         (Some("up"), _) => up::main(&args[1..], fs),
+        (Some("observe"), _) => observe::main(&args[1..]),
         (Some("warm"), _) => compat::warm::main(&args[1..], &env, fs),
         (Some("mcp:serve"), _) if args.iter().any(|a| a == "--help" || a == "-h") => {
             mcp::help();

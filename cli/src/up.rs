@@ -67,12 +67,17 @@ impl Default for UpConfig {
     fn default() -> Self {
         let mut journal = JournalServiceConfig::default();
         journal.store.url = String::new(); // = file://<data-dir>/runs
+        let mut orchestrator = OrchestratorConfig::default();
+        // The dashboard is on by default here, on loopback (`--set
+        // orchestrator.dashboard.listen-addr=…` moves it).
+        orchestrator.dashboard.listen_addr =
+            Some(std::net::SocketAddr::from(([127, 0, 0, 1], DASHBOARD_PORT)));
         Self {
             version: 1,
             data_dir: PathBuf::from("./.babysitter/data"),
             telemetry: TelemetryConfig::default(),
             journal,
-            orchestrator: OrchestratorConfig::default(),
+            orchestrator,
             launcher: LauncherConfig::default(),
             worker: true,
         }
@@ -85,6 +90,9 @@ impl babysitter_common::main_support::HealthPort for UpConfig {
         Some(&self.orchestrator.server)
     }
 }
+
+/// The dashboard's default port under `babysitter up`.
+pub const DASHBOARD_PORT: u16 = 7420;
 
 const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config] [--health-check]";
 
@@ -210,6 +218,21 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
     let in_process = services.workers.in_process();
     let orchestrator_server = services.into_server(&o.server);
 
+    // A dashboard that cannot bind (its default port taken by another `up`) is said, not fatal.
+    let dashboard = match babysitter_orchestrator::service::dashboard::start(
+        o,
+        &manager,
+        "up",
+        shutdown.child_token(),
+    )
+    .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("babysitter up: no dashboard: {e}");
+            None
+        }
+    };
     let journal_task =
         tokio::spawn(journal_server.serve_with_listener(journal_listener, shutdown.clone()));
     let orchestrator_task = tokio::spawn(
@@ -255,6 +278,9 @@ async fn serve(mut config: UpConfig, env: EnvMap, fs: FsRuntime) -> anyhow::Resu
         eprintln!("babysitter up: the worker stopped: {e}");
     }
     shutdown.cancel();
+    if let Some(d) = dashboard {
+        d.stop().await;
+    }
     orchestrator_task.await??;
     journal_task.await??;
     manager.shutdown().await;

@@ -179,12 +179,22 @@ async fn serve_alone(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<
     tokio::spawn(shutdown_signal(shutdown.clone()));
     let services = Services::new(manager.clone(), shutdown.clone());
     let server = services.into_server(&config.server).with_probe(probe);
+    let dashboard = babysitter_orchestrator::service::dashboard::start(
+        &config,
+        &manager,
+        "orchestrator",
+        shutdown.child_token(),
+    )
+    .await?;
     let listener = bind(&config).await?;
     let addr = listener.local_addr()?;
     // One machine-readable line so scripts and tests can find the port when listening on :0.
     eprintln!("orchestrator listening on {addr}");
     tracing::info!(%addr, "orchestrator serving");
     server.serve_with_listener(listener, shutdown).await?;
+    if let Some(d) = dashboard {
+        d.stop().await;
+    }
     manager.shutdown().await;
     background.flush().await;
     Ok(())

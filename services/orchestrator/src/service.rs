@@ -9,6 +9,7 @@
 //!   watchers, live agent events; one table entry per live run, a bounded cache of finished ones.
 //! - [`grpc`]: `RunService` and `WorkerService`, thin adapters over the two cores.
 //! - [`config`]: the `orchestrator` binary's layered configuration.
+//! - [`dashboard`]: the run manager as the web dashboard's source (`[dashboard]`).
 //! - [`leader`]: one active orchestrator per journal — the lease, standing by (forwarding callers
 //!   to the active one), taking over, stepping down.
 //!
@@ -20,6 +21,7 @@
 pub mod budget;
 pub mod bundle;
 pub mod config;
+pub mod dashboard;
 pub mod grpc;
 pub mod leader;
 pub(crate) mod metrics;

@@ -43,6 +43,9 @@ pub struct OrchestratorConfig {
     pub secrets: SecretsConfig,
     /// One active orchestrator per journal, the others standing by. Since v0.4.
     pub leadership: LeadershipSettings,
+    /// The web dashboard on its own HTTP port (`listen-addr`; off when unset), behind the
+    /// same tokens as `[server.auth]`; served by the active orchestrator. Since v0.5.
+    pub dashboard: babysitter_dashboard::DashboardConfig,
 }
 
 /// The journal's leadership lease (see `babysitter_journal::leadership` and the `leader`
@@ -162,6 +165,7 @@ impl Default for OrchestratorConfig {
             runs: RunsSettings::default(),
             secrets: SecretsConfig::default(),
             leadership: LeadershipSettings::default(),
+            dashboard: babysitter_dashboard::DashboardConfig::default(),
         }
     }
 }

@@ -281,8 +281,26 @@ impl Leadership {
             term.epoch
         );
         self.settle();
+        // The dashboard is the active orchestrator's: a standby's port stays closed.
+        let dashboard = match super::dashboard::start(
+            &self.config,
+            &manager,
+            "orchestrator",
+            term_shutdown.child_token(),
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "the dashboard could not start");
+                None
+            }
+        };
 
         let end = renewing.await;
+        if let Some(d) = dashboard {
+            d.stop().await;
+        }
 
         // Local calls stop first, then the term's work; its writes are fenced already if deposed.
         self.seat.stand_by(None);

@@ -121,6 +121,21 @@ impl RunManager {
         ids
     }
 
+    /// The summary of a run in any namespace (`None`: the journal has no such run), for views
+    /// that filter by the caller's namespaces themselves (the dashboard's board).
+    pub async fn summary_of(&self, run_id: &str) -> Result<Option<RunSummary>> {
+        match self.cached(run_id) {
+            Some(s) => Ok(Some(s)),
+            None => self.read_through(run_id).await,
+        }
+    }
+
+    /// Ids of runs whose summary changes from now on (created, status, reason, pending
+    /// counts, ended), without watching each run.
+    pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
+        lock(&self.inner.runs).subscribe_changes()
+    }
+
     /// How many runs are live (unfinished, managed here): the run table's unbounded part, for
     /// tests and metrics.
     pub fn live_runs(&self) -> usize {
@@ -149,7 +164,8 @@ impl RunManager {
         Ok(Some(stored.summary))
     }
 
-    async fn journal_run_ids(&self) -> Result<Vec<String>> {
+    /// Every run id the journal has (all namespaces).
+    pub async fn journal_run_ids(&self) -> Result<Vec<String>> {
         let mut ids = Vec::new();
         let mut token: Option<String> = None;
         loop {

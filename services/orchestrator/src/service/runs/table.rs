@@ -24,6 +24,8 @@ use super::agents::AgentBatch;
 
 /// Agent batches a watcher may fall behind by before it loses the oldest (writers never wait).
 const AGENT_EVENT_BUFFER: usize = 1024;
+/// Summary changes a change-feed receiver may fall behind by before it is told it lagged.
+pub(super) const CHANGE_BUFFER: usize = 4096;
 
 /// A run with a driver task: `again` = iterate once more when the current iteration ends.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,16 +53,27 @@ pub(super) struct LiveRun {
     pub stop: CancellationToken,
     /// Its subprocess runs (by run id) that may still be live: cancelled when it ends.
     pub children: HashSet<String>,
+    /// The table's change feed (see [`RunTable::subscribe_changes`]).
+    pub changes: broadcast::Sender<Arc<str>>,
 }
 
 impl LiveRun {
     /// Applies `f` to the summary and wakes the watchers when anything they show changed.
     pub fn update(&self, f: impl FnOnce(&mut RunSummary)) {
+        let mut changed: Option<Arc<str>> = None;
         self.summary.send_if_modified(|s| {
             let before = (s.status, s.status_reason.clone(), s.pending_by_kind.clone());
             f(s);
-            before != (s.status, s.status_reason.clone(), s.pending_by_kind.clone())
+            let modified = before != (s.status, s.status_reason.clone(), s.pending_by_kind.clone());
+            if modified {
+                changed = Some(Arc::from(s.run_id.as_str()));
+            }
+            modified
         });
+        if let Some(id) = changed {
+            // No receivers (no dashboard) is the common case: the send is then a no-op.
+            let _ = self.changes.send(id);
+        }
     }
 
     pub fn current(&self) -> RunSummary {
@@ -124,6 +137,9 @@ pub(super) struct RunTable {
     idempotency: HashMap<(String, String), String>,
     /// Parent of every live run's `stop` token.
     stop: CancellationToken,
+    /// Ids of runs whose summary changed (created, status / reason / pending counts, ended):
+    /// the dashboard's board follows it instead of watching every run.
+    changes: broadcast::Sender<Arc<str>>,
 }
 
 impl RunTable {
@@ -134,7 +150,18 @@ impl RunTable {
             finished_cap,
             idempotency: HashMap::new(),
             stop,
+            changes: broadcast::channel(CHANGE_BUFFER).0,
         }
+    }
+
+    /// Ids of runs whose summary changes from now on (a receiver past [`CHANGE_BUFFER`] behind
+    /// is told it lagged and reads everything again).
+    pub fn subscribe_changes(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self, run_id: &str) {
+        let _ = self.changes.send(Arc::from(run_id));
     }
 
     /// Adds a live run; false (and nothing changes) when the id is already known.
@@ -157,7 +184,9 @@ impl RunTable {
             idempotency_key,
             stop: self.stop.child_token(),
             children: HashSet::new(),
+            changes: self.changes.clone(),
         };
+        self.changed(&run_id);
         self.runs.insert(run_id, Entry::Live(run));
         true
     }
@@ -177,6 +206,7 @@ impl RunTable {
             idempotency_key: run.idempotency_key,
         };
         self.keep_finished(run_id.to_owned(), finished);
+        self.changed(run_id);
         Some((summary, run.children))
     }
 
@@ -184,7 +214,9 @@ impl RunTable {
     /// left alone.
     pub fn replace_finished(&mut self, summary: RunSummary) {
         if let Some(Entry::Finished(run)) = self.runs.get_mut(&summary.run_id) {
+            let id = summary.run_id.clone();
             run.summary = summary;
+            self.changed(&id);
         }
     }
 
