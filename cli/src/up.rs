@@ -94,12 +94,13 @@ impl babysitter_common::main_support::HealthPort for UpConfig {
 /// The dashboard's default port under `babysitter up`.
 pub const DASHBOARD_PORT: u16 = 7420;
 
-const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config] [--health-check]";
+const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--no-dashboard] [--dump-config] [--health-check]";
 
 pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
     let mut common = CommonArgs::default();
     let mut data_dir: Option<String> = None;
     let mut no_worker = false;
+    let mut no_dashboard = false;
     let mut flags = Flags::new(args);
     while let Some(arg) = flags.next_arg() {
         let value = match arg {
@@ -114,6 +115,7 @@ pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
             (Arg::Flag("--set"), Some(v)) => common.set.push(v),
             (Arg::Flag("--data-dir"), v) => data_dir = v,
             (Arg::Flag("--no-worker"), _) => no_worker = true,
+            (Arg::Flag("--no-dashboard"), _) => no_dashboard = true,
             (Arg::Flag("--dump-config"), _) => common.dump_config = true,
             (Arg::Flag("--health-check"), _) => common.health_check = true,
             (Arg::Flag("-h" | "--help"), _) => {
@@ -126,7 +128,10 @@ pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
         }
     }
     common.flags = json!({"data-dir": data_dir, "worker": no_worker.then_some(false)});
-    service_main("babysitter up", "BABYSITTER_UP", common, |config, env| {
+    service_main("babysitter up", "BABYSITTER_UP", common, |mut config: UpConfig, env| {
+        if no_dashboard {
+            config.orchestrator.dashboard.listen_addr = None;
+        }
         serve(config, env, fs.clone())
     })
 }

@@ -231,7 +231,7 @@ async function loadRun(runId) {
     j.corrupt ? el("p", { class: "corrupt", id: "journal-corrupt" }, `Journal corrupt at event ${j.corrupt.seq}: ${j.corrupt.message}`)
       : el("p", { class: "verified", id: "journal-ok" }, `Journal verified: ${j.verified} events${j.linked ? ", hash chain intact" : " (checksums; this layout has no hash chain)"}`),
     actions,
-    caps.resolve ? waiting.map((t) => breakpointForm(d, t)) : waiting.map((t) => el("p", { class: "breakpoint" }, "Waiting on breakpoint: ", t.question || t.label)),
+    ...(caps.resolve ? waiting.map((t) => breakpointForm(d, t)) : waiting.map((t) => el("p", { class: "breakpoint" }, "Waiting on breakpoint: ", t.question || t.label))),
     el("section", {}, el("h2", {}, "Pipeline"),
       el("div", { class: "pipeline", id: "pipeline" },
         d.stages.map((ids, i) => el("div", { class: "stage", "data-stage": String(i), "data-size": String(ids.length) },

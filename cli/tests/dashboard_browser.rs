@@ -1,0 +1,287 @@
+//! The dashboard in a real browser: `babysitter up` (with client tokens) and `babysitter observe`
+//! as processes on loopback, runs created over gRPC, then `dashboard_browser.py` drives the
+//! system Chromium through Playwright and asserts in the page — login answer for an
+//! unauthorised browser, cards in their buckets and moving as tasks finish, the "need you"
+//! banner, a fan-out's pipeline, a breakpoint approved from the page (the run continues; the
+//! approver's principal is journaled, checked here), a corrupted journal shown as corrupt — and
+//! saves screenshots to docs/screenshots/. It prints the append-to-card latency (p50/p99 over 100
+//! decisions) and the board's load time: run with `--nocapture` to see them.
+//!
+//! Needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright
+//! (scripts/ensure-playwright.sh); skipped without them (a failure under
+//! BABYSITTER_REQUIRE_ALL=1).
+
+#[path = "../../tests/src/skip.rs"]
+mod skip;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use serde_json::json;
+use tonic::service::Interceptor;
+
+const TOKEN: &str = "alice-token";
+
+const GATED: &str = r#"
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'ship it?' }, { label: 'gate' });
+  return { approved: ok.approved };
+}
+"#;
+
+fn fanout(release: &Path) -> String {
+    format!(
+        r#"
+import {{ defineTask }} from '@a5c-ai/babysitter-sdk';
+const wait = defineTask('wait', (a) => ({{ kind: 'shell', title: 'part ' + a.i,
+  shell: {{ command: 'while [ ! -f {rel} ]; do sleep 0.05; done; echo part ' + a.i }} }}));
+const sum = defineTask('sum', () => ({{ kind: 'shell', title: 'sum', shell: {{ command: 'echo sum' }} }}));
+export async function process(inputs, ctx) {{
+  const parts = await ctx.parallel.all([0, 1, 2].map((i) => () => ctx.task(wait, {{ i }})));
+  await ctx.task(sum, {{}});
+  return {{ parts: parts.length }};
+}}
+"#,
+        rel = release.display()
+    )
+}
+
+const QUICK: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('sh', () => ({ kind: 'shell', title: 'hello', shell: { command: 'echo hello' } }));
+export async function process(inputs, ctx) { return await ctx.task(sh, {}); }
+"#;
+
+/// A server process, killed by its PID when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `args` of this build's `babysitter`, and waits for the stderr lines starting with
+/// each of `wanted`: what followed each.
+fn start(args: &[String], wanted: &[&str]) -> (Server, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let server = Server(child);
+    let mut found: Vec<Option<String>> = vec![None; wanted.len()];
+    let mut seen = String::new();
+    while found.iter().any(Option::is_none) {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("the server exited:\n{seen}");
+        };
+        seen.push_str(&line);
+        seen.push('\n');
+        for (i, w) in wanted.iter().enumerate() {
+            if let Some(rest) = line.strip_prefix(w) {
+                found[i] = Some(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (server, found.into_iter().map(Option::unwrap).collect())
+}
+
+#[derive(Clone)]
+struct Bearer;
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        Ok(req)
+    }
+}
+
+type Client = RunServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+
+async fn create(c: &mut Client, code: &str) -> String {
+    let run = c
+        .create_run(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle::single_file("main.mjs", code.as_bytes().to_vec())),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    run.run_id
+}
+
+async fn wait_status(c: &mut Client, run_id: &str, status: pb::RunStatus) {
+    for _ in 0..600 {
+        let run = c
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if run.status == status as i32 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} did not reach {status:?} within 60 s");
+}
+
+async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
+    for _ in 0..600 {
+        let found = c
+            .list_breakpoints(pb::ListBreakpointsRequest {
+                run_id: run_id.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .breakpoints;
+        if let Some(b) = found.first() {
+            return b.effect_id.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} never waited on a breakpoint");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stdout)]
+async fn the_dashboard_in_a_real_browser() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = repo.join(".ci-work/venv-playwright/bin/python");
+    if !Path::new("/usr/bin/chromium").is_file() || !python.is_file() {
+        return skip::skip("needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("up.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[orchestrator.server.auth]
+tokens = [{{ token = "{TOKEN}", role = "client", name = "alice" }}, {{ token = "worker-token", role = "worker" }}]
+[orchestrator.dashboard]
+listen-addr = "127.0.0.1:0"
+"#
+        ),
+    )
+    .unwrap();
+    let s = |v: &str| v.to_owned();
+    let (_up, addrs) = start(
+        &[
+            s("up"),
+            s("--config"),
+            config.display().to_string(),
+            s("--data-dir"),
+            data.display().to_string(),
+            s("--set"),
+            s("journal.server.listen-addr=127.0.0.1:0"),
+            s("--set"),
+            s("orchestrator.server.listen-addr=127.0.0.1:0"),
+        ],
+        &["dashboard listening on ", "babysitter up: orchestrator listening on "],
+    );
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", addrs[1]))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = RunServiceClient::with_interceptor(channel, Bearer);
+
+    let release = dir.path().join("release");
+    let gated = create(&mut c, GATED).await;
+    let gate_effect = breakpoint_of(&mut c, &gated).await;
+    let fan = create(&mut c, &fanout(&release)).await;
+    let quick = create(&mut c, QUICK).await;
+    wait_status(&mut c, &quick, pb::RunStatus::Completed).await;
+    let mut latency_effects = serde_json::Map::new();
+    for _ in 0..100 {
+        let id = create(&mut c, GATED).await;
+        let effect = breakpoint_of(&mut c, &id).await;
+        latency_effects.insert(id, json!(effect));
+    }
+
+    // observe over a copy of the finished run, its second journal event altered on disk.
+    let obs = dir.path().join("observe");
+    let copied = obs.join("proj/.a5c/runs").join(&quick);
+    copy_dir(&data.join("runs").join(&quick), &copied);
+    let mut events: Vec<PathBuf> = std::fs::read_dir(copied.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    events.sort();
+    let mut event: serde_json::Value = serde_json::from_slice(&std::fs::read(&events[1]).unwrap()).unwrap();
+    event["data"]["tampered"] = json!(true);
+    std::fs::write(&events[1], serde_json::to_vec_pretty(&event).unwrap()).unwrap();
+    let (_observe, obs_addr) = start(
+        &[s("observe"), obs.display().to_string(), s("--listen"), s("127.0.0.1:0"), s("--read-only")],
+        &["dashboard listening on "],
+    );
+
+    let shots = repo.join("docs/screenshots");
+    let args = json!({
+        "url": format!("http://{}", addrs[0]),
+        "observe_url": format!("http://{}", obs_addr[0]),
+        "token": TOKEN,
+        "gated": gated,
+        "fanout": fan,
+        "corrupt": quick,
+        "release": release,
+        "screenshots": shots,
+        "profile": dir.path().join("chromium-profile"),
+        "latency_runs": latency_effects.keys().collect::<Vec<_>>(),
+        "latency_effects": latency_effects,
+    });
+    let out = tokio::process::Command::new(&python)
+        .arg(repo.join("cli/tests/dashboard_browser.py"))
+        .arg(args.to_string())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the browser checks failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The decision made in the page is journaled with the token's principal.
+    let result = std::fs::read_to_string(data.join("runs").join(&gated).join("tasks").join(&gate_effect).join("result.json")).unwrap();
+    let result: serde_json::Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(result.pointer("/value/principal"), Some(&json!("alice")), "{result}");
+    assert_eq!(result.pointer("/value/feedback"), Some(&json!("looks good from the browser")));
+    wait_status(&mut c, &gated, pb::RunStatus::Completed).await;
+}

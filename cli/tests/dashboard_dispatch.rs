@@ -1,0 +1,217 @@
+//! The dashboard's cost to dispatch: `babysitter up` without and with the dashboard (with a
+//! watcher on `/api/stream` that reads the board's six columns on every change, as the page
+//! does), the same runs of sequential shell tasks in each; prints the dispatch latency (from a
+//! task's `EFFECT_REQUESTED` `recordedAt` to its command starting, `date +%s%N` in the
+//! command) side by side. `DASHBOARD_DISPATCH_RUNS` (default 20) runs of
+//! `DASHBOARD_DISPATCH_TASKS` (default 5) tasks, all runs at once on one worker of 8 slots. Asserts only that every task ran
+//! and the watcher saw changes; the figures are for the closing note (`--nocapture`).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use babysitter_proto::orchestrator::v1 as pb;
+use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+const SEQ: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const step = defineTask('step', (a) => ({ kind: 'shell', title: `step ${a.i}`,
+  shell: { command: `echo "$BABYSITTER_EFFECT_ID $(date +%s%N)" >> ${a.ledger}` } }));
+export async function process(inputs, ctx) {
+  for (let i = 0; i < inputs.n; i++) await ctx.task(step, { i, ledger: inputs.ledger });
+  return { done: inputs.n };
+}
+"#;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn env_or(key: &str, default: usize) -> usize {
+    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `babysitter up` on `data`: the server, the orchestrator's and the dashboard's addresses.
+fn up(data: &Path, dashboard: bool) -> (Server, String, Option<String>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_babysitter"));
+    cmd.args(["up", "--data-dir", &data.display().to_string()]).args([
+        "--set",
+        "journal.server.listen-addr=127.0.0.1:0",
+        "--set",
+        "orchestrator.server.listen-addr=127.0.0.1:0",
+        "--set",
+        "launcher.worker.max-concurrency=8",
+    ]);
+    if dashboard {
+        cmd.args(["--set", "orchestrator.dashboard.listen-addr=\"127.0.0.1:0\""]);
+    } else {
+        cmd.arg("--no-dashboard");
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let server = Server(child);
+    let (mut grpc, mut dash) = (None, None);
+    let mut seen = String::new();
+    while grpc.is_none() {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("babysitter up exited:\n{seen}");
+        };
+        seen.push_str(&line);
+        seen.push('\n');
+        let first = |rest: &str| rest.split_whitespace().next().unwrap_or("").to_owned();
+        if let Some(rest) = line.strip_prefix("dashboard listening on ") {
+            dash = Some(first(rest));
+        }
+        if let Some(rest) = line.strip_prefix("babysitter up: orchestrator listening on ") {
+            grpc = Some(first(rest));
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    assert_eq!(dash.is_some(), dashboard, "{seen}");
+    (server, grpc.unwrap(), dash)
+}
+
+async fn get(addr: &str, path: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// Follows `/api/stream` and reads the six columns on every change; counts the changes.
+fn watch_board(addr: String, seen: Arc<AtomicUsize>) {
+    tokio::spawn(async move {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!("GET /api/stream HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(s).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.starts_with("event: board") {
+                seen.fetch_add(1, Ordering::Relaxed);
+                for b in ["needs-you", "orphaned", "working", "stale", "failed", "completed"] {
+                    get(&addr, &format!("/api/runs?bucket={b}&limit=50")).await;
+                }
+            }
+        }
+    });
+}
+
+/// Dispatch latencies (ms) of every task of the runs under `data`, from the ledger.
+fn latencies(data: &Path, ledger: &Path) -> Vec<f64> {
+    let started: HashMap<String, i64> = std::fs::read_to_string(ledger)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (e, ns) = l.split_once(' ')?;
+            Some((e.to_owned(), ns.trim().parse().ok()?))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for run in std::fs::read_dir(data.join("runs")).unwrap().flatten() {
+        let Ok(files) = std::fs::read_dir(run.path().join("journal")) else { continue };
+        for f in files.flatten() {
+            let Ok(ev) = serde_json::from_slice::<Value>(&std::fs::read(f.path()).unwrap()) else { continue };
+            if ev["type"] != "EFFECT_REQUESTED" {
+                continue;
+            }
+            let effect = ev["data"]["effectId"].as_str().unwrap_or_default();
+            let at = chrono::DateTime::parse_from_rfc3339(ev["recordedAt"].as_str().unwrap_or_default());
+            if let (Some(ns), Ok(at)) = (started.get(effect), at) {
+                let requested_ns = at.timestamp_nanos_opt().unwrap_or_default();
+                out.push((ns - requested_ns) as f64 / 1e6);
+            }
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+async fn measure(dashboard: bool, runs: usize, tasks: usize) -> (Vec<f64>, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ledger = dir.path().join("ledger");
+    let (_up, grpc, dash) = up(&data, dashboard);
+    let seen = Arc::new(AtomicUsize::new(0));
+    if let Some(addr) = dash {
+        watch_board(addr, seen.clone());
+    }
+    let c = RunServiceClient::connect(format!("http://{grpc}")).await.unwrap();
+    let inputs = json!({"n": tasks, "ledger": ledger}).to_string();
+    let mut ids = Vec::new();
+    for _ in 0..runs {
+        let run = c
+            .clone()
+            .create_run(pb::CreateRunRequest {
+                process: Some(pb::ProcessBundle::single_file("main.mjs", SEQ.as_bytes().to_vec())),
+                inputs_json: inputs.clone().into_bytes().into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        ids.push(run.run.unwrap().run_id);
+    }
+    for id in &ids {
+        let mut done = false;
+        for _ in 0..1200 {
+            let run = c
+                .clone()
+                .get_run(pb::GetRunRequest { run_id: id.clone(), ..Default::default() })
+                .await
+                .unwrap()
+                .into_inner()
+                .run
+                .unwrap();
+            assert_ne!(run.status, pb::RunStatus::Failed as i32, "run {id} failed");
+            if run.status == pb::RunStatus::Completed as i32 {
+                done = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(done, "run {id} did not complete within 120 s");
+    }
+    (latencies(&data, &ledger), seen.load(Ordering::Relaxed))
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted.get(((sorted.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stdout)]
+async fn dispatch_latency_with_the_dashboard_on_and_off() {
+    let (runs, tasks) = (env_or("DASHBOARD_DISPATCH_RUNS", 20), env_or("DASHBOARD_DISPATCH_TASKS", 5));
+    let (off, _) = measure(false, runs, tasks).await;
+    let (on, changes) = measure(true, runs, tasks).await;
+    assert_eq!(off.len(), runs * tasks);
+    assert_eq!(on.len(), runs * tasks);
+    assert!(changes > 0, "the board watcher saw no change");
+    for (name, l) in [("off", &off), ("on ", &on)] {
+        println!(
+            "MEASURE dispatch, dashboard {name}: {} tasks, p50 {:.1} ms, p99 {:.1} ms",
+            l.len(),
+            pct(l, 0.5),
+            pct(l, 0.99)
+        );
+    }
+    println!("MEASURE board changes followed by the watcher (dashboard on): {changes}");
+}
