@@ -128,12 +128,17 @@ pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
         }
     }
     common.flags = json!({"data-dir": data_dir, "worker": no_worker.then_some(false)});
-    service_main("babysitter up", "BABYSITTER_UP", common, |mut config: UpConfig, env| {
-        if no_dashboard {
-            config.orchestrator.dashboard.listen_addr = None;
-        }
-        serve(config, env, fs.clone())
-    })
+    service_main(
+        "babysitter up",
+        "BABYSITTER_UP",
+        common,
+        |mut config: UpConfig, env| {
+            if no_dashboard {
+                config.orchestrator.dashboard.listen_addr = None;
+            }
+            serve(config, env, fs.clone())
+        },
+    )
 }
 
 fn usage_error(why: &str) -> ExitCode {

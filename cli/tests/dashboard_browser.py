@@ -67,7 +67,7 @@ with sync_playwright() as p:
     page.keyboard.press("j")
     expect(page.locator(".card:focus")).to_have_count(1, timeout=T)
     os.makedirs(SHOTS, exist_ok=True)
-    page.screenshot(path=os.path.join(SHOTS, "board.png"), full_page=True)
+    page.screenshot(path=os.path.join(SHOTS, "board.png"))
 
     # The fan-out's detail: three tasks side by side in one stage.
     page.goto(URL + "/runs/" + cfg["fanout"])

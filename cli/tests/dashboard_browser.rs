@@ -107,12 +107,17 @@ impl Interceptor for Bearer {
     }
 }
 
-type Client = RunServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+type Client = RunServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
 
 async fn create(c: &mut Client, code: &str) -> String {
     let run = c
         .create_run(pb::CreateRunRequest {
-            process: Some(pb::ProcessBundle::single_file("main.mjs", code.as_bytes().to_vec())),
+            process: Some(pb::ProcessBundle::single_file(
+                "main.mjs",
+                code.as_bytes().to_vec(),
+            )),
             ..Default::default()
         })
         .await
@@ -181,7 +186,9 @@ async fn the_dashboard_in_a_real_browser() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = repo.join(".ci-work/venv-playwright/bin/python");
     if !Path::new("/usr/bin/chromium").is_file() || !python.is_file() {
-        return skip::skip("needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh");
+        return skip::skip(
+            "needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh",
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -211,7 +218,10 @@ listen-addr = "127.0.0.1:0"
             s("--set"),
             s("orchestrator.server.listen-addr=127.0.0.1:0"),
         ],
-        &["dashboard listening on ", "babysitter up: orchestrator listening on "],
+        &[
+            "dashboard listening on ",
+            "babysitter up: orchestrator listening on ",
+        ],
     );
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", addrs[1]))
         .unwrap()
@@ -242,11 +252,18 @@ listen-addr = "127.0.0.1:0"
         .map(|e| e.unwrap().path())
         .collect();
     events.sort();
-    let mut event: serde_json::Value = serde_json::from_slice(&std::fs::read(&events[1]).unwrap()).unwrap();
+    let mut event: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&events[1]).unwrap()).unwrap();
     event["data"]["tampered"] = json!(true);
     std::fs::write(&events[1], serde_json::to_vec_pretty(&event).unwrap()).unwrap();
     let (_observe, obs_addr) = start(
-        &[s("observe"), obs.display().to_string(), s("--listen"), s("127.0.0.1:0"), s("--read-only")],
+        &[
+            s("observe"),
+            obs.display().to_string(),
+            s("--listen"),
+            s("127.0.0.1:0"),
+            s("--read-only"),
+        ],
         &["dashboard listening on "],
     );
 
@@ -279,9 +296,23 @@ listen-addr = "127.0.0.1:0"
     );
 
     // The decision made in the page is journaled with the token's principal.
-    let result = std::fs::read_to_string(data.join("runs").join(&gated).join("tasks").join(&gate_effect).join("result.json")).unwrap();
+    let result = std::fs::read_to_string(
+        data.join("runs")
+            .join(&gated)
+            .join("tasks")
+            .join(&gate_effect)
+            .join("result.json"),
+    )
+    .unwrap();
     let result: serde_json::Value = serde_json::from_str(&result).unwrap();
-    assert_eq!(result.pointer("/value/principal"), Some(&json!("alice")), "{result}");
-    assert_eq!(result.pointer("/value/feedback"), Some(&json!("looks good from the browser")));
+    assert_eq!(
+        result.pointer("/value/principal"),
+        Some(&json!("alice")),
+        "{result}"
+    );
+    assert_eq!(
+        result.pointer("/value/feedback"),
+        Some(&json!("looks good from the browser"))
+    );
     wait_status(&mut c, &gated, pb::RunStatus::Completed).await;
 }

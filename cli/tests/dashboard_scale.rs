@@ -37,11 +37,20 @@ fn write_run(root: &Path, i: u64, waiting: bool) -> String {
     let run_json = json!({"runId": run_id, "processId": format!("scale/process-{i}"), "createdAt": at, "labels": {"batch": "scale"}});
     std::fs::write(dir.join("run.json"), run_json.to_string()).unwrap();
     let second = if waiting {
-        (EventType::EffectRequested, json!({"effectId": format!("bp{i}"), "invocationKey": format!("k{i}"), "stepId": "s1", "taskId": "gate", "kind": "breakpoint", "label": "gate", "taskDefRef": format!("tasks/bp{i}/task.json")}))
+        (
+            EventType::EffectRequested,
+            json!({"effectId": format!("bp{i}"), "invocationKey": format!("k{i}"), "stepId": "s1", "taskId": "gate", "kind": "breakpoint", "label": "gate", "taskDefRef": format!("tasks/bp{i}/task.json")}),
+        )
     } else {
-        (EventType::RunCompleted, json!({"outputRef": "state/output.json"}))
+        (
+            EventType::RunCompleted,
+            json!({"outputRef": "state/output.json"}),
+        )
     };
-    for (seq, (kind, data)) in [(EventType::RunCreated, json!({"runId": run_id})), second].into_iter().enumerate() {
+    for (seq, (kind, data)) in [(EventType::RunCreated, json!({"runId": run_id})), second]
+        .into_iter()
+        .enumerate()
+    {
         let seq = seq as u64 + 1;
         let body = EventBody {
             kind,
@@ -52,7 +61,11 @@ fn write_run(root: &Path, i: u64, waiting: bool) -> String {
         };
         let ulid = ulid::Ulid::from_parts(ms, u128::from(seq)).to_string();
         let event = StoredEvent::seal(seq, ulid, body, None);
-        std::fs::write(dir.join("journal").join(event.file_name()), event.file_bytes()).unwrap();
+        std::fs::write(
+            dir.join("journal").join(event.file_name()),
+            event.file_bytes(),
+        )
+        .unwrap();
     }
     run_id
 }
@@ -61,7 +74,10 @@ fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -71,9 +87,14 @@ fn a_board_of_ten_thousand_runs() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = repo.join(".ci-work/venv-playwright/bin/python");
     if !Path::new("/usr/bin/chromium").is_file() || !python.is_file() {
-        return skip::skip("needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh");
+        return skip::skip(
+            "needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh",
+        );
     }
-    let runs: u64 = std::env::var("DASHBOARD_SCALE_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let runs: u64 = std::env::var("DASHBOARD_SCALE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("proj/.a5c/runs");
     let mut last = String::new();
@@ -82,7 +103,13 @@ fn a_board_of_ten_thousand_runs() {
     }
     let started = std::time::SystemTime::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
-        .args(["observe", &dir.path().display().to_string(), "--listen", "127.0.0.1:0", "--read-only"])
+        .args([
+            "observe",
+            &dir.path().display().to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--read-only",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -114,7 +141,11 @@ fn a_board_of_ten_thousand_runs() {
     let indexed = started.elapsed().unwrap_or_default();
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!(
         "MEASURE observe over {runs} runs: indexed and checked in {:.1} s (start to the last check), server RSS {:.0} MiB",
         indexed.as_secs_f64(),

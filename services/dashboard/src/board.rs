@@ -43,6 +43,15 @@ pub struct Page {
     pub runs: Vec<Digest>,
 }
 
+/// The whole board: counts and the first cards of every bucket.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Columns {
+    pub version: u64,
+    pub counts: HashMap<Bucket, usize>,
+    pub columns: HashMap<Bucket, Vec<Digest>>,
+}
+
 #[derive(Debug)]
 pub struct Board {
     runs: RwLock<HashMap<String, Digest>>,
@@ -172,6 +181,60 @@ impl Board {
         }
     }
 
+    /// The whole board in one read: counts per bucket and each bucket's first `per_column`
+    /// runs (newest first) among the runs matching `query` (its bucket, offset and limit aside).
+    /// One scan of the index however many columns: what the page reads on every change.
+    pub fn columns(
+        &self,
+        query: &Query,
+        per_column: usize,
+        visible: impl Fn(&Digest) -> bool,
+    ) -> Columns {
+        let now = now_ms();
+        let version = *self.version.borrow();
+        let runs = self.read();
+        let mut by_bucket: HashMap<Bucket, Vec<&Digest>> = HashMap::new();
+        for d in runs.values() {
+            if !visible(d) || (!query.q.is_empty() && !d.matches(&query.q)) {
+                continue;
+            }
+            if query.status.as_deref().is_some_and(|s| s != d.status) {
+                continue;
+            }
+            by_bucket
+                .entry(d.bucket_at(now, self.stale_after_ms))
+                .or_default()
+                .push(d);
+        }
+        let per = per_column.clamp(1, 500);
+        let mut counts = HashMap::new();
+        let mut columns = HashMap::new();
+        for b in Bucket::ALL {
+            let mut hits = by_bucket.remove(&b).unwrap_or_default();
+            counts.insert(b, hits.len());
+            let newest = |x: &&Digest, y: &&Digest| y.run_id.cmp(&x.run_id);
+            if hits.len() > per {
+                hits.select_nth_unstable_by(per - 1, newest);
+                hits.truncate(per);
+            }
+            hits.sort_unstable_by(newest);
+            let cards = hits
+                .into_iter()
+                .map(|d| {
+                    let mut d = d.clone();
+                    d.bucket = Some(b);
+                    d
+                })
+                .collect();
+            columns.insert(b, cards);
+        }
+        Columns {
+            version,
+            counts,
+            columns,
+        }
+    }
+
     /// Builds the index from `source` and keeps it current from its change feed until `stop`.
     pub fn follow(self: &Arc<Self>, source: Arc<dyn Source>, stop: CancellationToken) {
         let board = self.clone();
@@ -279,5 +342,14 @@ mod tests {
         );
         assert_eq!(second.runs.len(), 5);
         assert_eq!(second.runs[4].run_id, "000");
+        let cols = board.columns(&Query::default(), 3, |_| true);
+        assert_eq!(cols.counts[&Bucket::Completed], 25);
+        let ids: Vec<&str> = cols.columns[&Bucket::NeedsYou]
+            .iter()
+            .map(|d| d.run_id.as_str())
+            .collect();
+        assert_eq!(ids, ["045", "035", "025"]);
+        assert_eq!(cols.columns[&Bucket::Working].len(), 3);
+        assert!(cols.columns[&Bucket::Stale].is_empty());
     }
 }

@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/logout", post(logout))
         .route("/api/session", get(session))
         .route("/api/runs", get(runs))
+        .route("/api/board", get(board))
         .route("/api/runs/{id}", get(run_detail))
         .route("/api/runs/{id}/journal", get(journal))
         .route("/api/runs/{id}/tasks/{effect}/log/{stream}", get(log))
@@ -201,21 +202,19 @@ struct RunsParams {
     limit: Option<usize>,
 }
 
-async fn runs(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Query(p): Query<RunsParams>,
-) -> Response {
-    let who = match s.gate.principal(&headers) {
-        Ok(w) => w,
-        Err(r) => return refused(r),
-    };
+/// The caller and their query, or the answer refusing them.
+fn board_query(
+    s: &AppState,
+    headers: &HeaderMap,
+    p: RunsParams,
+) -> Result<(Principal, BoardQuery), Response> {
+    let who = s.gate.principal(headers).map_err(refused)?;
     let bucket = match p.bucket.as_deref().filter(|b| !b.is_empty()) {
         None => None,
-        Some(b) => match Bucket::parse(b) {
-            Some(b) => Some(b),
-            None => return fail(StatusCode::BAD_REQUEST, format!("unknown bucket `{b}`")),
-        },
+        Some(b) => Some(
+            Bucket::parse(b)
+                .ok_or_else(|| fail(StatusCode::BAD_REQUEST, format!("unknown bucket `{b}`")))?,
+        ),
     };
     let q = BoardQuery {
         q: p.q.trim().to_lowercase(),
@@ -224,7 +223,33 @@ async fn runs(
         offset: p.offset,
         limit: p.limit.unwrap_or(100),
     };
-    Json(s.board.page(&q, |d| who.allows(&d.namespace))).into_response()
+    Ok((who, q))
+}
+
+/// A page of runs (search, bucket and status filters, offset and limit).
+async fn runs(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<RunsParams>,
+) -> Response {
+    match board_query(&s, &headers, p) {
+        Ok((who, q)) => Json(s.board.page(&q, |d| who.allows(&d.namespace))).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The whole board at once: counts and the first `limit` cards of each bucket.
+async fn board(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(p): Query<RunsParams>,
+) -> Response {
+    match board_query(&s, &headers, p) {
+        Ok((who, q)) => {
+            Json(s.board.columns(&q, q.limit, |d| who.allows(&d.namespace))).into_response()
+        }
+        Err(r) => r,
+    }
 }
 
 async fn run_detail(

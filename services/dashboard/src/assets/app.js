@@ -61,15 +61,8 @@ function params() {
 
 async function loadBoard() {
   const p = params();
-  p.set("limit", "1");
-  const head = await api("/api/runs?" + p);
-  const cols = await Promise.all(session.buckets.map(async (b) => {
-    const q = params();
-    q.set("bucket", b);
-    q.set("limit", String(PER_COLUMN));
-    return [b, await api("/api/runs?" + q)];
-  }));
-  renderBoard(head, cols);
+  p.set("limit", String(PER_COLUMN));
+  renderBoard(await api("/api/board?" + p));
 }
 
 function card(d) {
@@ -80,18 +73,20 @@ function card(d) {
     el("div", { class: "meta" }, [d.project, d.status, pending, d.corrupt ? "journal corrupt" : ""].filter(Boolean).join(" · ")));
 }
 
-function renderBoard(head, cols) {
-  const needs = head.counts["needs-you"] || 0;
+function renderBoard(b) {
+  const needs = b.counts["needs-you"] || 0;
   const banner = $("#banner");
   banner.hidden = needs === 0;
   banner.textContent = needs === 1 ? "1 run needs you" : `${needs} runs need you`;
   const keep = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.run : null;
-  const board = el("div", { class: "board", "data-version": String(head.version) });
-  for (const [b, page] of cols) {
-    const col = el("section", { class: "column", "data-bucket": b, "aria-label": LABELS[b] },
-      el("h2", {}, el("span", {}, LABELS[b]), el("span", { class: "count" }, String(head.counts[b] || 0))));
-    for (const d of page.runs) col.append(card(d));
-    if (page.total > page.runs.length) col.append(el("div", { class: "more muted" }, `+${page.total - page.runs.length} more: search to narrow`));
+  const board = el("div", { class: "board", "data-version": String(b.version) });
+  for (const bucket of session.buckets) {
+    const cards = b.columns[bucket] || [];
+    const total = b.counts[bucket] || 0;
+    const col = el("section", { class: "column", "data-bucket": bucket, "aria-label": LABELS[bucket] },
+      el("h2", {}, el("span", {}, LABELS[bucket]), el("span", { class: "count" }, String(total))));
+    for (const d of cards) col.append(card(d));
+    if (total > cards.length) col.append(el("div", { class: "more muted" }, `+${total - cards.length} more: search to narrow`));
     board.append(col);
   }
   const main = $("#main");
