@@ -383,14 +383,20 @@ fn egress(np: &Value) -> &Vec<Value> {
 }
 
 /// A rule lets `component`'s pods through on `port` (a number or a port name).
-fn allows_component(rules: &[Value], peer_key: &str, component: &str, port: &Value) -> bool {
+fn allows_component(
+    rules: &[Value],
+    peer_key: &str,
+    component: &str,
+    port: impl Into<Value>,
+) -> bool {
+    let port = port.into();
     rules.iter().any(|r| {
         let peers = r[peer_key].as_array().cloned().unwrap_or_default();
         let ports = r["ports"].as_array().cloned().unwrap_or_default();
         peers.iter().any(|p| {
             p["podSelector"]["matchLabels"]["app.kubernetes.io/component"].as_str()
                 == Some(component)
-        }) && ports.iter().any(|p| &p["port"] == port)
+        }) && ports.iter().any(|p| p["port"] == port)
     })
 }
 
@@ -418,22 +424,21 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
         assert!(allows_dns(egress(np)), "{}: no DNS egress", name_of(np));
     }
     let np = |c: &str| get(&docs, "NetworkPolicy", &format!("{PREFIX}-{c}"));
-    let grpc = Value::from("grpc");
 
     // orchestrator → journal; nobody else reaches the journal
     let journal_in = ingress(np("journal"));
-    assert!(allows_component(journal_in, "from", "orchestrator", &grpc));
+    assert!(allows_component(journal_in, "from", "orchestrator", "grpc"));
     assert!(!allows_component(
         journal_in,
         "from",
         "harness-launcher",
-        &grpc
+        "grpc"
     ));
     assert!(!allows_component(
         journal_in,
         "from",
         "transport-proxy",
-        &grpc
+        "grpc"
     ));
     // journal → S3 (the default egress: https)
     assert!(
@@ -445,8 +450,13 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
 
     // clients and launchers → orchestrator, and standby → active
     let orch_in = ingress(np("orchestrator"));
-    assert!(allows_component(orch_in, "from", "harness-launcher", &grpc));
-    assert!(allows_component(orch_in, "from", "orchestrator", &grpc));
+    assert!(allows_component(
+        orch_in,
+        "from",
+        "harness-launcher",
+        "grpc"
+    ));
+    assert!(allows_component(orch_in, "from", "orchestrator", "grpc"));
     assert!(
         orch_in.iter().any(
             |r| r["from"][0]["podSelector"]["matchLabels"]["babysitter.a5c.ai/client"] == "true"
@@ -454,18 +464,8 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
         "no client ingress on the orchestrator: {orch_in:?}"
     );
     let orch_out = egress(np("orchestrator"));
-    assert!(allows_component(
-        orch_out,
-        "to",
-        "journal",
-        &Value::from(50051)
-    ));
-    assert!(allows_component(
-        orch_out,
-        "to",
-        "orchestrator",
-        &Value::from(50052)
-    ));
+    assert!(allows_component(orch_out, "to", "journal", 50051));
+    assert!(allows_component(orch_out, "to", "orchestrator", 50052));
     assert!(
         !orch_out.iter().any(|r| r["ports"][0]["port"] == 443),
         "the orchestrator reaches nothing outside"
@@ -473,18 +473,8 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
 
     // launcher → orchestrator and → proxy, nothing else (no provider egress of its own)
     let worker_out = egress(np("worker-default"));
-    assert!(allows_component(
-        worker_out,
-        "to",
-        "orchestrator",
-        &Value::from(50052)
-    ));
-    assert!(allows_component(
-        worker_out,
-        "to",
-        "transport-proxy",
-        &Value::from(8787)
-    ));
+    assert!(allows_component(worker_out, "to", "orchestrator", 50052));
+    assert!(allows_component(worker_out, "to", "transport-proxy", 8787));
     assert_eq!(
         worker_out.len(),
         3,
@@ -495,7 +485,7 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
         ingress(np("transport-proxy")),
         "from",
         "harness-launcher",
-        &Value::from("http")
+        "http"
     ));
     assert!(
         egress(np("transport-proxy"))
@@ -521,16 +511,11 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
         egress(np("journal")),
         "to",
         "seaweedfs",
-        &Value::from(8333)
+        8333
     ));
     let sw_in = ingress(np("seaweedfs"));
     assert_eq!(sw_in.len(), 1, "{sw_in:?}");
-    assert!(allows_component(
-        sw_in,
-        "from",
-        "journal",
-        &Value::from("s3")
-    ));
+    assert!(allows_component(sw_in, "from", "journal", "s3"));
     assert!(egress(np("seaweedfs")).is_empty(), "SeaweedFS calls nobody");
     // The control API is open to the admin clients only, and none are configured here.
     assert!(
