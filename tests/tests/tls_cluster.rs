@@ -159,6 +159,23 @@ async fn a_run_completes_over_mtls_and_peers_without_certificates_are_refused() 
     args.extend(["--config".into(), orchestrator_config.clone()]);
     let orchestrator = cluster::start_orchestrator(&args, tmp.path().join("orchestrator.log"));
     let url = format!("https://{}", orchestrator.ready);
+    // A standby on the same journal forwards its callers to the active one over mTLS
+    // (`[leadership.tls]`: the CA, the standby's own certificate).
+    let standby_config = f.write(
+        "standby.toml",
+        &format!(
+            "{}\n{}",
+            std::fs::read_to_string(&orchestrator_config).unwrap(),
+            f.client_tls("leadership.tls", "orchestrator")
+        ),
+    );
+    let mut args = cluster::orchestrator_args(
+        &journal_url,
+        "127.0.0.1:0",
+        &tmp.path().join("standby-runs"),
+    );
+    args.extend(["--config".into(), standby_config]);
+    let standby = cluster::start_orchestrator(&args, tmp.path().join("standby.log"));
 
     // Every service binary's probe answers over TLS (no client certificate: health is public).
     for (bin, config, listen) in [
@@ -233,6 +250,16 @@ async fn a_run_completes_over_mtls_and_peers_without_certificates_are_refused() 
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(run.status, pb::RunStatus::Completed as i32, "{run:?}");
+    let through_standby = cluster::get_run(
+        &mut client_as(&format!("https://{}", standby.ready), CLIENT_TOKEN, &tls),
+        &run_id,
+    )
+    .await;
+    assert_eq!(
+        through_standby.status,
+        pb::RunStatus::Completed as i32,
+        "the standby forwarded over TLS"
+    );
     assert_eq!(
         std::fs::read_to_string(&ledger).unwrap(),
         "ran\n",
@@ -282,5 +309,5 @@ async fn a_run_completes_over_mtls_and_peers_without_certificates_are_refused() 
         tonic::Code::PermissionDenied,
         "{as_worker:?}"
     );
-    let _ = (journal, orchestrator) as (ServiceProcess, ServiceProcess);
+    let _ = (journal, orchestrator, standby) as (ServiceProcess, ServiceProcess, ServiceProcess);
 }

@@ -108,10 +108,20 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
         };
         format!("{scheme}://{addr}")
     });
-    if address.starts_with("https://") || config.leadership.tls.is_set() {
+    if config.leadership.tls.is_set() {
+        // Set explicitly: bad material is a configuration error.
         seat.forward_over_tls(babysitter_common::tls::ClientTls::load(
             &config.leadership.tls,
         )?);
+    } else if address.starts_with("https://") {
+        // Only a standby dials: with the system's roots when there are any.
+        match babysitter_common::tls::ClientTls::load(&config.leadership.tls) {
+            Ok(tls) => seat.forward_over_tls(tls),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "set [leadership.tls] ca-file so a standby can forward to the active instance over TLS"
+            ),
+        }
     }
     let candidate = Candidate {
         group: config.leadership.group.clone(),
