@@ -11,18 +11,19 @@
 //! (scripts/ensure-playwright.sh); skipped without them (a failure under
 //! BABYSITTER_REQUIRE_ALL=1).
 
+mod dashboard_support;
 #[path = "../../tests/src/skip.rs"]
 mod skip;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::json;
 use tonic::service::Interceptor;
+
+use dashboard_support::{browser, repo, start};
 
 const TOKEN: &str = "alice-token";
 
@@ -55,46 +56,6 @@ import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('sh', () => ({ kind: 'shell', title: 'hello', shell: { command: 'echo hello' } }));
 export async function process(inputs, ctx) { return await ctx.task(sh, {}); }
 "#;
-
-/// A server process, killed by its PID when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `args` of this build's `babysitter`, and waits for the stderr lines starting with
-/// each of `wanted`: what followed each.
-fn start(args: &[String], wanted: &[&str]) -> (Server, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let server = Server(child);
-    let mut found: Vec<Option<String>> = vec![None; wanted.len()];
-    let mut seen = String::new();
-    while found.iter().any(Option::is_none) {
-        let Some(Ok(line)) = lines.next() else {
-            panic!("the server exited:\n{seen}");
-        };
-        seen.push_str(&line);
-        seen.push('\n');
-        for (i, w) in wanted.iter().enumerate() {
-            if let Some(rest) = line.strip_prefix(w) {
-                found[i] = Some(rest.split_whitespace().next().unwrap_or("").to_owned());
-            }
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (server, found.into_iter().map(Option::unwrap).collect())
-}
 
 #[derive(Clone)]
 struct Bearer;
@@ -183,13 +144,11 @@ fn copy_dir(from: &Path, to: &Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::print_stdout)]
 async fn the_dashboard_in_a_real_browser() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = repo.join(".ci-work/venv-playwright/bin/python");
-    if !Path::new("/usr/bin/chromium").is_file() || !python.is_file() {
-        return skip::skip(
-            "needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh",
-        );
-    }
+    let python = match browser() {
+        Ok(p) => p,
+        Err(why) => return skip::skip(why),
+    };
+    let repo = repo();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let config = dir.path().join("up.toml");

@@ -6,10 +6,10 @@
 //! `DASHBOARD_DISPATCH_TASKS` (default 5) tasks, all runs at once on one worker of 8 slots. Asserts only that every task ran
 //! and the watcher saw changes; the figures are for the closing note (`--nocapture`).
 
+mod dashboard_support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,6 +18,8 @@ use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use dashboard_support::{Server, start};
 
 const SEQ: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
@@ -29,15 +31,6 @@ export async function process(inputs, ctx) {
 }
 "#;
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn env_or(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
@@ -47,51 +40,35 @@ fn env_or(key: &str, default: usize) -> usize {
 
 /// `babysitter up` on `data`: the server, the orchestrator's and the dashboard's addresses.
 fn up(data: &Path, dashboard: bool) -> (Server, String, Option<String>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_babysitter"));
-    cmd.args(["up", "--data-dir", &data.display().to_string()])
-        .args([
-            "--set",
-            "journal.server.listen-addr=127.0.0.1:0",
-            "--set",
-            "orchestrator.server.listen-addr=127.0.0.1:0",
-            "--set",
-            "launcher.worker.max-concurrency=8",
-        ]);
+    let mut args: Vec<String> = [
+        "up",
+        "--data-dir",
+        &data.display().to_string(),
+        "--set",
+        "journal.server.listen-addr=127.0.0.1:0",
+        "--set",
+        "orchestrator.server.listen-addr=127.0.0.1:0",
+        "--set",
+        "launcher.worker.max-concurrency=8",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut wanted = vec!["babysitter up: orchestrator listening on "];
     if dashboard {
-        cmd.args([
-            "--set",
-            "orchestrator.dashboard.listen-addr=\"127.0.0.1:0\"",
-        ]);
+        args.extend(
+            [
+                "--set",
+                "orchestrator.dashboard.listen-addr=\"127.0.0.1:0\"",
+            ]
+            .map(str::to_owned),
+        );
+        wanted.push("dashboard listening on ");
     } else {
-        cmd.arg("--no-dashboard");
+        args.push("--no-dashboard".into());
     }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let server = Server(child);
-    let (mut grpc, mut dash) = (None, None);
-    let mut seen = String::new();
-    while grpc.is_none() {
-        let Some(Ok(line)) = lines.next() else {
-            panic!("babysitter up exited:\n{seen}");
-        };
-        seen.push_str(&line);
-        seen.push('\n');
-        let first = |rest: &str| rest.split_whitespace().next().unwrap_or("").to_owned();
-        if let Some(rest) = line.strip_prefix("dashboard listening on ") {
-            dash = Some(first(rest));
-        }
-        if let Some(rest) = line.strip_prefix("babysitter up: orchestrator listening on ") {
-            grpc = Some(first(rest));
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    assert_eq!(dash.is_some(), dashboard, "{seen}");
-    (server, grpc.unwrap(), dash)
+    let (server, mut addrs) = start(&args, &wanted);
+    let dash = addrs.get(1).cloned();
+    (server, addrs.swap_remove(0), dash)
 }
 
 async fn get(addr: &str, path: &str) -> String {

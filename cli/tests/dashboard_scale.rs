@@ -5,24 +5,17 @@
 //! server's resident memory (`--nocapture`). Skipped without Chromium and Playwright
 //! (scripts/ensure-playwright.sh).
 
+mod dashboard_support;
 #[path = "../../tests/src/skip.rs"]
 mod skip;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 use babysitter_journal::{EventBody, EventType, StoredEvent};
 use serde_json::{Map, json};
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use dashboard_support::{browser, repo, start};
 
 /// One run: run.json and its verified event files, written directly (no fsync: a fixture).
 fn write_run(root: &Path, i: u64, waiting: bool) -> String {
@@ -84,13 +77,10 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 #[allow(clippy::print_stdout)]
 fn a_board_of_ten_thousand_runs() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = repo.join(".ci-work/venv-playwright/bin/python");
-    if !Path::new("/usr/bin/chromium").is_file() || !python.is_file() {
-        return skip::skip(
-            "needs /usr/bin/chromium and Playwright for Python in .ci-work/venv-playwright: run scripts/ensure-playwright.sh",
-        );
-    }
+    let python = match browser() {
+        Ok(p) => p,
+        Err(why) => return skip::skip(why),
+    };
     let runs: u64 = std::env::var("DASHBOARD_SCALE_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -102,28 +92,18 @@ fn a_board_of_ten_thousand_runs() {
         last = write_run(&root, i, i % 10 == 0);
     }
     let started = std::time::SystemTime::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_babysitter"))
-        .args([
-            "observe",
-            &dir.path().display().to_string(),
-            "--listen",
-            "127.0.0.1:0",
-            "--read-only",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let server = Server(child);
-    let addr = loop {
-        let line = lines.next().expect("observe exited").unwrap();
-        if let Some(rest) = line.strip_prefix("dashboard listening on ") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let s = |v: &str| v.to_owned();
+    let (server, addr) = start(
+        &[
+            s("observe"),
+            dir.path().display().to_string(),
+            s("--listen"),
+            s("127.0.0.1:0"),
+            s("--read-only"),
+        ],
+        &["dashboard listening on "],
+    );
+    let addr = &addr[0];
     let needs_you = runs.div_ceil(10);
     let args = json!({
         "url": format!("http://{addr}"),
@@ -134,7 +114,7 @@ fn a_board_of_ten_thousand_runs() {
         "search": last,
     });
     let out = Command::new(&python)
-        .arg(repo.join("cli/tests/dashboard_scale.py"))
+        .arg(repo().join("cli/tests/dashboard_scale.py"))
         .arg(args.to_string())
         .output()
         .unwrap();

@@ -119,19 +119,7 @@ impl Endpoint {
         let until = stop.clone();
         let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
-            let served = match tls {
-                Some(tls) => {
-                    tls.watch(until.clone());
-                    axum::serve(tls.incoming(listener, None).into_listener(), app)
-                        .with_graceful_shutdown(until.cancelled_owned())
-                        .await
-                }
-                None => {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(until.cancelled_owned())
-                        .await
-                }
-            };
+            let served = crate::tls::serve_http(listener, app, tls, until).await;
             if let Err(e) = served {
                 tracing::warn!(error = %e, "the metrics endpoint stopped");
             }

@@ -41,6 +41,7 @@ mod tests;
 pub use client::{ClientTls, TlsConnector};
 pub use server::{
     ClientCertificateLayer, PeerInfo, Protocol, ServerTls, TlsConn, TlsIncoming, TlsListener,
+    serve_http,
 };
 
 /// How often certificate files are checked for changes by default.

@@ -87,6 +87,29 @@ fn source_error(e: SourceError) -> Response {
     fail(status, e.to_string())
 }
 
+/// A source's answer as JSON, or its error at the kind's status.
+fn reply(r: crate::source::Result<Value>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => source_error(e),
+    }
+}
+
+/// Why a request is not answered with data (small, so handlers' `Result`s stay small).
+enum Denied {
+    Refused(Refused),
+    Status(StatusCode, String),
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Refused(r) => refused(r),
+            Self::Status(code, message) => fail(code, message),
+        }
+    }
+}
+
 fn refused(r: Refused) -> Response {
     match r {
         Refused::Unauthenticated => fail(StatusCode::UNAUTHORIZED, "log in with a client token"),
@@ -162,11 +185,11 @@ fn visible_run(
     s: &AppState,
     headers: &HeaderMap,
     run_id: &str,
-) -> Result<(Principal, Digest), Response> {
-    let who = s.gate.principal(headers).map_err(refused)?;
+) -> Result<(Principal, Digest), Denied> {
+    let who = s.gate.principal(headers).map_err(Denied::Refused)?;
     match s.board.get(run_id) {
         Some(d) if who.allows(&d.namespace) => Ok((who, d)),
-        _ => Err(fail(
+        _ => Err(Denied::Status(
             StatusCode::NOT_FOUND,
             format!("run {run_id} not found"),
         )),
@@ -207,14 +230,13 @@ fn board_query(
     s: &AppState,
     headers: &HeaderMap,
     p: RunsParams,
-) -> Result<(Principal, BoardQuery), Response> {
-    let who = s.gate.principal(headers).map_err(refused)?;
+) -> Result<(Principal, BoardQuery), Denied> {
+    let who = s.gate.principal(headers).map_err(Denied::Refused)?;
     let bucket = match p.bucket.as_deref().filter(|b| !b.is_empty()) {
         None => None,
-        Some(b) => Some(
-            Bucket::parse(b)
-                .ok_or_else(|| fail(StatusCode::BAD_REQUEST, format!("unknown bucket `{b}`")))?,
-        ),
+        Some(b) => Some(Bucket::parse(b).ok_or_else(|| {
+            Denied::Status(StatusCode::BAD_REQUEST, format!("unknown bucket `{b}`"))
+        })?),
     };
     let q = BoardQuery {
         q: p.q.trim().to_lowercase(),
@@ -234,7 +256,7 @@ async fn runs(
 ) -> Response {
     match board_query(&s, &headers, p) {
         Ok((who, q)) => Json(s.board.page(&q, |d| who.allows(&d.namespace))).into_response(),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -248,7 +270,7 @@ async fn board(
         Ok((who, q)) => {
             Json(s.board.columns(&q, q.limit, |d| who.allows(&d.namespace))).into_response()
         }
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -259,12 +281,9 @@ async fn run_detail(
 ) -> Response {
     let (_, d) = match visible_run(&s, &headers, &id) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
-    match detail::detail(s.source.as_ref(), &d).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => source_error(e),
-    }
+    reply(detail::detail(s.source.as_ref(), &d).await)
 }
 
 #[derive(Deserialize)]
@@ -280,12 +299,9 @@ async fn journal(
     Query(f): Query<From_>,
 ) -> Response {
     if let Err(r) = visible_run(&s, &headers, &id) {
-        return r;
+        return r.into_response();
     }
-    match detail::raw_journal(s.source.as_ref(), &id, f.from).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => source_error(e),
-    }
+    reply(detail::raw_journal(s.source.as_ref(), &id, f.from).await)
 }
 
 #[derive(Deserialize)]
@@ -302,13 +318,10 @@ async fn log(
     Query(r): Query<Range>,
 ) -> Response {
     if let Err(r) = visible_run(&s, &headers, &id) {
-        return r;
+        return r.into_response();
     }
     let limit = r.limit.unwrap_or(16 << 10);
-    match detail::log(s.source.as_ref(), &id, &effect, &stream, r.offset, limit).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => source_error(e),
-    }
+    reply(detail::log(s.source.as_ref(), &id, &effect, &stream, r.offset, limit).await)
 }
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>>;
@@ -337,7 +350,7 @@ async fn run_stream(
 ) -> Response {
     let (_, d) = match visible_run(&s, &headers, &id) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let board = s.board.clone();
     let run_id = id.clone();
@@ -378,7 +391,7 @@ struct Reason {
 async fn act(s: &AppState, headers: &HeaderMap, id: &str, action: Action) -> Response {
     let (who, d) = match visible_run(s, headers, id) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     if !s.gate.same_origin(headers) {
         return fail(
@@ -386,10 +399,7 @@ async fn act(s: &AppState, headers: &HeaderMap, id: &str, action: Action) -> Res
             "cross-site request refused (missing or wrong csrf token)",
         );
     }
-    match s.source.act(&who, &d, action).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => source_error(e),
-    }
+    reply(s.source.act(&who, &d, action).await)
 }
 
 async fn resolve(

@@ -453,3 +453,27 @@ where
         Box::pin(std::future::ready(Ok(status.into_http())))
     }
 }
+
+/// Serves `app` (an axum router: `/metrics`, the dashboard) on `listener` until `until`, over
+/// TLS when `tls` is set (its certificates reloaded as configured), plain HTTP otherwise: one
+/// place for every HTTP port's accept path.
+pub async fn serve_http(
+    listener: TcpListener,
+    app: axum::Router,
+    tls: Option<ServerTls>,
+    until: CancellationToken,
+) -> std::io::Result<()> {
+    match tls {
+        Some(tls) => {
+            tls.watch(until.clone());
+            axum::serve(tls.incoming(listener, None).into_listener(), app)
+                .with_graceful_shutdown(until.cancelled_owned())
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(until.cancelled_owned())
+                .await
+        }
+    }
+}
