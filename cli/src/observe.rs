@@ -3,7 +3,8 @@
 //! notifications (`babysitter_dashboard::local`). Local and single-user: no tokens, loopback by
 //! default. Read-only except breakpoint decisions, which are made exactly as a person would make
 //! them from a terminal: `babysitter task:post <runDir> <effectId> --status ok --value-inline …`
-//! (this same binary, under the run's lock), so the harness session driving the run sees the
+//! (this same binary, under the run's lock; run in place, not through the warm server, so no
+//! server is started on the user's behalf), so the harness session driving the run sees the
 //! decision at its next iteration.
 
 use std::net::SocketAddr;

@@ -17,9 +17,9 @@ use std::time::Duration;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use dashboard_support::{Server, start};
+use dashboard_support::{Server, http, start};
 
 const SEQ: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
@@ -71,15 +71,6 @@ fn up(data: &Path, dashboard: bool) -> (Server, String, Option<String>) {
     (server, addrs.swap_remove(0), dash)
 }
 
-async fn get(addr: &str, path: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
 /// Follows `/api/stream` and reads the board on every change; counts the changes.
 fn watch_board(addr: String, seen: Arc<AtomicUsize>) {
     tokio::spawn(async move {
@@ -92,7 +83,7 @@ fn watch_board(addr: String, seen: Arc<AtomicUsize>) {
         while let Ok(Some(line)) = lines.next_line().await {
             if line.starts_with("event: board") {
                 seen.fetch_add(1, Ordering::Relaxed);
-                get(&addr, "/api/board?limit=50").await;
+                http(&addr, "GET", "/api/board?limit=50", &[], "").await;
             }
         }
     });
