@@ -19,11 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use babysitter_proto::orchestrator::v1 as pb;
-use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::json;
-use tonic::service::Interceptor;
 
-use dashboard_support::{browser, repo, start};
+use dashboard_support::{Client, browser, connect, create, repo, start, wait_status};
 
 const TOKEN: &str = "alice-token";
 
@@ -56,58 +54,6 @@ import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('sh', () => ({ kind: 'shell', title: 'hello', shell: { command: 'echo hello' } }));
 export async function process(inputs, ctx) { return await ctx.task(sh, {}); }
 "#;
-
-#[derive(Clone)]
-struct Bearer;
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut()
-            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-        Ok(req)
-    }
-}
-
-type Client = RunServiceClient<
-    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
->;
-
-async fn create(c: &mut Client, code: &str) -> String {
-    let run = c
-        .create_run(pb::CreateRunRequest {
-            process: Some(pb::ProcessBundle::single_file(
-                "main.mjs",
-                code.as_bytes().to_vec(),
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .run
-        .unwrap();
-    run.run_id
-}
-
-async fn wait_status(c: &mut Client, run_id: &str, status: pb::RunStatus) {
-    for _ in 0..600 {
-        let run = c
-            .get_run(pb::GetRunRequest {
-                run_id: run_id.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .run
-            .unwrap();
-        if run.status == status as i32 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {run_id} did not reach {status:?} within 60 s");
-}
 
 async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
     for _ in 0..600 {
@@ -182,22 +128,17 @@ listen-addr = "127.0.0.1:0"
             "babysitter up: orchestrator listening on ",
         ],
     );
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", addrs[1]))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = RunServiceClient::with_interceptor(channel, Bearer);
+    let mut c = connect(&addrs[1], Some(TOKEN)).await;
 
     let release = dir.path().join("release");
-    let gated = create(&mut c, GATED).await;
+    let gated = create(&mut c, GATED, None).await;
     let gate_effect = breakpoint_of(&mut c, &gated).await;
-    let fan = create(&mut c, &fanout(&release)).await;
-    let quick = create(&mut c, QUICK).await;
+    let fan = create(&mut c, &fanout(&release), None).await;
+    let quick = create(&mut c, QUICK, None).await;
     wait_status(&mut c, &quick, pb::RunStatus::Completed).await;
     let mut latency_effects = serde_json::Map::new();
     for _ in 0..100 {
-        let id = create(&mut c, GATED).await;
+        let id = create(&mut c, GATED, None).await;
         let effect = breakpoint_of(&mut c, &id).await;
         latency_effects.insert(id, json!(effect));
     }

@@ -12,14 +12,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use babysitter_proto::orchestrator::v1 as pb;
-use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use dashboard_support::{Server, http, start};
+use dashboard_support::{Server, connect, create, http, start, wait_status};
 
 const SEQ: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
@@ -133,49 +131,14 @@ async fn measure(dashboard: bool, watcher: bool, runs: usize, tasks: usize) -> (
     if let Some(addr) = dash.filter(|_| watcher) {
         watch_board(addr, seen.clone());
     }
-    let c = RunServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
-    let inputs = json!({"n": tasks, "ledger": ledger}).to_string();
+    let mut c = connect(&grpc, None).await;
+    let inputs = json!({"n": tasks, "ledger": ledger});
     let mut ids = Vec::new();
     for _ in 0..runs {
-        let run = c
-            .clone()
-            .create_run(pb::CreateRunRequest {
-                process: Some(pb::ProcessBundle::single_file(
-                    "main.mjs",
-                    SEQ.as_bytes().to_vec(),
-                )),
-                inputs_json: Some(inputs.clone().into_bytes().into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        ids.push(run.run.unwrap().run_id);
+        ids.push(create(&mut c, SEQ, Some(inputs.clone())).await);
     }
     for id in &ids {
-        let mut done = false;
-        for _ in 0..1200 {
-            let run = c
-                .clone()
-                .get_run(pb::GetRunRequest {
-                    run_id: id.clone(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .run
-                .unwrap();
-            assert_ne!(run.status, pb::RunStatus::Failed as i32, "run {id} failed");
-            if run.status == pb::RunStatus::Completed as i32 {
-                done = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(done, "run {id} did not complete within 120 s");
+        wait_status(&mut c, id, pb::RunStatus::Completed).await;
     }
     (latencies(&data, &ledger), seen.load(Ordering::Relaxed))
 }

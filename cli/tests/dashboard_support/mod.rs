@@ -96,3 +96,92 @@ pub async fn http(
         .unwrap_or_default();
     (status, body)
 }
+
+/// A bearer token on every call (none: no header, for servers without auth).
+#[derive(Clone)]
+pub struct Bearer(Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        Ok(req)
+    }
+}
+
+pub type Client = babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
+
+/// `RunService` at `addr` (`host:port`), with `token` when given.
+pub async fn connect(addr: &str, token: Option<&str>) -> Client {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient::with_interceptor(
+        channel,
+        Bearer(token.map(str::to_owned)),
+    )
+}
+
+/// Creates a run of the one-file process `code` with `inputs`: its id.
+pub async fn create(c: &mut Client, code: &str, inputs: Option<serde_json::Value>) -> String {
+    use babysitter_proto::orchestrator::v1 as pb;
+    let run = c
+        .create_run(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle::single_file(
+                "main.mjs",
+                code.as_bytes().to_vec(),
+            )),
+            inputs_json: inputs.map(|i| i.to_string().into_bytes().into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run
+        .unwrap();
+    run.run_id
+}
+
+/// Waits (up to 120 s) until the run has `status`; a run that ends otherwise fails the test.
+pub async fn wait_status(
+    c: &mut Client,
+    run_id: &str,
+    status: babysitter_proto::orchestrator::v1::RunStatus,
+) {
+    use babysitter_proto::orchestrator::v1 as pb;
+    for _ in 0..1200 {
+        let run = c
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run
+            .unwrap();
+        if run.status == status as i32 {
+            return;
+        }
+        let ended = [
+            pb::RunStatus::Completed,
+            pb::RunStatus::Failed,
+            pb::RunStatus::Cancelled,
+        ]
+        .iter()
+        .any(|s| *s as i32 == run.status);
+        assert!(
+            !ended,
+            "run {run_id} ended {:?}, not {status:?}",
+            run.status
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} did not reach {status:?} within 120 s");
+}

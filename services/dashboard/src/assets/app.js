@@ -212,6 +212,9 @@ async function loadRun(runId) {
   const caps = d.capabilities;
   const j = d.journal;
   const main = $("#main");
+  // A live refresh keeps what was typed into comments (and where the cursor was).
+  const typed = Object.fromEntries([...main.querySelectorAll("textarea[id]")].map((t) => [t.id, t.value]));
+  const focused = document.activeElement && document.activeElement.id;
   const waiting = d.tasks.filter((t) => t.kind === "breakpoint" && (t.state === "requested" || t.state === "queued"));
   const actions = el("div", { class: "actions" });
   if (!["completed", "failed", "cancelled", "halted"].includes(r.status)) {
@@ -241,6 +244,8 @@ async function loadRun(runId) {
       el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "seq"), el("th", {}, "type"), el("th", {}, "recorded"), el("th", {}, "verification"), el("th", {}, "data"))),
         el("tbody", { id: "journal-rows" }))),
   );
+  for (const [id, value] of Object.entries(typed)) { const t = document.getElementById(id); if (t) t.value = value; }
+  if (focused) document.getElementById(focused)?.focus();
   rendered++;
   main.dataset.rendered = String(rendered);
   await loadJournal(runId, 1);
