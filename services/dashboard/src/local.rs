@@ -28,6 +28,8 @@ use crate::source::{Action, Capabilities, Result, Source, SourceError};
 
 /// How deep discovery looks for `.a5c/runs` under each folder given.
 const MAX_DEPTH: usize = 6;
+/// Runs read at once while the board is built.
+const READ_AHEAD: usize = 16;
 
 /// Approves or rejects a breakpoint of a local run (the CLI's `task:post`).
 #[async_trait::async_trait]
@@ -252,7 +254,8 @@ fn babysitter_journal_status(kind: &str, data: &Value) -> Option<&'static str> {
 #[async_trait::async_trait]
 impl Source for LocalSource {
     async fn runs(&self) -> Result<Vec<Digest>> {
-        let mut all = Vec::new();
+        use futures::StreamExt as _;
+        let mut found = Vec::new();
         for (i, root) in self.roots.iter().enumerate() {
             let Ok(entries) = std::fs::read_dir(&root.dir) else {
                 continue;
@@ -261,23 +264,29 @@ impl Source for LocalSource {
                 let Some(id) = e.file_name().to_str().map(str::to_owned) else {
                     continue;
                 };
-                if !e.path().join("run.json").is_file() {
-                    continue;
-                }
-                self.where_
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id.clone(), i);
-                match Self::digest_in(root, &id).await {
-                    Ok(Some(d)) => all.push(d),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(run_id = %id, error = %e, "observe: a run could not be read")
-                    }
+                if e.path().join("run.json").is_file() {
+                    found.push((i, id));
                 }
             }
         }
-        Ok(all)
+        self.where_
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(found.iter().map(|(i, id)| (id.clone(), *i)));
+        // Several runs read at once: each read waits on the file system more than on a core.
+        let reads = futures::stream::iter(found).map(|(i, id)| async move {
+            let read = Self::digest_in(&self.roots[i], &id).await;
+            (id, read)
+        });
+        Ok(reads
+            .buffer_unordered(READ_AHEAD)
+            .filter_map(|(id, read)| async move {
+                read.inspect_err(|e| tracing::warn!(run_id = %id, error = %e, "observe: a run could not be read"))
+                    .ok()
+                    .flatten()
+            })
+            .collect()
+            .await)
     }
 
     async fn run(&self, run_id: &str) -> Result<Option<Digest>> {
