@@ -21,6 +21,40 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+# Every element with its own text: its colour against the background it sits on (the first
+# ancestor with an opaque one), as the WCAG relative-luminance contrast ratio.
+CONTRAST = """() => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const bg = (e) => {
+    for (; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0.99)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const worst = [];
+  for (const e of document.querySelectorAll("body *")) {
+    const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !e.offsetParent) continue;
+    const a = lum(rgb(getComputedStyle(e).color)), b = lum(bg(e));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    worst.push([ratio, e.tagName + "." + e.className + ": " + e.textContent.trim().slice(0, 30)]);
+  }
+  worst.sort((x, y) => x[0] - y[0]);
+  return worst.slice(0, 3);
+}"""
+
+
+def check_contrast(page, what):
+    worst = page.evaluate(CONTRAST)
+    assert worst and worst[0][0] >= 4.5, f"{what}: text below WCAG AA 4.5:1: {worst}"
+    return worst[0][0]
+
+
 def column_card(page, bucket, run_id):
     return page.locator(f'.column[data-bucket="{bucket}"] .card[data-run="{run_id}"]')
 
@@ -68,6 +102,18 @@ with sync_playwright() as p:
     expect(page.locator(".card:focus")).to_have_count(1, timeout=T)
     os.makedirs(SHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SHOTS, "board.png"))
+    # Both themes: the toggle switches, every text passes WCAG AA contrast.
+    ratios = {}
+    for theme in ("light", "dark"):
+        page.evaluate(f"localStorage.setItem('babysitter-theme', '{theme}')")
+        page.reload()
+        expect(page.locator(f'html[data-theme="{theme}"]')).to_have_count(1, timeout=T)
+        expect(page.locator(".card").first).to_be_visible(timeout=T)
+        ratios[theme] = check_contrast(page, f"board, {theme}")
+    page.screenshot(path=os.path.join(SHOTS, "board-dark.png"))
+    page.keyboard.press("t")
+    expect(page.locator('html[data-theme="light"]')).to_have_count(1, timeout=T)
+    print(f"MEASURE lowest text contrast on the board: light {ratios['light']:.2f}:1, dark {ratios['dark']:.2f}:1")
 
     # The fan-out's detail: three tasks side by side in one stage.
     page.goto(URL + "/runs/" + cfg["fanout"])
@@ -75,6 +121,7 @@ with sync_playwright() as p:
     expect(page.locator('.stage[data-size="3"] .task[data-state="ok"]')).to_have_count(3, timeout=T)
     expect(page.locator("#journal-ok")).to_be_visible(timeout=T)
     expect(page.locator("#journal-rows tr")).not_to_have_count(0, timeout=T)
+    check_contrast(page, "run detail, light")
     page.screenshot(path=os.path.join(SHOTS, "run-detail.png"), full_page=True)
 
     # Approve the breakpoint from the page, with a comment: the run continues and completes.
