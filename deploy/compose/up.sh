@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One command for the compose stack (compose.yaml): builds the images that are missing, makes
+# the tokens and TLS material on first start, brings the stack up and waits for the
+# orchestrator to answer on 127.0.0.1.
+#
+#   deploy/compose/up.sh            # up (BABYSITTER_WORKERS=N for N workers, default 2)
+#   deploy/compose/up.sh down       # stop and remove the containers (volumes kept)
+#   deploy/compose/up.sh down -v    # ... and SeaweedFS's data volume
+#
+# Secrets go to deploy/compose/.secrets/ (gitignored, mode 700), each file mode 600:
+#   client.token         the CLI's token (BABYSITTER_TOKEN_FILE), owned by you
+#   svc/*.token, svc/tls the copies the containers read, owned by uid 65532 (their user)
+#   tls/                 CA and a server certificate for journal, orchestrator, transport-proxy,
+#                        localhost and 127.0.0.1 (made with openssl; not yet wired into the
+#                        services' configs)
+# Images: babysitter/* by deploy/images/build.sh (after `cargo build --release --bins`, run here
+# when the binaries are missing), local/seaweedfs-mini:4.48 by deploy/seaweedfs/build-image.sh.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$here"
+say() { echo "== up.sh: $*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+  compose=(docker-compose)
+else
+  die "neither \`docker compose\` nor docker-compose: apt-get install -y docker-compose"
+fi
+compose+=(-p babysitter -f "$here/compose.yaml")
+
+if [ "${1:-}" = down ]; then
+  shift
+  exec "${compose[@]}" down "$@"
+fi
+
+version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")"
+export BABYSITTER_VERSION="$version"
+
+# ------------------------------------------------------------------ images
+missing=()
+for svc in journal orchestrator transport-proxy harness-launcher; do
+  docker image inspect "babysitter/$svc:$version" >/dev/null 2>&1 || missing+=("$svc")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  target="${CARGO_TARGET_DIR:-$repo/target}"
+  if [ ! -x "$target/release/orchestrator" ]; then
+    say "building the release binaries (cargo build --release --bins)"
+    (cd "$repo" && cargo build --release --bins)
+  fi
+  say "building images: ${missing[*]}"
+  "$repo/deploy/images/build.sh" --target-dir "$target" --only "$(IFS=,; echo "${missing[*]}")"
+fi
+if ! docker image inspect local/seaweedfs-mini:4.48 >/dev/null 2>&1; then
+  "$repo/scripts/ensure-weed.sh"
+  "$repo/deploy/seaweedfs/build-image.sh"
+fi
+
+# ------------------------------------------------------------------ secrets, first start only
+secrets="$here/.secrets"
+umask 077
+mkdir -p "$secrets/svc" "$secrets/tls"
+for t in journal client worker proxy-admin; do
+  if [ ! -s "$secrets/$t.token" ]; then
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secrets/$t.token"
+    say "made $t.token"
+  fi
+done
+if [ ! -s "$secrets/tls/server.crt" ]; then
+  # TODO(tls): `babysitter tls:generate --out DIR --host NAME...` once the CLI has it.
+  (
+    cd "$secrets/tls"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=babysitter compose CA" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=babysitter" -keyout server.key -out server.csr 2>/dev/null
+    printf 'subjectAltName=DNS:journal,DNS:orchestrator,DNS:transport-proxy,DNS:localhost,IP:127.0.0.1\n' >san.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 825 \
+      -extfile san.ext -out server.crt 2>/dev/null
+    rm -f server.csr san.ext ca.srl
+  )
+  say "made TLS material in .secrets/tls"
+fi
+# The containers run as uid 65532 and read their copies; the originals stay yours.
+for t in journal client worker proxy-admin; do cp "$secrets/$t.token" "$secrets/svc/"; done
+mkdir -p "$secrets/svc/tls" && cp "$secrets/tls/ca.crt" "$secrets/tls/server.crt" "$secrets/tls/server.key" "$secrets/svc/tls/"
+if [ "$(id -u)" = 0 ]; then
+  chown -R 65532:65532 "$secrets/svc"
+else
+  docker run --rm --user 0 --network none -v "$secrets/svc:/s" --entrypoint chown \
+    "babysitter/harness-launcher:$version" -R 65532:65532 /s
+fi
+
+# ------------------------------------------------------------------ up
+"${compose[@]}" up -d --remove-orphans
+port="${BABYSITTER_PORT:-50052}"
+for _ in $(seq 1 300); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    say "the orchestrator answers on 127.0.0.1:$port"
+    "${compose[@]}" ps >&2
+    echo "export BABYSITTER_SERVER=http://127.0.0.1:$port BABYSITTER_TOKEN_FILE=$secrets/client.token"
+    exit 0
+  fi
+  sleep 0.2
+done
+"${compose[@]}" logs --tail 30 >&2
+die "the orchestrator did not answer on 127.0.0.1:$port within 60 s (logs above)"
