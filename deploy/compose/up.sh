@@ -7,6 +7,10 @@
 #   deploy/compose/up.sh down       # stop and remove the containers (volumes kept)
 #   deploy/compose/up.sh down -v    # ... and SeaweedFS's data volume
 #
+# Env: BABYSITTER_WORKERS (2), BABYSITTER_PORT (50052, the orchestrator's on 127.0.0.1),
+# BABYSITTER_PROXY_PORT (8787), BABYSITTER_PROJECT (compose project, `babysitter`),
+# BABYSITTER_SECRETS (an absolute path instead of deploy/compose/.secrets).
+#
 # Secrets go to deploy/compose/.secrets/ (gitignored, mode 700), each file mode 600:
 #   client.token         the CLI's token (BABYSITTER_TOKEN_FILE), owned by you
 #   svc/*.token, svc/tls the copies the containers read, owned by uid 65532 (their user)
@@ -30,7 +34,7 @@ elif command -v docker-compose >/dev/null 2>&1; then
 else
   die "neither \`docker compose\` nor docker-compose: apt-get install -y docker-compose"
 fi
-compose+=(-p babysitter -f "$here/compose.yaml")
+compose+=(-p "${BABYSITTER_PROJECT:-babysitter}" -f "$here/compose.yaml")
 
 if [ "${1:-}" = down ]; then
   shift
@@ -60,7 +64,8 @@ if ! docker image inspect local/seaweedfs-mini:4.48 >/dev/null 2>&1; then
 fi
 
 # ------------------------------------------------------------------ secrets, first start only
-secrets="$here/.secrets"
+secrets="${BABYSITTER_SECRETS:-$here/.secrets}"
+export BABYSITTER_SECRETS="$secrets"
 umask 077
 mkdir -p "$secrets/svc" "$secrets/tls"
 for t in journal client worker proxy-admin; do

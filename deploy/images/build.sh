@@ -182,6 +182,14 @@ build_worker_base() {
       ln -s "/opt/harness/$d/node_modules/.bin/$b" "$r/usr/local/bin/$b"
     done
   fi
+  # npm leaves identical copies of some native binaries (OpenCode's baseline build is its
+  # regular one, 185 MB): hard links, which the layer stores once.
+  local sum f first
+  declare -A seen=()
+  while read -r sum f; do
+    first="${seen[$sum]:-}"
+    if [ -n "$first" ]; then ln -f "$first" "$f"; else seen[$sum]="$f"; fi
+  done < <(find "$r/opt" -type f -size +10M -print0 | xargs -0 -r md5sum)
   tar --numeric-owner -C "$r" -c . |
     docker import -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin' -c 'ENV HOME=/home/nonroot' - "$base" >/dev/null
   rm -rf "$r"
