@@ -323,10 +323,24 @@ async fn start_service(
         .with_network(prefix)
         .with_container_name(&name)
         .with_readonly_rootfs(true)
-        .with_mount(Mount::tmpfs_mount("/tmp").with_mode(0o1777))
-        .with_mount(Mount::tmpfs_mount("/data").with_mode(0o1777))
-        .with_startup_timeout(Duration::from_secs(60))
-        .with_host_config_modifier(loopback_ports);
+        .with_startup_timeout(Duration::from_secs(60));
+    // tmpfs as compose.yaml mounts them (`HostConfig.Tmpfs`, like `--tmpfs`): dockerd 20.10
+    // leaves a `Mounts` tmpfs root-owned 0755 whatever its mode, which uid 65532 cannot write.
+    let mut tmpfs = vec![
+        ("/tmp", "mode=1777"),
+        ("/data", "uid=65532,gid=65532,mode=0700"),
+    ];
+    if spec.service == "harness-launcher" {
+        tmpfs.push(("/home/nonroot", "uid=65532,gid=65532,mode=0700"));
+    }
+    let tmpfs: std::collections::HashMap<String, String> = tmpfs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    req = req.with_host_config_modifier(move |hc| {
+        loopback_ports(hc);
+        hc.tmpfs = Some(tmpfs.clone());
+    });
     for (k, v) in compose_env(spec.service)? {
         req = req.with_env_var(k, rename_hosts(prefix, &v));
     }
@@ -357,12 +371,10 @@ async fn start_service(
         );
     }
     if spec.service == "harness-launcher" {
-        req = req
-            .with_mount(Mount::tmpfs_mount("/home/nonroot").with_mode(0o1777))
-            .with_mount(Mount::bind_mount(
-                dir.join("ledger").display().to_string(),
-                LEDGER_MOUNT,
-            ));
+        req = req.with_mount(Mount::bind_mount(
+            dir.join("ledger").display().to_string(),
+            LEDGER_MOUNT,
+        ));
     }
     let port = if spec.grpc_port > 0 {
         let p = free_port()?;

@@ -160,6 +160,13 @@ fn assert_exactly_once(run_id: &str, events: &[jpb::Event]) {
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
 }
 
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 /// One attempt of one task, from the ledger.
 #[derive(Debug, Clone)]
 struct Attempt {
@@ -261,8 +268,25 @@ async fn runs_complete_on_the_container_stack() {
     let ledger = read_ledger(&stack);
     assert_eq!(ledger.len(), 25, "5 runs × 5 tasks, each once: {ledger:?}");
     assert_eq!(assert_no_overlap(&ledger, &HashMap::new()), 0);
-    let hosts: HashSet<&str> = ledger.iter().map(|a| a.host.as_str()).collect();
-    assert_eq!(hosts.len(), 2, "both workers ran tasks: {hosts:?}");
+    // Both worker containers are known to the orchestrator (polled: a registration may lag).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let workers = client(&stack)
+            .list_workers(pb::ListWorkersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .workers;
+        if workers.len() == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both worker containers registered: {workers:?}\n{}",
+            stack.logs().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -332,6 +356,7 @@ export async function process(inputs, ctx) {
     let run_id = create(&stack, ONE, json!({"cmd": cmd})).await;
     wait_ledger_lines(&stack, 1).await;
     stack.disconnect(&stack.workers[0]).await.unwrap();
+    let cut = now_ns();
     // Only now a second worker: the task can reach it only after the first one's lease lapsed.
     stack.add_worker().await.unwrap();
     let out = all_completed(&stack, std::slice::from_ref(&run_id), 120).await;
@@ -343,10 +368,17 @@ export async function process(inputs, ctx) {
     // Back on the network, the cut-off worker learns its lease is gone: its result is dropped
     // (refused on completion, or stopped on the first renewal that failed).
     stack.reconnect(&stack.workers[0]).await.unwrap();
+    let back = now_ns();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let log = stack.workers[0].stderr().await;
         if log.contains("lease lost") || log.contains("completion refused") {
+            for l in log
+                .lines()
+                .filter(|l| l.contains("lease") || l.contains("refused"))
+            {
+                eprintln!("partitioned worker: {l}");
+            }
             break;
         }
         assert!(
@@ -363,7 +395,12 @@ export async function process(inputs, ctx) {
         .filter(|e| e.r#type == "EFFECT_RESOLVED")
         .collect();
     assert_eq!(resolved.len(), 1, "one result in the journal");
-    let hosts: HashSet<String> = read_ledger(&stack).into_iter().map(|a| a.host).collect();
+    let ledger = read_ledger(&stack);
+    eprintln!("ledger (disconnected at {cut} ns, reconnected at {back} ns): {ledger:?}");
+    // The cut-off worker stopped its attempt when the lease reached its fence (no renewal got
+    // through), before the lease lapsed and the other worker began: no overlap.
+    assert_no_overlap(&ledger, &HashMap::new());
+    let hosts: HashSet<String> = ledger.into_iter().map(|a| a.host).collect();
     assert_eq!(hosts.len(), 2, "both workers started an attempt: {hosts:?}");
 }
 
