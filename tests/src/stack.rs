@@ -42,6 +42,19 @@ pub const TOKENS: [(&str, &str); 4] = [
     ("worker", "worker-token-0123456789abcdef"),
     ("proxy-admin", "proxy-admin-token-0123456789"),
 ];
+/// Short leases, heartbeats and sweeps (the process suites' `cluster::orchestrator_args`), as
+/// orchestrator env: a crash or a partition is noticed within seconds.
+pub const SHORT_LEASES: [(&str, &str); 6] = [
+    ("BABYSITTER_ORCHESTRATOR__QUEUE__LEASE_DURATION_MS", "2000"),
+    (
+        "BABYSITTER_ORCHESTRATOR__QUEUE__HEARTBEAT_INTERVAL_MS",
+        "300",
+    ),
+    ("BABYSITTER_ORCHESTRATOR__QUEUE__MAX_POLL_WAIT_MS", "2000"),
+    ("BABYSITTER_ORCHESTRATOR__QUEUE__RETRY_BACKOFF_MS", "100"),
+    ("BABYSITTER_ORCHESTRATOR__RUNS__SWEEP_INTERVAL_MS", "100"),
+    ("BABYSITTER_ORCHESTRATOR__LEADERSHIP__TTL_MS", "2000"),
+];
 /// Where the workers see the test's ledger directory.
 pub const LEDGER_MOUNT: &str = "/ledger";
 
@@ -175,8 +188,8 @@ pub struct ContainerStack {
 
 impl ContainerStack {
     /// Starts SeaweedFS, the journal, the orchestrator (with `orchestrator_env` added to its
-    /// compose env) and `workers` workers; returns once the orchestrator printed its listening
-    /// line. `Ok(None)`: skipped (not enabled, or the images are missing; a failure under
+    /// compose env) and `workers` workers; returns once the orchestrator is active (it holds the
+    /// journal's lease) and each worker printed its start line. `Ok(None)`: skipped (not enabled, or the images are missing; a failure under
     /// `BABYSITTER_REQUIRE_ALL=1`).
     pub async fn start(
         workers: usize,
@@ -316,6 +329,9 @@ async fn start_service(
     let name = format!("{prefix}-{}", spec.name);
     let ready = match spec.service {
         "harness-launcher" => "harness-launcher ".to_owned(),
+        // Listening is not enough: until it holds the journal's lease it stands by and
+        // refuses runs (and a worker registering then is not known to the active one).
+        "orchestrator" => "orchestrator active: ".to_owned(),
         s => format!("{s} listening on "),
     };
     let mut req = GenericImage::new(format!("babysitter/{}", spec.service), IMAGE_TAG.to_owned())

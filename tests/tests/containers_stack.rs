@@ -16,21 +16,9 @@ use babysitter_common::client::AuthedChannel;
 use babysitter_proto::journal::v1 as jpb;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
-use babysitter_tests::stack::{ContainerStack, TOKENS};
+use babysitter_tests::stack::{ContainerStack, SHORT_LEASES, TOKENS};
+use cluster::assert_exactly_once;
 use serde_json::{Value, json};
-
-/// Short leases and sweeps, as in `cluster::orchestrator_args`: a crash is noticed in seconds.
-const SHORT_LEASES: [(&str, &str); 6] = [
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__LEASE_DURATION_MS", "2000"),
-    (
-        "BABYSITTER_ORCHESTRATOR__QUEUE__HEARTBEAT_INTERVAL_MS",
-        "300",
-    ),
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__MAX_POLL_WAIT_MS", "2000"),
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__RETRY_BACKOFF_MS", "100"),
-    ("BABYSITTER_ORCHESTRATOR__RUNS__SWEEP_INTERVAL_MS", "100"),
-    ("BABYSITTER_ORCHESTRATOR__LEADERSHIP__TTL_MS", "2000"),
-];
 
 /// Shell tasks that write `<key> <attempt> <host> start|end <ns>` around their work: one task,
 /// a fan-out of three, one more.
@@ -131,40 +119,55 @@ async fn all_completed(stack: &ContainerStack, ids: &[String], secs: u64) -> Vec
     }
 }
 
-/// Each effect requested once and resolved exactly once, sequence numbers dense.
-fn assert_exactly_once(run_id: &str, events: &[jpb::Event]) {
-    let mut requested: HashMap<String, usize> = HashMap::new();
-    let mut resolved: HashMap<String, usize> = HashMap::new();
-    for e in events {
-        let id = cluster::data(e)["effectId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        match e.r#type.as_str() {
-            "EFFECT_REQUESTED" => *requested.entry(id).or_default() += 1,
-            "EFFECT_RESOLVED" => *resolved.entry(id).or_default() += 1,
-            _ => {}
-        }
-    }
-    assert!(
-        requested.values().all(|n| *n == 1),
-        "{run_id}: {requested:?}"
-    );
-    assert!(resolved.values().all(|n| *n == 1), "{run_id}: {resolved:?}");
-    assert_eq!(
-        requested.keys().collect::<HashSet<_>>(),
-        resolved.keys().collect::<HashSet<_>>(),
-        "{run_id}: every requested effect resolved once"
-    );
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
-}
-
 fn now_ns() -> u128 {
     std::time::SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos()
+}
+
+/// Creates `n` runs of [`LEDGER_STEPS`] whose tasks work `work` seconds each; their ids.
+async fn ledger_runs(stack: &ContainerStack, n: usize, work: f64) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in 0..n {
+        ids.push(create(stack, LEDGER_STEPS, json!({"n": n, "work": work})).await);
+    }
+    ids
+}
+
+/// Waits for the [`ledger_runs`] `ids` to complete; checks their outputs and that the journal
+/// resolved each of their effects exactly once.
+async fn completed_once(stack: &ContainerStack, ids: &[String], secs: u64) {
+    let outputs = all_completed(stack, ids, secs).await;
+    for (n, out) in outputs.iter().enumerate() {
+        assert_eq!(
+            *out,
+            json!({"n": n, "a": "a", "fan": ["f1", "f2", "f3"], "b": "b"})
+        );
+    }
+    for id in ids {
+        assert_exactly_once(id, &journal_events(stack, id).await);
+    }
+}
+
+/// Waits (guard: 30 s; a registration may lag) until the orchestrator lists `n` workers.
+async fn workers_become(c: &mut RunServiceClient<AuthedChannel>, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let workers = c
+            .list_workers(pb::ListWorkersRequest {})
+            .await
+            .map(|r| r.into_inner().workers)
+            .unwrap_or_default();
+        if workers.len() == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} workers expected: {workers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One attempt of one task, from the ledger.
@@ -251,42 +254,13 @@ async fn runs_complete_on_the_container_stack() {
     let Some(stack) = ContainerStack::start(2, &SHORT_LEASES).await.unwrap() else {
         return;
     };
-    let mut ids = Vec::new();
-    for n in 0..5 {
-        ids.push(create(&stack, LEDGER_STEPS, json!({"n": n, "work": 0.1})).await);
-    }
-    let outputs = all_completed(&stack, &ids, 120).await;
-    for (n, out) in outputs.iter().enumerate() {
-        assert_eq!(
-            *out,
-            json!({"n": n, "a": "a", "fan": ["f1", "f2", "f3"], "b": "b"})
-        );
-    }
-    for id in &ids {
-        assert_exactly_once(id, &journal_events(&stack, id).await);
-    }
+    let ids = ledger_runs(&stack, 5, 0.1).await;
+    completed_once(&stack, &ids, 120).await;
     let ledger = read_ledger(&stack);
     assert_eq!(ledger.len(), 25, "5 runs × 5 tasks, each once: {ledger:?}");
     assert_eq!(assert_no_overlap(&ledger, &HashMap::new()), 0);
-    // Both worker containers are known to the orchestrator (polled: a registration may lag).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let workers = client(&stack)
-            .list_workers(pb::ListWorkersRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .workers;
-        if workers.len() == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "both worker containers registered: {workers:?}\n{}",
-            stack.logs().await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Both worker containers are known to the orchestrator.
+    workers_become(&mut client(&stack), 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -294,10 +268,7 @@ async fn the_journal_the_orchestrator_and_a_worker_killed_mid_run_lose_and_overl
     let Some(stack) = ContainerStack::start(2, &SHORT_LEASES).await.unwrap() else {
         return;
     };
-    let mut ids = Vec::new();
-    for n in 0..8 {
-        ids.push(create(&stack, LEDGER_STEPS, json!({"n": n, "work": 0.5})).await);
-    }
+    let ids = ledger_runs(&stack, 8, 0.5).await;
     let mut kills: HashMap<String, u128> = HashMap::new();
     // The journal: SIGKILL while tasks run and results come in, then back.
     wait_ledger_lines(&stack, 6).await;
@@ -319,16 +290,7 @@ async fn the_journal_the_orchestrator_and_a_worker_killed_mid_run_lose_and_overl
     );
     w.restart().await.unwrap();
 
-    let outputs = all_completed(&stack, &ids, 240).await;
-    for (n, out) in outputs.iter().enumerate() {
-        assert_eq!(
-            *out,
-            json!({"n": n, "a": "a", "fan": ["f1", "f2", "f3"], "b": "b"})
-        );
-    }
-    for id in &ids {
-        assert_exactly_once(id, &journal_events(&stack, id).await);
-    }
+    completed_once(&stack, &ids, 240).await;
     let ledger = read_ledger(&stack);
     let keys: HashSet<&str> = ledger.iter().map(|a| a.key.as_str()).collect();
     assert_eq!(keys.len(), 40, "8 runs × 5 tasks ran");
@@ -338,14 +300,6 @@ async fn the_journal_the_orchestrator_and_a_worker_killed_mid_run_lose_and_overl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partitioned_worker_loses_its_lease_and_its_late_result_is_refused() {
-    const ONE: &str = r#"
-import { defineTask } from '@a5c-ai/babysitter-sdk';
-const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'marked', shell: { command: a.cmd } }));
-export async function process(inputs, ctx) {
-  const r = await ctx.task(sh, { cmd: inputs.cmd });
-  return { out: r.stdout.trim() };
-}
-"#;
     let Some(mut stack) = ContainerStack::start(1, &SHORT_LEASES).await.unwrap() else {
         return;
     };
@@ -353,7 +307,7 @@ export async function process(inputs, ctx) {
     let cmd = "h=$(cat /etc/hostname); echo \"$BABYSITTER_IDEMPOTENCY_KEY $BABYSITTER_ATTEMPT $h start $(date +%s%N)\" >> /ledger/ledger; \
                if [ -e /ledger/started ]; then echo second; else touch /ledger/started; sleep 6; echo first; fi; \
                echo \"$BABYSITTER_IDEMPOTENCY_KEY $BABYSITTER_ATTEMPT $h end $(date +%s%N)\" >> /ledger/ledger";
-    let run_id = create(&stack, ONE, json!({"cmd": cmd})).await;
+    let run_id = create(&stack, cluster::ONE_SHELL_TASK, json!({"cmd": cmd})).await;
     wait_ledger_lines(&stack, 1).await;
     stack.disconnect(&stack.workers[0]).await.unwrap();
     let cut = now_ns();
@@ -517,15 +471,6 @@ export async function process(inputs, ctx) {
     let out: Value = serde_json::from_slice(&run.output_json).unwrap();
     let lines = out["out"].as_array().unwrap();
     assert_eq!(lines.len(), 6, "{out}");
-    let workers = c
-        .list_workers(pb::ListWorkersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .workers;
-    assert_eq!(
-        workers.len(),
-        2,
-        "compose scaled the workers to two: {workers:?}"
-    );
+    // compose scaled the workers to two
+    workers_become(&mut c, 2).await;
 }

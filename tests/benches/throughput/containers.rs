@@ -1,26 +1,13 @@
 //! `THROUGHPUT_STACK=containers` (or `both`): the throughput workload against the service
 //! images (`babysitter_tests::stack`: one container per service on a bridge network, settings
-//! of `deploy/compose/`, the same short leases as the process stack), so containers and
+//! of `deploy/compose/`, the same short leases as the process stack: `SHORT_LEASES`), so containers and
 //! processes can be compared side by side; and each service's cold start in its container.
 
 use std::time::Duration;
 
-use babysitter_tests::stack::{ContainerStack, TOKENS};
+use babysitter_tests::stack::{ContainerStack, SHORT_LEASES, TOKENS};
 
 use super::{Figures, Target, measure};
-
-/// The settings `cluster::orchestrator_args` gives the process stack, as env.
-const SAME_AS_PROCESSES: [(&str, &str); 6] = [
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__LEASE_DURATION_MS", "2000"),
-    (
-        "BABYSITTER_ORCHESTRATOR__QUEUE__HEARTBEAT_INTERVAL_MS",
-        "300",
-    ),
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__MAX_POLL_WAIT_MS", "2000"),
-    ("BABYSITTER_ORCHESTRATOR__QUEUE__RETRY_BACKOFF_MS", "100"),
-    ("BABYSITTER_ORCHESTRATOR__RUNS__SWEEP_INTERVAL_MS", "100"),
-    ("BABYSITTER_ORCHESTRATOR__LEADERSHIP__TTL_MS", "2000"),
-];
 
 fn token(name: &str) -> &'static str {
     TOKENS
@@ -31,7 +18,7 @@ fn token(name: &str) -> &'static str {
 }
 
 async fn stack(workers: usize) -> ContainerStack {
-    ContainerStack::start(workers, &SAME_AS_PROCESSES)
+    ContainerStack::start(workers, &SHORT_LEASES)
         .await
         .expect("container stack")
         .expect("BABYSITTER_IT_DOCKER=1 and the images (deploy/images/build.sh)")
