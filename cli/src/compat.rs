@@ -51,6 +51,7 @@ mod runtime_hooks;
 pub(crate) mod session;
 mod skill;
 mod task;
+mod tls_cmd;
 mod tokens_stats;
 mod usage;
 pub mod warm;
@@ -247,6 +248,7 @@ const IMPLEMENTED: &[&str] = &[
     "plugin:list-installed",
     "plugin:uninstall",
     "plugin:generate",
+    "tls:generate",
 ];
 
 async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
@@ -318,6 +320,7 @@ async fn dispatch(cli: &Cli<'_>) -> anyhow::Result<u8> {
             instructions::instructions(cli, &command["instructions:".len()..]).await
         }
         "tokens:stats" => tokens_stats::run(cli).await,
+        "tls:generate" => tls_cmd::run(cli).await,
         "skill:discover" => skill::discover(cli).await,
         "configure" => configure::run(cli).await,
         "discover" | "list" => discover::run(cli).await,

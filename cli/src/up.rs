@@ -79,7 +79,14 @@ impl Default for UpConfig {
     }
 }
 
-const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config]";
+/// `--health-check` probes the orchestrator's port (the one clients and workers use).
+impl babysitter_common::main_support::HealthPort for UpConfig {
+    fn health_port(&self) -> Option<&babysitter_common::server::ServerConfig> {
+        Some(&self.orchestrator.server)
+    }
+}
+
+const USAGE: &str = "usage: babysitter up [--data-dir DIR] [--config FILE] [--set section.key=value]... [--no-worker] [--dump-config] [--health-check]";
 
 pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
     let mut common = CommonArgs::default();
@@ -100,6 +107,7 @@ pub fn main(args: &[String], fs: FsRuntime) -> ExitCode {
             (Arg::Flag("--data-dir"), v) => data_dir = v,
             (Arg::Flag("--no-worker"), _) => no_worker = true,
             (Arg::Flag("--dump-config"), _) => common.dump_config = true,
+            (Arg::Flag("--health-check"), _) => common.health_check = true,
             (Arg::Flag("-h" | "--help"), _) => {
                 eprintln!("{USAGE}");
                 return ExitCode::SUCCESS;

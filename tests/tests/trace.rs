@@ -241,6 +241,7 @@ fn launcher_config(
         orchestrator: OrchestratorLink {
             url: orchestrator.to_owned(),
             token_file: None,
+            ..OrchestratorLink::default()
         },
         worker: WorkerConfig {
             id: "traced".into(),

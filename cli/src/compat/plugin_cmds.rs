@@ -14,7 +14,7 @@ use crate::plugins::bundle;
 use crate::plugins::harness::Harness;
 use crate::plugins::install::{self, Scope};
 
-fn usage_error(message: String) -> anyhow::Error {
+pub(super) fn usage_error(message: String) -> anyhow::Error {
     anyhow::Error::new(CliError::new(
         "ValidationError",
         message,

@@ -22,6 +22,7 @@ pub const USAGE: &str = "Usage:
   babysitter harness:discover [--json]
   babysitter harness:install <harness> [--prefix <dir>] [--dry-run] [--json]
   babysitter plugin:generate --out <dir> [--harness <name>]
+  babysitter tls:generate --out <dir> <name>[=<san>,<san>...]...   (a private CA and a certificate per service, for a deployment that has none)
   babysitter mcp:serve   (an MCP server over stdio)
   babysitter hook:run --hook-type <stop|session-end|session-start|user-prompt-submit|pre-tool-use> [--harness <name>] [--state-dir <dir>] [--runs-dir <dir>] [--json]   (hook JSON on stdin)
   babysitter compress-output <command> [args...]   (runs the command, prints its condensed output)

@@ -295,11 +295,7 @@ impl Authenticator {
 
     /// Whether `path` (`/pkg.Service/Method`) belongs to a public service.
     pub fn is_public(&self, path: &str) -> bool {
-        let service = path
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .unwrap_or_default();
+        let service = service_of(path);
         self.inner.public_services.iter().any(|s| s == service)
     }
 
@@ -375,6 +371,14 @@ pub fn require_role<T>(request: &Request<T>, allowed: &[Role]) -> Result<Role, S
             &[],
         )),
     }
+}
+
+/// The service a gRPC request path (`/pkg.Service/Method`) addresses.
+pub(crate) fn service_of(path: &str) -> &str {
+    path.trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or_default()
 }
 
 /// Tower layer that authenticates every request not addressed to a public service.

@@ -3,6 +3,9 @@
 //! the transport settings of [`ClientOptions`] (defined in `babysitter-proto`, the one place they
 //! live).
 //!
+//! `https://` URLs are dialled over TLS ([`crate::tls`]): with the CA and client certificate of a
+//! [`ClientTlsConfig`] ([`client_tls`], [`connect_lazy_tls`]), else the system's roots.
+//!
 //! Lazy on purpose: a service starts even when its peer is not up yet (Kubernetes starts pods in
 //! any order), and the first call reports `Unavailable`, which callers already treat as retryable.
 //!
@@ -20,6 +23,7 @@ pub use babysitter_proto::client::ClientOptions;
 
 use crate::auth::{AuthError, BearerAuthInterceptor, Secret};
 use crate::telemetry::inject_trace_context;
+use crate::tls::{ClientTls, ClientTlsConfig, TlsError};
 
 /// Adds `authorization` (when a token is configured) and `traceparent` to every request.
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub enum ClientError {
     BadEndpoint { url: String, reason: String },
     #[error(transparent)]
     Auth(#[from] AuthError),
+    #[error("`{url}`: {source}")]
+    Tls { url: String, source: TlsError },
 }
 
 impl From<InvalidEndpoint> for ClientError {
@@ -77,8 +83,36 @@ pub fn connect_lazy_with(
     token: Option<&Secret>,
     options: &ClientOptions,
 ) -> Result<AuthedChannel, ClientError> {
+    connect_lazy_tls(url, token, options, &ClientTlsConfig::default())
+}
+
+/// [`connect_lazy_with`] with the TLS settings `tls` (used for `https://` URLs; given for an
+/// `http://` URL they are refused, so a plaintext link is never mistaken for a secured one).
+pub fn connect_lazy_tls(
+    url: &str,
+    token: Option<&Secret>,
+    options: &ClientOptions,
+    tls: &ClientTlsConfig,
+) -> Result<AuthedChannel, ClientError> {
+    let channel = if url.starts_with("https://") {
+        let tls = ClientTls::load(tls).map_err(|source| ClientError::Tls {
+            url: url.to_owned(),
+            source,
+        })?;
+        options
+            .endpoint(url)?
+            .connect_with_connector_lazy(tls.connector())
+    } else {
+        if tls.is_set() {
+            return Err(ClientError::BadEndpoint {
+                url: url.to_owned(),
+                reason: "TLS settings are given but the URL is not https://".into(),
+            });
+        }
+        options.channel_lazy(url)?
+    };
     Ok(InterceptedService::new(
-        options.channel_lazy(url)?,
+        channel,
         CallInterceptor::new(token)?,
     ))
 }
@@ -91,6 +125,16 @@ pub fn client<C: GrpcClient<AuthedChannel>>(
     options: &ClientOptions,
 ) -> Result<C, ClientError> {
     Ok(options.client(connect_lazy_with(url, token, options)?))
+}
+
+/// [`client`] with the TLS settings `tls` (see [`connect_lazy_tls`]).
+pub fn client_tls<C: GrpcClient<AuthedChannel>>(
+    url: &str,
+    token: Option<&Secret>,
+    options: &ClientOptions,
+    tls: &ClientTlsConfig,
+) -> Result<C, ClientError> {
+    Ok(options.client(connect_lazy_tls(url, token, options, tls)?))
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod project;
 pub mod server;
 pub mod telemetry;
+pub mod tls;
 pub mod worker_api;
 
 pub use env::EnvMap;

@@ -94,7 +94,17 @@ impl Endpoint {
     /// Binds `addr` now (a taken port fails the start) and serves `GET /metrics` on a task of
     /// the current tokio runtime.
     pub fn start(addr: SocketAddr) -> Result<Self, EndpointError> {
+        Self::start_with_tls(addr, &crate::tls::ServerTlsConfig::default())
+    }
+
+    /// [`Endpoint::start`] over TLS when `tls` has a certificate.
+    pub fn start_with_tls(
+        addr: SocketAddr,
+        tls: &crate::tls::ServerTlsConfig,
+    ) -> Result<Self, EndpointError> {
         let err = |source| EndpointError { addr, source };
+        let tls = crate::tls::ServerTls::load(tls, crate::tls::Protocol::Http)
+            .map_err(|e| err(std::io::Error::other(e)))?;
         let listener = std::net::TcpListener::bind(addr).map_err(err)?;
         listener.set_nonblocking(true).map_err(err)?;
         let bound = listener.local_addr().map_err(err)?;
@@ -107,17 +117,28 @@ impl Endpoint {
             }),
         );
         let until = stop.clone();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(until.cancelled_owned())
-                .await;
+            let served = match tls {
+                Some(tls) => {
+                    tls.watch(until.clone());
+                    axum::serve(tls.incoming(listener, None).into_listener(), app)
+                        .with_graceful_shutdown(until.cancelled_owned())
+                        .await
+                }
+                None => {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(until.cancelled_owned())
+                        .await
+                }
+            };
             if let Err(e) = served {
                 tracing::warn!(error = %e, "the metrics endpoint stopped");
             }
         });
         // One machine-readable line, as for the gRPC ports (tests and scripts read it).
         eprintln!("metrics listening on {bound}");
-        tracing::info!(addr = %bound, "serving prometheus metrics at /metrics");
+        tracing::info!(addr = %bound, scheme, "serving prometheus metrics at /metrics");
         Ok(Self { addr: bound, stop })
     }
 

@@ -9,6 +9,10 @@
 //! before draining), then connections drain with `serve_with_incoming_shutdown`, then the
 //! builder's [`TaskTracker`] is awaited so work that handlers spawned (journal appends) finishes.
 //!
+//! TLS (`[server.tls]`, [`crate::tls`]): with a certificate set, the port accepts only TLS, its
+//! certificates are reloaded from disk while serving, and with a client CA every call to a
+//! non-public service needs a client certificate (one more layer, before bearer auth).
+//!
 //! Readiness also follows what the process depends on: a [`Probe`] (the journal's store, the
 //! orchestrator's journal) is checked while serving, and while it fails every service reports
 //! `NOT_SERVING`, with one log line when the outage starts and one when it ends. Reflection
@@ -34,6 +38,7 @@ use tonic_health::server::{HealthReporter, HealthService};
 use crate::auth::{AuthConfig, AuthError, AuthLayer, Authenticator};
 use crate::config::duration;
 use crate::telemetry::TraceContextLayer;
+use crate::tls::{ClientCertificateLayer, ServerTls, ServerTlsConfig, TlsError};
 
 mod deadline;
 pub mod standby;
@@ -84,6 +89,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Bearer tokens and public services.
     pub auth: AuthConfig,
+    /// TLS: certificate, key, client CA (mTLS), reloading. Off unless `cert-file` is set.
+    pub tls: ServerTlsConfig,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +112,7 @@ impl Default for ServerConfig {
             drain_delay: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
             auth: AuthConfig::default(),
+            tls: ServerTlsConfig::default(),
         }
     }
 }
@@ -163,6 +171,9 @@ pub enum ServerError {
     /// A registered file descriptor set is invalid.
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The transport failed.
     #[error("grpc server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -315,6 +326,7 @@ impl ServerBuilder {
             probe,
         } = self;
         let local_addr = listener.local_addr().ok();
+        let tls = ServerTls::load(&config.tls, crate::tls::Protocol::Grpc)?;
 
         set_all(&health, &service_names, ServingStatus::NotServing).await;
 
@@ -364,15 +376,16 @@ impl ServerBuilder {
                     tower::limit::GlobalConcurrencyLimitLayer::new(config.concurrency_limit)
                 }))
                 .layer(DeadlineLayer::new(config.request_timeout))
+                .option_layer(
+                    tls.as_ref()
+                        .filter(|t| t.requires_client_certificates())
+                        .map(|_| ClientCertificateLayer::new(&config.auth.public_services)),
+                )
                 .layer(AuthLayer::new(authenticator))
                 // Innermost: sees tonic's own answers (an over-limit request) before anything
                 // else looks at the status.
                 .map_response(add_error_kind::<tonic::body::Body>)
                 .into_inner();
-
-        let incoming = TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(config.tcp_keepalive);
 
         let drain = {
             let (health, names, token, delay) = (
@@ -404,6 +417,8 @@ impl ServerBuilder {
             service = %service_name,
             addr = ?local_addr,
             services = ?service_names,
+            tls = tls.is_some(),
+            mtls = tls.as_ref().is_some_and(ServerTls::requires_client_certificates),
             "grpc server listening"
         );
         if let Some(probe) = probe {
@@ -415,7 +430,24 @@ impl ServerBuilder {
             ));
         }
 
-        let serve = router.serve_with_incoming_shutdown(incoming, drain);
+        let serve: futures::future::BoxFuture<'static, Result<(), tonic::transport::Error>> =
+            match &tls {
+                Some(tls) => {
+                    tls.watch(shutdown.clone());
+                    Box::pin(router.serve_with_incoming_shutdown(
+                        tls.incoming(listener, config.tcp_keepalive),
+                        drain,
+                    ))
+                }
+                None => Box::pin(
+                    router.serve_with_incoming_shutdown(
+                        TcpIncoming::from(listener)
+                            .with_nodelay(Some(true))
+                            .with_keepalive(config.tcp_keepalive),
+                        drain,
+                    ),
+                ),
+            };
         let drain_deadline = async {
             shutdown.cancelled().await;
             tokio::time::sleep(config.drain_delay + config.shutdown_timeout).await;

@@ -63,9 +63,12 @@ pub struct TelemetryConfig {
     pub log_filter: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
-    /// Where Prometheus scrapes `GET /metrics` (plain HTTP, no auth: bind it where only the
-    /// scraper reaches; `127.0.0.1:0` picks a port and prints it). Unset: not served.
+    /// Where Prometheus scrapes `GET /metrics` (no auth: bind it where only the scraper
+    /// reaches; `127.0.0.1:0` picks a port and prints it). Unset: not served.
     pub metrics_listen_addr: Option<std::net::SocketAddr>,
+    /// TLS for `/metrics` (same keys as `[server.tls]`; with `client-ca-file` the scraper
+    /// must present a certificate of that CA). Off unless `cert-file` is set.
+    pub metrics_tls: crate::tls::ServerTlsConfig,
 }
 
 impl Default for TelemetryConfig {
@@ -74,6 +77,7 @@ impl Default for TelemetryConfig {
             log_filter: "info".to_owned(),
             log_format: LogFormat::Text,
             metrics_listen_addr: None,
+            metrics_tls: crate::tls::ServerTlsConfig::default(),
         }
     }
 }
@@ -175,7 +179,7 @@ pub fn init_telemetry(
     }
     let metrics = config
         .metrics_listen_addr
-        .map(crate::metrics::Endpoint::start)
+        .map(|addr| crate::metrics::Endpoint::start_with_tls(addr, &config.metrics_tls))
         .transpose()?;
     Ok(TelemetryGuard {
         provider,
@@ -400,6 +404,7 @@ mod tests {
                 log_filter: "debug".into(),
                 log_format: LogFormat::Json,
                 metrics_listen_addr: Some(([127, 0, 0, 1], 9464).into()),
+                metrics_tls: crate::tls::ServerTlsConfig::default(),
             }
         );
         assert!(toml::from_str::<TelemetryConfig>("log-level = \"debug\"").is_err());

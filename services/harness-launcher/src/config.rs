@@ -88,6 +88,9 @@ pub struct OrchestratorLink {
     pub url: String,
     /// File holding the worker-role bearer token. Since v0.1.
     pub token_file: Option<PathBuf>,
+    /// TLS to the orchestrator (`https://` URL): its CA, this worker's client certificate.
+    /// Since v0.5.
+    pub tls: babysitter_common::tls::ClientTlsConfig,
 }
 
 impl Default for OrchestratorLink {
@@ -95,6 +98,7 @@ impl Default for OrchestratorLink {
         Self {
             url: "http://127.0.0.1:50052".into(),
             token_file: None,
+            tls: babysitter_common::tls::ClientTlsConfig::default(),
         }
     }
 }
@@ -261,6 +265,12 @@ impl AgentConfig {
 
 fn path_env(env: &EnvMap) -> std::ffi::OsString {
     std::ffi::OsString::from(env.get("PATH").unwrap_or("/usr/local/bin:/usr/bin:/bin"))
+}
+
+impl babysitter_common::main_support::HealthPort for LauncherConfig {
+    fn health_port(&self) -> Option<&babysitter_common::server::ServerConfig> {
+        self.server.as_ref()
+    }
 }
 
 #[cfg(test)]

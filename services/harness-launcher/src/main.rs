@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use babysitter_common::EnvMap;
 use babysitter_common::auth::{Authenticator, Secret};
-use babysitter_common::client::connect_lazy;
+use babysitter_common::client::{ClientOptions, connect_lazy_tls};
 use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
@@ -43,6 +43,10 @@ struct Args {
     /// Print the effective config as TOML and exit.
     #[arg(long)]
     dump_config: bool,
+    /// Probe this process's gRPC health over loopback (TLS when the port has it): exit 0 when
+    /// SERVING. For container health checks.
+    #[arg(long)]
+    health_check: bool,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
             set: args.set,
             flags,
             dump_config: args.dump_config,
+            health_check: args.health_check,
         },
         run,
     )
@@ -69,7 +74,12 @@ async fn run(config: LauncherConfig, env: EnvMap) -> anyhow::Result<()> {
     let telemetry = init_telemetry("harness-launcher", &config.telemetry, &env)?;
     let token = Secret::from_optional_file(config.orchestrator.token_file.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let channel = connect_lazy(&config.orchestrator.url, token.as_ref())?;
+    let channel = connect_lazy_tls(
+        &config.orchestrator.url,
+        token.as_ref(),
+        &ClientOptions::default(),
+        &config.orchestrator.tls,
+    )?;
     let settings = config.worker.settings();
     std::fs::create_dir_all(&settings.work_dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", settings.work_dir.display()))?;

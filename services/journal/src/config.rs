@@ -338,6 +338,12 @@ pub async fn object_journal(
     )))
 }
 
+impl babysitter_common::main_support::HealthPort for JournalServiceConfig {
+    fn health_port(&self) -> Option<&babysitter_common::server::ServerConfig> {
+        Some(&self.server)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

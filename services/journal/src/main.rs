@@ -34,6 +34,10 @@ struct Args {
     /// Print the effective config as TOML and exit.
     #[arg(long)]
     dump_config: bool,
+    /// Probe this process's gRPC health over loopback (TLS when the port has it): exit 0 when
+    /// SERVING. For container health checks.
+    #[arg(long)]
+    health_check: bool,
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
             set: args.set,
             flags,
             dump_config: args.dump_config,
+            health_check: args.health_check,
         },
         |config, env| serve(config, env, fs.clone()),
     )

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use babysitter_common::auth::Secret;
-use babysitter_common::client::{AuthedChannel, ClientOptions, client};
+use babysitter_common::client::{AuthedChannel, ClientOptions, client_tls};
 use babysitter_common::error::{ErrorKind, error_kind, retryable};
+use babysitter_common::tls::ClientTlsConfig;
 use babysitter_proto::journal::v1 as pb;
 use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use bytes::Bytes;
@@ -59,7 +60,12 @@ impl RemoteStore {
     /// Transport settings are the [`ClientOptions`] defaults: an append whose events come to more
     /// than 64 MiB is refused (`OutOfRange`), as the server would refuse it by default.
     pub fn connect(url: &str, token: Option<&Secret>) -> Result<Self> {
-        let client = client(url, token, &ClientOptions::default()).map_err(|e| {
+        Self::connect_tls(url, token, &ClientTlsConfig::default())
+    }
+
+    /// [`RemoteStore::connect`] with the TLS settings `tls` (for an `https://` URL).
+    pub fn connect_tls(url: &str, token: Option<&Secret>, tls: &ClientTlsConfig) -> Result<Self> {
+        let client = client_tls(url, token, &ClientOptions::default(), tls).map_err(|e| {
             JournalError::UnsafeStore {
                 reason: e.to_string(),
             }

@@ -17,7 +17,9 @@
 //! leadership fence (what the `orchestrator` binary runs by default), alternated three times;
 //! `SERVICE_BENCH_ONLY=budget` the in-memory dispatch and the many-runs figure with runs created
 //! without and with a budget (every limit set, none reached: the check runs after each
-//! iteration), alternated three times.
+//! iteration), alternated three times;
+//! `SERVICE_BENCH_ONLY=tls` the memory and filesystem dispatch with TLS off and on (mTLS: server
+//! certificate, client CA, the worker's client certificate), alternated three times.
 
 #![allow(clippy::print_stdout)]
 
@@ -193,8 +195,20 @@ async fn stack(kind: Store) -> Stack {
     );
     manager.spawn_sweeper();
     let services = Services::new(manager, stop.clone());
+    let tls = match tls_dir() {
+        None => babysitter_common::tls::ServerTlsConfig::default(),
+        Some(d) => babysitter_common::tls::ServerTlsConfig {
+            client_ca_file: Some(d.join("ca.crt")),
+            ..babysitter_common::tls::ServerTlsConfig::with_files(
+                d.join("orchestrator.crt"),
+                d.join("orchestrator.key"),
+            )
+        },
+    };
+    let scheme = if tls.enabled() { "https" } else { "http" };
     let config = ServerConfig {
         concurrency_limit: 100_000,
+        tls,
         ..ServerConfig::default()
     };
     let server = match term {
@@ -206,7 +220,7 @@ async fn stack(kind: Store) -> Stack {
         }
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let token = stop.clone();
     tokio::spawn(async move { server.serve_with_listener(listener, token).await });
     Stack {
@@ -217,7 +231,29 @@ async fn stack(kind: Store) -> Stack {
 }
 
 fn runs_client(s: &Stack) -> RunServiceClient<AuthedChannel> {
-    babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap()
+    babysitter_common::client::client_tls(&s.url, None, &ClientOptions::default(), &client_tls())
+        .unwrap()
+}
+
+/// The server has TLS with client certificates (mTLS) and the clients dial it so while this is
+/// set: the directory of the generated certificates.
+static WITH_TLS: std::sync::Mutex<Option<std::path::PathBuf>> = std::sync::Mutex::new(None);
+
+fn tls_dir() -> Option<std::path::PathBuf> {
+    WITH_TLS.lock().unwrap().clone()
+}
+
+/// The clients' TLS settings (default: none) for the current mode.
+fn client_tls() -> babysitter_common::tls::ClientTlsConfig {
+    match tls_dir() {
+        None => babysitter_common::tls::ClientTlsConfig::default(),
+        Some(d) => babysitter_common::tls::ClientTlsConfig {
+            ca_file: Some(d.join("ca.crt")),
+            cert_file: Some(d.join("worker.crt")),
+            key_file: Some(d.join("worker.key")),
+            server_name: Some("orchestrator".into()),
+        },
+    }
 }
 
 /// Runs are created with a budget (every limit set, none reached) while this is set.
@@ -271,8 +307,13 @@ fn us(d: Duration) -> String {
 async fn dispatch(kind: Store) {
     let s = stack(kind).await;
     let mut c = runs_client(&s);
-    let mut w: WorkerServiceClient<AuthedChannel> =
-        babysitter_common::client::client(&s.url, None, &ClientOptions::default()).unwrap();
+    let mut w: WorkerServiceClient<AuthedChannel> = babysitter_common::client::client_tls(
+        &s.url,
+        None,
+        &ClientOptions::default(),
+        &client_tls(),
+    )
+    .unwrap();
     w.register_worker(pb::RegisterWorkerRequest {
         worker_id: "bench".into(),
         capabilities: Some(cpb::WorkerCapabilities {
@@ -366,6 +407,11 @@ async fn dispatch(kind: Store) {
     }
     let (b50, b99) = (pct(&mut bare, 0.5), pct(&mut bare, 0.99));
     let journal = kind.name();
+    let journal = if tls_dir().is_some() {
+        format!("{journal} + mTLS")
+    } else {
+        journal.to_owned()
+    };
     println!("bare unary (Heartbeat) p50 {} p99 {}", us(b50), us(b99));
     for (how, trips) in [
         ("complete + poll", &mut polled),
@@ -503,7 +549,23 @@ fn main() {
     // three times (so machine load meets both alike).
     let only_fence = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "fence");
     let only_budget = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "budget");
+    let only_tls = std::env::var("SERVICE_BENCH_ONLY").is_ok_and(|v| v == "tls");
     rt.block_on(async {
+        if only_tls {
+            let certs = tempfile::tempdir().unwrap();
+            let leaves = ["orchestrator", "worker"]
+                .map(|n| babysitter_common::tls::generate::Leaf::for_host(n, &[]));
+            babysitter_common::tls::generate::generate(certs.path(), &leaves).unwrap();
+            for _ in 0..3 {
+                for store in [Store::MEMORY, Store::FILESYSTEM] {
+                    for on in [false, true] {
+                        *WITH_TLS.lock().unwrap() = on.then(|| certs.path().to_owned());
+                        dispatch(store).await;
+                    }
+                }
+            }
+            return;
+        }
         if only_budget {
             for _ in 0..3 {
                 for on in [false, true] {

@@ -53,6 +53,10 @@ struct Args {
     /// Print the effective config as TOML and exit.
     #[arg(long)]
     dump_config: bool,
+    /// Probe this process's gRPC health over loopback (TLS when the port has it): exit 0 when
+    /// SERVING. For container health checks.
+    #[arg(long)]
+    health_check: bool,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
             set: args.set,
             flags,
             dump_config: args.dump_config,
+            health_check: args.health_check,
         },
         serve,
     )
@@ -95,11 +100,29 @@ async fn serve(config: OrchestratorConfig, env: EnvMap) -> anyhow::Result<()> {
     let (server, seat) = Services::switched_server(&config.server, fenced.term.clone());
     let (settled_tx, settled_rx) = tokio::sync::oneshot::channel();
     let server = server.with_probe(probe);
-    let address = config
-        .leadership
-        .advertise_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{addr}"));
+    let address = config.leadership.advertise_url.clone().unwrap_or_else(|| {
+        let scheme = if config.server.tls.enabled() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{addr}")
+    });
+    if config.leadership.tls.is_set() {
+        // Set explicitly: bad material is a configuration error.
+        seat.forward_over_tls(babysitter_common::tls::ClientTls::load(
+            &config.leadership.tls,
+        )?);
+    } else if address.starts_with("https://") {
+        // Only a standby dials: with the system's roots when there are any.
+        match babysitter_common::tls::ClientTls::load(&config.leadership.tls) {
+            Ok(tls) => seat.forward_over_tls(tls),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "set [leadership.tls] ca-file so a standby can forward to the active instance over TLS"
+            ),
+        }
+    }
     let candidate = Candidate {
         group: config.leadership.group.clone(),
         holder: format!("orchestrator-{}", ulid::Ulid::generate()).to_lowercase(),

@@ -77,6 +77,11 @@ pub struct ConfigFile {
     /// when unset. Since v0.3.
     #[serde(default)]
     pub routes_state_file: Option<PathBuf>,
+    /// TLS on the HTTP front (`listen`): certificate, key, and with `client-ca-file` a client
+    /// certificate of that CA required at the handshake; reloaded from disk. Off unless
+    /// `cert-file` is set. Since v0.5.
+    #[serde(default)]
+    pub tls: babysitter_common::tls::ServerTlsConfig,
 }
 
 impl Default for ConfigFile {
@@ -95,6 +100,7 @@ impl Default for ConfigFile {
             control: None,
             telemetry: TelemetryConfig::default(),
             routes_state_file: None,
+            tls: babysitter_common::tls::ServerTlsConfig::default(),
         }
     }
 }
@@ -600,6 +606,12 @@ impl From<&Upstream> for UpstreamFile {
             default_max_tokens: u.default_max_tokens,
             forward_reasoning_effort: u.forward_reasoning_effort,
         }
+    }
+}
+
+impl babysitter_common::main_support::HealthPort for ConfigFile {
+    fn health_port(&self) -> Option<&babysitter_common::server::ServerConfig> {
+        self.control.as_ref()
     }
 }
 

@@ -20,11 +20,12 @@ use babysitter_common::env::EnvMap;
 use babysitter_common::main_support::{CommonArgs, service_main};
 use babysitter_common::server::{ServerBuilder, shutdown_signal};
 use babysitter_common::telemetry::init_telemetry;
+use babysitter_common::tls::{Protocol, ServerTls};
 use babysitter_transport_proxy::agent_mux;
 use babysitter_transport_proxy::config::{ConfigFile, ENV_PREFIX};
 use babysitter_transport_proxy::forward::Proxy;
 use babysitter_transport_proxy::grpc::TransportProxyGrpcServer;
-use babysitter_transport_proxy::server::serve;
+use babysitter_transport_proxy::server::{serve, serve_tls};
 use clap::Parser;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +49,10 @@ struct Args {
     /// Print the effective config as TOML and exit.
     #[arg(long)]
     dump_config: bool,
+    /// Probe this process's gRPC health over loopback (TLS when the port has it): exit 0 when
+    /// SERVING. For container health checks.
+    #[arg(long)]
+    health_check: bool,
 }
 
 fn main() -> ExitCode {
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
             set: args.set,
             flags: json!({ "listen": args.listen }),
             dump_config: args.dump_config,
+            health_check: args.health_check,
         },
         move |config, env| run(config, env, has_file, listen_flag),
     )
@@ -74,6 +80,7 @@ async fn run(
     listen_flag: Option<String>,
 ) -> anyhow::Result<()> {
     let telemetry = init_telemetry("transport-proxy", &file.telemetry, &env)?;
+    let tls = ServerTls::load(&file.tls, Protocol::Http)?;
     let lookup = |k: &str| env.get(k).map(str::to_owned);
     let env_contract = !has_file && file.routes.is_empty() && agent_mux::requested(&lookup);
     let mut config = if env_contract {
@@ -102,7 +109,9 @@ async fn run(
     let state = Proxy::new(config).context("building the proxy")?;
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_signal(shutdown.clone()));
-    let mut ready = json!({"event": "ready", "port": addr.port(), "url": format!("http://{addr}")});
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut ready =
+        json!({"event": "ready", "port": addr.port(), "url": format!("{scheme}://{addr}")});
     if let Some(t) = auth_token {
         ready["auth_token"] = json!(t);
     }
@@ -112,7 +121,11 @@ async fn run(
             let grpc_listener = tokio::net::TcpListener::bind(cfg.listen_addr)
                 .await
                 .with_context(|| format!("binding the control api on {}", cfg.listen_addr))?;
-            ready["control_url"] = json!(format!("http://{}", grpc_listener.local_addr()?));
+            let control_scheme = if cfg.tls.enabled() { "https" } else { "http" };
+            ready["control_url"] = json!(format!(
+                "{control_scheme}://{}",
+                grpc_listener.local_addr()?
+            ));
             let service = babysitter_common::tune_grpc_service!(
                 TransportProxyGrpcServer::new(state.clone(), env.clone()).into_service(),
                 &cfg
@@ -133,7 +146,14 @@ async fn run(
     // The line the other services print, for supervisors and tests reading stderr.
     eprintln!("transport-proxy listening on {addr}");
     let token = shutdown.clone();
-    serve(listener, state, async move { token.cancelled().await }).await?;
+    match tls {
+        Some(tls) => {
+            tls.watch(shutdown.clone());
+            let listener = tls.incoming(listener, None).into_listener();
+            serve_tls(listener, state, async move { token.cancelled().await }).await?
+        }
+        None => serve(listener, state, async move { token.cancelled().await }).await?,
+    }
     if let Some(task) = grpc {
         task.await??;
     }

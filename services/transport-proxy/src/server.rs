@@ -377,6 +377,18 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProxyError> {
     })
 }
 
+/// Serves `router` on TLS connections (`[tls]`; handshakes done by the listener, which sets
+/// `TCP_NODELAY` itself) until `shutdown` resolves.
+pub async fn serve_tls(
+    listener: babysitter_common::tls::TlsListener,
+    state: Arc<Proxy>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,

@@ -58,6 +58,7 @@ impl Stack {
             orchestrator: OrchestratorLink {
                 url: self.url(),
                 token_file: None,
+                ..OrchestratorLink::default()
             },
             worker: WorkerConfig {
                 id: id.into(),

@@ -7,7 +7,9 @@
 //! the journal's own rules, so a command prints from a remote run exactly what it prints from a local one. The
 //! orchestrator orders its runs' writes itself: there is no lock to hold here, and a result or a
 //! seal is one call (`PostTaskResult`, `HaltRun`). The namespace is `BABYSITTER_NAMESPACE`
-//! (empty: the server's default); the token `BABYSITTER_TOKEN_FILE` or `BABYSITTER_TOKEN`.
+//! (empty: the server's default); the token `BABYSITTER_TOKEN_FILE` or `BABYSITTER_TOKEN`. An
+//! `https://` server is dialled over TLS with `BABYSITTER_TLS_CA_FILE` (else the system's roots)
+//! and, for mTLS, `BABYSITTER_TLS_CERT_FILE` + `BABYSITTER_TLS_KEY_FILE`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -51,8 +53,12 @@ impl Remote {
             Some(p) => Some(Secret::from_file(Path::new(p)).map_err(anyhow::Error::msg)?),
             None => env.get_non_empty("BABYSITTER_TOKEN").map(Secret::new),
         };
-        let client =
-            babysitter_common::client::client(url, token.as_ref(), &ClientOptions::default())?;
+        let client = babysitter_common::client::client_tls(
+            url,
+            token.as_ref(),
+            &ClientOptions::default(),
+            &babysitter_common::tls::ClientTlsConfig::from_env(env),
+        )?;
         Ok(Remote {
             url: url.to_owned(),
             namespace: env

@@ -29,6 +29,8 @@ type Response = http::Response<Body>;
 #[derive(Debug, Clone, Default)]
 pub struct Forward {
     target: Arc<RwLock<Option<(String, Channel)>>>,
+    /// How `https://` addresses are dialled (unset: the system's roots).
+    tls: Arc<RwLock<Option<crate::tls::ClientTls>>>,
 }
 
 impl Forward {
@@ -36,8 +38,17 @@ impl Forward {
         Self::default()
     }
 
-    /// Forward to `address` (`http://host:port`; connects lazily), or to nowhere (`None`). An
-    /// address that does not parse is logged and treated as nowhere.
+    /// Dial `https://` addresses with `tls` (the active instance's CA, this one's client
+    /// certificate under mTLS).
+    pub fn use_tls(&self, tls: crate::tls::ClientTls) {
+        *self
+            .tls
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tls);
+    }
+
+    /// Forward to `address` (`http://host:port` or `https://…`; connects lazily), or to nowhere
+    /// (`None`). An address that does not parse is logged and treated as nowhere.
     pub fn set(&self, address: Option<&str>) {
         let mut target = self
             .target
@@ -53,7 +64,28 @@ impl Forward {
                     let endpoint = endpoint
                         .connect_timeout(std::time::Duration::from_secs(2))
                         .tcp_nodelay(true);
-                    *target = Some((a.to_owned(), endpoint.connect_lazy()));
+                    let channel = if a.starts_with("https://") {
+                        let tls = self
+                            .tls
+                            .read()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .clone();
+                        let tls = match tls {
+                            Some(t) => t,
+                            None => match crate::tls::ClientTls::load(&Default::default()) {
+                                Ok(t) => t,
+                                Err(e) => {
+                                    tracing::warn!(address = %a, error = %e, "cannot dial the active instance over TLS");
+                                    *target = None;
+                                    return;
+                                }
+                            },
+                        };
+                        endpoint.connect_with_connector_lazy(tls.connector())
+                    } else {
+                        endpoint.connect_lazy()
+                    };
+                    *target = Some((a.to_owned(), channel));
                 }
                 Err(e) => {
                     tracing::warn!(address = %a, error = %e, "the active instance's address is not a URL");

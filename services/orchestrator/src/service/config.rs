@@ -61,9 +61,12 @@ pub struct LeadershipSettings {
     pub ttl_ms: u64,
     /// How often a standby asks for the lease, ms (unset: a tenth of the ttl). Since v0.4.
     pub poll_interval_ms: Option<u64>,
-    /// The URL standbys forward callers to (`http://host:port`); unset: `http://` + the bound
-    /// listen address. Since v0.4.
+    /// The URL standbys forward callers to (`http://host:port`); unset: the bound listen
+    /// address, `https://` when `[server.tls]` is on. Since v0.4.
     pub advertise_url: Option<String>,
+    /// TLS when forwarding to the active instance: its CA, this instance's client
+    /// certificate. Since v0.5.
+    pub tls: babysitter_common::tls::ClientTlsConfig,
 }
 
 impl Default for LeadershipSettings {
@@ -74,6 +77,7 @@ impl Default for LeadershipSettings {
             ttl_ms: 5000,
             poll_interval_ms: None,
             advertise_url: None,
+            tls: babysitter_common::tls::ClientTlsConfig::default(),
         }
     }
 }
@@ -165,11 +169,13 @@ impl Default for OrchestratorConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct JournalConfig {
-    /// URL of a remote `JournalService` (`http://127.0.0.1:50051`); unset = in-process store.
-    /// Since v0.1.
+    /// URL of a remote `JournalService` (`http://127.0.0.1:50051`, `https://…` for TLS);
+    /// unset = in-process store. Since v0.1.
     pub remote: Option<String>,
     /// Bearer token for the remote journal, read from this file. Since v0.1.
     pub token_file: Option<PathBuf>,
+    /// TLS to the remote journal: its CA, this orchestrator's client certificate. Since v0.5.
+    pub tls: babysitter_common::tls::ClientTlsConfig,
     /// The in-process store (ignored with `remote`). Since v0.1.
     pub store: StoreConfig,
     /// Journal limits. Since v0.1.
@@ -334,7 +340,11 @@ impl OrchestratorConfig {
         if let Some(url) = &self.journal.remote {
             let token = Secret::from_optional_file(self.journal.token_file.as_deref())
                 .map_err(anyhow::Error::msg)?;
-            return Ok(Arc::new(RemoteStore::connect(url, token.as_ref())?));
+            return Ok(Arc::new(RemoteStore::connect_tls(
+                url,
+                token.as_ref(),
+                &self.journal.tls,
+            )?));
         }
         open_store(&self.journal.store, &self.journal.limits, env)
             .await
@@ -351,7 +361,8 @@ impl OrchestratorConfig {
             let token = Secret::from_optional_file(self.journal.token_file.as_deref())
                 .map_err(anyhow::Error::msg)?;
             let remote = Arc::new(
-                RemoteStore::connect(url, token.as_ref())?.with_fence(term.clone(), group),
+                RemoteStore::connect_tls(url, token.as_ref(), &self.journal.tls)?
+                    .with_fence(term.clone(), group),
             );
             return Ok(FencedJournal {
                 store: remote.clone(),
@@ -431,6 +442,12 @@ impl OrchestratorConfig {
             Some(path) if self.journal.remote.is_none() => PathBuf::from(path),
             _ => PathBuf::from("./.babysitter/orchestrator/runs"),
         }
+    }
+}
+
+impl babysitter_common::main_support::HealthPort for OrchestratorConfig {
+    fn health_port(&self) -> Option<&babysitter_common::server::ServerConfig> {
+        Some(&self.server)
     }
 }
 

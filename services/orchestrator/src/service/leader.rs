@@ -74,6 +74,11 @@ impl Services {
 }
 
 impl Seat {
+    /// Standing by, dial the active instance's `https://` address with `tls`.
+    pub fn forward_over_tls(&self, tls: babysitter_common::tls::ClientTls) {
+        self.forward.use_tls(tls);
+    }
+
     /// Serve calls locally with `services` (while the term is fresh) until `ended`.
     pub fn activate(&self, services: Services, ended: CancellationToken) {
         self.forward.set(None);
