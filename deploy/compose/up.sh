@@ -14,9 +14,10 @@
 # Secrets go to deploy/compose/.secrets/ (gitignored, mode 700), each file mode 600:
 #   client.token         the CLI's token (BABYSITTER_TOKEN_FILE), owned by you
 #   svc/*.token, svc/tls the copies the containers read, owned by uid 65532 (their user)
-#   tls/                 CA and a server certificate for journal, orchestrator, transport-proxy,
-#                        localhost and 127.0.0.1 (made with openssl; not yet wired into the
-#                        services' configs)
+#   tls/                 `babysitter tls:generate`: a private CA, a certificate per service
+#                        (journal, orchestrator, transport-proxy: also valid for localhost and
+#                        127.0.0.1), the workers' and the CLI's (client.crt)
+# It prints the CLI's environment: `eval "$(deploy/compose/up.sh)"`.
 # Images: babysitter/* by deploy/images/build.sh (after `cargo build --release --bins`, run here
 # when the binaries are missing), local/seaweedfs-mini:4.48 by deploy/seaweedfs/build-image.sh.
 set -euo pipefail
@@ -45,22 +46,25 @@ version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "
 export BABYSITTER_VERSION="$version"
 
 # ------------------------------------------------------------------ images
+target="${CARGO_TARGET_DIR:-$repo/target}"
 missing=()
 for svc in journal orchestrator transport-proxy harness-launcher; do
   docker image inspect "babysitter/$svc:$version" >/dev/null 2>&1 || missing+=("$svc")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  target="${CARGO_TARGET_DIR:-$repo/target}"
   if [ ! -x "$target/release/orchestrator" ]; then
     say "building the release binaries (cargo build --release --bins)"
-    (cd "$repo" && cargo build --release --bins)
+    (cd "$repo" && cargo build --release --bins) >&2
   fi
   say "building images: ${missing[*]}"
-  "$repo/deploy/images/build.sh" --target-dir "$target" --only "$(IFS=,; echo "${missing[*]}")"
+  "$repo/deploy/images/build.sh" --target-dir "$target" --only "$(IFS=,; echo "${missing[*]}")" >&2
 fi
+babysitter="$target/release/babysitter"
+[ -x "$babysitter" ] || babysitter="$(command -v babysitter || true)"
+[ -x "$babysitter" ] || die "no babysitter CLI on PATH or in $target/release (cargo build --release --bins)"
 if ! docker image inspect local/seaweedfs-mini:4.48 >/dev/null 2>&1; then
-  "$repo/scripts/ensure-weed.sh"
-  "$repo/deploy/seaweedfs/build-image.sh"
+  "$repo/scripts/ensure-weed.sh" >&2
+  "$repo/deploy/seaweedfs/build-image.sh" >&2
 fi
 
 # ------------------------------------------------------------------ secrets, first start only
@@ -74,23 +78,19 @@ for t in journal client worker proxy-admin; do
     say "made $t.token"
   fi
 done
-if [ ! -s "$secrets/tls/server.crt" ]; then
-  # TODO(tls): `babysitter tls:generate --out DIR --host NAME...` once the CLI has it.
-  (
-    cd "$secrets/tls"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=babysitter compose CA" \
-      -keyout ca.key -out ca.crt 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=babysitter" -keyout server.key -out server.csr 2>/dev/null
-    printf 'subjectAltName=DNS:journal,DNS:orchestrator,DNS:transport-proxy,DNS:localhost,IP:127.0.0.1\n' >san.ext
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 825 \
-      -extfile san.ext -out server.crt 2>/dev/null
-    rm -f server.csr san.ext ca.srl
-  )
-  say "made TLS material in .secrets/tls"
+if [ ! -s "$secrets/tls/client.crt" ]; then
+  # A private CA and a certificate per service name (each also valid for localhost/127.0.0.1),
+  # a worker's and the CLI's (client).
+  "$babysitter" tls:generate --out "$secrets/tls" journal orchestrator transport-proxy worker client >&2
+  say "made TLS material in $secrets/tls"
 fi
 # The containers run as uid 65532 and read their copies; the originals stay yours.
 for t in journal client worker proxy-admin; do cp "$secrets/$t.token" "$secrets/svc/"; done
-mkdir -p "$secrets/svc/tls" && cp "$secrets/tls/ca.crt" "$secrets/tls/server.crt" "$secrets/tls/server.key" "$secrets/svc/tls/"
+mkdir -p "$secrets/svc/tls"
+for f in ca.crt journal.crt journal.key orchestrator.crt orchestrator.key transport-proxy.crt \
+  transport-proxy.key worker.crt worker.key; do
+  cp "$secrets/tls/$f" "$secrets/svc/tls/"
+done
 if [ "$(id -u)" = 0 ]; then
   chown -R 65532:65532 "$secrets/svc"
 else
@@ -99,13 +99,15 @@ else
 fi
 
 # ------------------------------------------------------------------ up
-"${compose[@]}" up -d --remove-orphans
+"${compose[@]}" up -d --remove-orphans >&2
 port="${BABYSITTER_PORT:-50052}"
 for _ in $(seq 1 300); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     say "the orchestrator answers on 127.0.0.1:$port"
     "${compose[@]}" ps >&2
-    echo "export BABYSITTER_SERVER=http://127.0.0.1:$port BABYSITTER_TOKEN_FILE=$secrets/client.token"
+    echo "export BABYSITTER_SERVER=https://127.0.0.1:$port BABYSITTER_TOKEN_FILE=$secrets/client.token" \
+      "BABYSITTER_TLS_CA_FILE=$secrets/tls/ca.crt BABYSITTER_TLS_CERT_FILE=$secrets/tls/client.crt" \
+      "BABYSITTER_TLS_KEY_FILE=$secrets/tls/client.key"
     exit 0
   fi
   sleep 0.2

@@ -157,7 +157,7 @@ async fn measure(
         let mut c = c.clone();
         let ledger = ledger.clone();
         creating.spawn(async move {
-            cluster::create(&mut c, SEQ, json!({"n": tasks, "i": i, "ledger": ledger})).await
+            create_retrying(&mut c, json!({"n": tasks, "i": i, "ledger": ledger})).await
         });
     }
     while let Some(Ok(id)) = creating.join_next().await {
@@ -207,6 +207,35 @@ async fn measure(
     }
 }
 
+/// Creates a run of [`SEQ`], again while the orchestrator answers Unavailable (with 2 s
+/// leadership leases a loaded machine can depose it for a moment; it takes over again).
+async fn create_retrying(
+    c: &mut babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
+        babysitter_common::client::AuthedChannel,
+    >,
+    inputs: serde_json::Value,
+) -> String {
+    loop {
+        let r = c
+            .create_run(pb::CreateRunRequest {
+                process: Some(pb::ProcessBundle::single_file(
+                    "main.mjs",
+                    SEQ.as_bytes().to_vec(),
+                )),
+                inputs_json: Some(serde_json::to_vec(&inputs).expect("inputs").into()),
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(r) => return r.into_inner().run.expect("the created run").run_id,
+            Err(e) if e.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("create run: {e}"),
+        }
+    }
+}
+
 async fn wait_completed(
     c: &mut babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
         babysitter_common::client::AuthedChannel,
@@ -224,9 +253,12 @@ async fn wait_completed(
                     page_token: token.clone(),
                     ..Default::default()
                 })
-                .await
-                .expect("list runs")
-                .into_inner();
+                .await;
+            // A moment without an active orchestrator (see `create_retrying`): count again.
+            let Ok(r) = r.map(tonic::Response::into_inner) else {
+                count = 0;
+                break;
+            };
             count += r.runs.len();
             if r.next_page_token.is_empty() {
                 break;

@@ -377,8 +377,9 @@ impl Drop for ComposeDown {
 }
 
 /// The stack as the README starts it: `deploy/compose/up.sh` (its own project, ports and secrets
-/// dir here), a run through the orchestrator's published port with the token up.sh made, on the
-/// two workers compose scaled; `up.sh down -v` afterwards.
+/// dir here; TLS everywhere, mTLS on the journal and the orchestrator), a run through the
+/// orchestrator's published port with the token and client certificate up.sh made, on the two
+/// workers compose scaled; `up.sh down -v` afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn compose_up_runs_a_process_on_its_two_workers() {
     if !babysitter_tests::stack::images_ready().await {
@@ -425,9 +426,22 @@ async fn compose_up_runs_a_process_on_its_two_workers() {
         "up.sh failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The CLI's environment up.sh prints: the client token, and mTLS with the client certificate.
     let token = std::fs::read_to_string(secrets.path().join("client.token")).unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut c = cluster::run_client(&url, Some(token.trim()));
+    let tls_file = |f: &str| Some(secrets.path().join("tls").join(f));
+    let tls = babysitter_common::tls::ClientTlsConfig {
+        ca_file: tls_file("ca.crt"),
+        cert_file: tls_file("client.crt"),
+        key_file: tls_file("client.key"),
+        server_name: None,
+    };
+    let mut c: RunServiceClient<AuthedChannel> = babysitter_common::client::client_tls(
+        &format!("https://127.0.0.1:{port}"),
+        Some(&babysitter_common::auth::Secret::new(token.trim())),
+        &babysitter_common::client::ClientOptions::default(),
+        &tls,
+    )
+    .unwrap();
     const FAN: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: `echo ${a.t} $(cat /etc/hostname)` } }));
