@@ -72,7 +72,7 @@ secrets="${BABYSITTER_SECRETS:-$here/.secrets}"
 export BABYSITTER_SECRETS="$secrets"
 umask 077
 mkdir -p "$secrets/svc" "$secrets/tls"
-for t in journal client worker proxy-admin; do
+for t in journal client worker proxy-admin launcher-admin; do
   if [ ! -s "$secrets/$t.token" ]; then
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secrets/$t.token"
     say "made $t.token"
@@ -85,7 +85,7 @@ if [ ! -s "$secrets/tls/client.crt" ]; then
   say "made TLS material in $secrets/tls"
 fi
 # The containers run as uid 65532 and read their copies; the originals stay yours.
-for t in journal client worker proxy-admin; do cp "$secrets/$t.token" "$secrets/svc/"; done
+for t in journal client worker proxy-admin launcher-admin; do cp "$secrets/$t.token" "$secrets/svc/"; done
 mkdir -p "$secrets/svc/tls"
 for f in ca.crt journal.crt journal.key orchestrator.crt orchestrator.key transport-proxy.crt \
   transport-proxy.key worker.crt worker.key; do

@@ -36,11 +36,12 @@ pub const IMAGES: [&str; 4] = [
     "babysitter/transport-proxy",
 ];
 /// Tokens the stack's configs name (`/run/secrets/<name>.token`), with the test's values.
-pub const TOKENS: [(&str, &str); 4] = [
+pub const TOKENS: [(&str, &str); 5] = [
     ("journal", "journal-token-0123456789abcdef"),
     ("client", "client-token-0123456789abcdef"),
     ("worker", "worker-token-0123456789abcdef"),
     ("proxy-admin", "proxy-admin-token-0123456789"),
+    ("launcher-admin", "launcher-admin-token-01234567"),
 ];
 /// Short leases, heartbeats and sweeps (the process suites' `cluster::orchestrator_args`), as
 /// orchestrator env: a crash or a partition is noticed within seconds.
@@ -243,7 +244,9 @@ impl ContainerStack {
     /// Starts one more worker; its index in [`Self::workers`].
     pub async fn add_worker(&mut self) -> anyhow::Result<usize> {
         let n = self.workers.len();
-        let spec = ServiceSpec::new("harness-launcher", 0).named(&format!("w{n}"));
+        let spec = ServiceSpec::new("harness-launcher", 0)
+            .config("harness-launcher.toml")
+            .named(&format!("w{n}"));
         let w = start_service(&self.prefix, self.dir.path(), spec, &[]).await?;
         self.workers.push(w);
         Ok(n)
