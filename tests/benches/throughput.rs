@@ -14,12 +14,18 @@
 //! journal's clock) to the moment its command started (`date +%s%N` in the command, written to
 //! a ledger), over every task: what a task waits between being asked for and running, through
 //! queue, long poll, lease and process start, measured the same way whichever mode runs.
+//!
+//! `THROUGHPUT_STACK=containers` runs the same workload on the service images instead (one
+//! container per service, `deploy/images/build.sh` first, `BABYSITTER_IT_DOCKER=1`), then each
+//! service's cold start in its container; `both` runs the containers, then the processes.
 
 // A bench binary reports on stdout.
 #![allow(clippy::print_stdout)]
 
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
+#[path = "throughput/containers.rs"]
+mod containers;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,7 +115,36 @@ async fn one(weed: &SeaweedFs, workers: usize, on: bool, runs: usize, tasks: usi
         .collect();
     let ledger = dir.path().join("ledger");
     let c = cluster::run_client(&url, None);
+    let target = Target {
+        journal: journal.ready.clone(),
+        journal_token: None,
+        ledger_host: ledger.clone(),
+        ledger_in_task: ledger.display().to_string(),
+    };
+    measure(c, &target, runs, tasks).await
+}
 
+/// Where one configuration's services are, for [`measure`].
+struct Target {
+    /// The journal service (`host:port`), read for `EFFECT_REQUESTED` times.
+    journal: String,
+    journal_token: Option<&'static str>,
+    /// The ledger as the host reads it, and its path as the tasks' shell sees it.
+    ledger_host: std::path::PathBuf,
+    ledger_in_task: String,
+}
+
+/// Creates `runs` runs of `tasks` steps through `c` (32 at a time), waits for them and reads
+/// the figures off the journal and the ledger.
+async fn measure(
+    c: babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
+        babysitter_common::client::AuthedChannel,
+    >,
+    target: &Target,
+    runs: usize,
+    tasks: usize,
+) -> Figures {
+    let ledger = &target.ledger_in_task;
     let t0 = tokio::time::Instant::now();
     let mut creating = tokio::task::JoinSet::new();
     let mut ids = Vec::with_capacity(runs);
@@ -122,7 +157,7 @@ async fn one(weed: &SeaweedFs, workers: usize, on: bool, runs: usize, tasks: usi
         let mut c = c.clone();
         let ledger = ledger.clone();
         creating.spawn(async move {
-            cluster::create(&mut c, SEQ, json!({"n": tasks, "i": i, "ledger": ledger})).await
+            create_retrying(&mut c, json!({"n": tasks, "i": i, "ledger": ledger})).await
         });
     }
     while let Some(Ok(id)) = creating.join_next().await {
@@ -132,7 +167,7 @@ async fn one(weed: &SeaweedFs, workers: usize, on: bool, runs: usize, tasks: usi
     let took = t0.elapsed();
 
     // Dispatch latency, task by task: requested (journal) → started (ledger).
-    let started: HashMap<String, i128> = std::fs::read_to_string(&ledger)
+    let started: HashMap<String, i128> = std::fs::read_to_string(&target.ledger_host)
         .expect("ledger")
         .lines()
         .filter_map(|l| {
@@ -142,7 +177,7 @@ async fn one(weed: &SeaweedFs, workers: usize, on: bool, runs: usize, tasks: usi
         .collect();
     let mut latencies = Vec::with_capacity(runs * tasks);
     for id in &ids {
-        for e in cluster::journal_events(&journal.ready, None, id).await {
+        for e in cluster::journal_events(&target.journal, target.journal_token, id).await {
             if e.r#type != "EFFECT_REQUESTED" {
                 continue;
             }
@@ -172,6 +207,35 @@ async fn one(weed: &SeaweedFs, workers: usize, on: bool, runs: usize, tasks: usi
     }
 }
 
+/// Creates a run of [`SEQ`], again while the orchestrator answers Unavailable (with 2 s
+/// leadership leases a loaded machine can depose it for a moment; it takes over again).
+async fn create_retrying(
+    c: &mut babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
+        babysitter_common::client::AuthedChannel,
+    >,
+    inputs: serde_json::Value,
+) -> String {
+    loop {
+        let r = c
+            .create_run(pb::CreateRunRequest {
+                process: Some(pb::ProcessBundle::single_file(
+                    "main.mjs",
+                    SEQ.as_bytes().to_vec(),
+                )),
+                inputs_json: Some(serde_json::to_vec(&inputs).expect("inputs").into()),
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(r) => return r.into_inner().run.expect("the created run").run_id,
+            Err(e) if e.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("create run: {e}"),
+        }
+    }
+}
+
 async fn wait_completed(
     c: &mut babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient<
         babysitter_common::client::AuthedChannel,
@@ -189,9 +253,12 @@ async fn wait_completed(
                     page_token: token.clone(),
                     ..Default::default()
                 })
-                .await
-                .expect("list runs")
-                .into_inner();
+                .await;
+            // A moment without an active orchestrator (see `create_retrying`): count again.
+            let Ok(r) = r.map(tonic::Response::into_inner) else {
+                count = 0;
+                break;
+            };
             count += r.runs.len();
             if r.next_page_token.is_empty() {
                 break;
@@ -218,6 +285,31 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // processes (default) | containers | both: see `containers`.
+    let stack = std::env::var("THROUGHPUT_STACK").unwrap_or_else(|_| "processes".into());
+    if stack != "processes" {
+        rt.block_on(async {
+            println!(
+                "{runs} runs x {tasks} shell tasks on the container stack (babysitter/* images, SeaweedFS container), workers of 8 slots"
+            );
+            for &w in &workers {
+                for round in 0..rounds {
+                    let f = containers::one(w, runs, tasks).await;
+                    println!(
+                        "{w} worker(s), containers, round {}: {:.0} tasks/s, dispatch p50 {:.1} ms, p99 {:.1} ms",
+                        round + 1,
+                        f.tasks_per_s,
+                        f.p50.as_secs_f64() * 1000.0,
+                        f.p99.as_secs_f64() * 1000.0,
+                    );
+                }
+            }
+            containers::cold_starts(rounds.max(3)).await;
+        });
+        if stack == "containers" {
+            return;
+        }
+    }
     rt.block_on(async {
         let weed = SeaweedFs::start().await.expect("seaweedfs");
         println!(

@@ -36,6 +36,9 @@
 //! through [`skip`], the one skip policy of the workspace's tests: it fails under
 //! `BABYSITTER_REQUIRE_ALL=1` and is otherwise listed by `scripts/test.sh` at the end of the run.
 //!
+//! [`stack::ContainerStack`] runs the whole service stack as containers from the images of
+//! `deploy/images/` with the settings of `deploy/compose/` (same gate as [`SeaweedContainer`]).
+//!
 //! Under nextest every test is its own process, so every SeaweedFS-backed test starts its own
 //! `weed` (about 1 s). The fixtures are meant for the multi-thread tokio runtime
 //! (`#[tokio::test(flavor = "multi_thread")]`): dropping a container handle blocks on its removal.
@@ -94,6 +97,7 @@ mod ports;
 mod procs;
 mod s3;
 pub mod skip;
+pub mod stack;
 mod weed;
 
 pub use container::SeaweedContainer;

@@ -7,7 +7,7 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use babysitter_proto::journal::v1::journal_service_client::JournalServiceClient;
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 use babysitter_tests::{SeaweedFs, ServiceProcess, free_port, test_prefix};
-use cluster::{create, data};
+use cluster::{assert_exactly_once, create};
 use serde_json::{Value, json};
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -226,44 +226,6 @@ impl Cluster {
     }
 }
 
-/// Each effect requested once (one id per invocation key) and resolved exactly once.
-fn assert_exactly_once(run_id: &str, events: &[jpb::Event]) {
-    let mut requested: HashMap<String, usize> = HashMap::new();
-    let mut keys = HashSet::new();
-    let mut resolved: HashMap<String, usize> = HashMap::new();
-    for e in events {
-        let d = data(e);
-        let id = d["effectId"].as_str().unwrap_or_default().to_owned();
-        match e.r#type.as_str() {
-            "EFFECT_REQUESTED" => {
-                *requested.entry(id).or_default() += 1;
-                assert!(
-                    keys.insert(d["invocationKey"].as_str().unwrap().to_owned()),
-                    "run {run_id}: invocation {} requested twice",
-                    d["invocationKey"]
-                );
-            }
-            "EFFECT_RESOLVED" => *resolved.entry(id).or_default() += 1,
-            _ => {}
-        }
-    }
-    assert!(
-        requested.values().all(|n| *n == 1),
-        "run {run_id}: {requested:?}"
-    );
-    assert!(
-        resolved.values().all(|n| *n == 1),
-        "run {run_id}: resolved twice: {resolved:?}"
-    );
-    assert_eq!(
-        requested.keys().collect::<HashSet<_>>(),
-        resolved.keys().collect::<HashSet<_>>(),
-        "run {run_id}: every requested effect resolved"
-    );
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
-}
-
 const FANOUT: &str = r#"
 import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: a.t, shell: { command: a.cmd } }));
@@ -356,14 +318,6 @@ async fn twenty_shell_tasks_across_two_workers_and_an_ordered_watch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_killed_mid_task_loses_its_lease_and_the_task_runs_on_the_other() {
-    const ONE: &str = r#"
-import { defineTask } from '@a5c-ai/babysitter-sdk';
-const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'marked', shell: { command: a.cmd } }));
-export async function process(inputs, ctx) {
-  const r = await ctx.task(sh, { cmd: inputs.cmd });
-  return { out: r.stdout.trim() };
-}
-"#;
     let mut cluster = Cluster::start().await;
     let marks = cluster.dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
@@ -373,7 +327,7 @@ export async function process(inputs, ctx) {
     );
     cluster.start_worker("doomed");
     let mut c = cluster.client();
-    let run_id = create(&mut c, ONE, json!({"cmd": cmd})).await;
+    let run_id = create(&mut c, cluster::ONE_SHELL_TASK, json!({"cmd": cmd})).await;
     wait_for_file(&marks.join("started"), &cluster).await;
     let first = std::fs::read_to_string(marks.join("pid"))
         .ok()

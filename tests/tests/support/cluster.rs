@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use babysitter_common::auth::Secret;
@@ -178,6 +179,16 @@ export async function process(inputs, ctx) {
 }
 "#;
 
+/// A process of one shell task running `inputs.cmd`; its output is `{ out: <stdout, trimmed> }`.
+pub const ONE_SHELL_TASK: &str = r#"
+import { defineTask } from '@a5c-ai/babysitter-sdk';
+const sh = defineTask('t.sh', (a) => ({ kind: 'shell', title: 'marked', shell: { command: a.cmd } }));
+export async function process(inputs, ctx) {
+  const r = await ctx.task(sh, { cmd: inputs.cmd });
+  return { out: r.stdout.trim() };
+}
+"#;
+
 /// The ledger's lines of tasks that ran more than once (empty when each ran once) and how many
 /// distinct tasks ran.
 pub fn ledger_repeats(ledger: &Path) -> (Vec<String>, usize) {
@@ -288,4 +299,42 @@ pub async fn is_leader(port: u16) -> Option<bool> {
     health_of(&format!("127.0.0.1:{port}"), LEADER_HEALTH)
         .await
         .map(|s| s == ServingStatus::Serving as i32)
+}
+
+/// Each effect requested once (one id per invocation key) and resolved exactly once.
+pub fn assert_exactly_once(run_id: &str, events: &[jpb::Event]) {
+    let mut requested: HashMap<String, usize> = HashMap::new();
+    let mut keys = HashSet::new();
+    let mut resolved: HashMap<String, usize> = HashMap::new();
+    for e in events {
+        let d = data(e);
+        let id = d["effectId"].as_str().unwrap_or_default().to_owned();
+        match e.r#type.as_str() {
+            "EFFECT_REQUESTED" => {
+                *requested.entry(id).or_default() += 1;
+                assert!(
+                    keys.insert(d["invocationKey"].as_str().unwrap().to_owned()),
+                    "run {run_id}: invocation {} requested twice",
+                    d["invocationKey"]
+                );
+            }
+            "EFFECT_RESOLVED" => *resolved.entry(id).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        requested.values().all(|n| *n == 1),
+        "run {run_id}: {requested:?}"
+    );
+    assert!(
+        resolved.values().all(|n| *n == 1),
+        "run {run_id}: resolved twice: {resolved:?}"
+    );
+    assert_eq!(
+        requested.keys().collect::<HashSet<_>>(),
+        resolved.keys().collect::<HashSet<_>>(),
+        "run {run_id}: every requested effect resolved"
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
 }

@@ -64,7 +64,20 @@ impl Worker {
                 lease_ids: leases,
             };
             let sent = Instant::now();
-            let ok = match self.api.heartbeat(req).await {
+            // Not answered by the time the oldest lease reaches its fence (a partition where
+            // packets vanish: the call would hang until TCP gives up, tens of seconds, with the
+            // fence unchecked meanwhile): counted as failed, so the loop stops that task.
+            let answer_by = self
+                .control
+                .oldest_renewal()
+                .map_or(sent + timing.lease, |r| r + fence);
+            let answered = tokio::time::timeout_at(answer_by, self.api.heartbeat(req)).await;
+            let answered = answered.unwrap_or_else(|_| {
+                Err(tonic::Status::deadline_exceeded(
+                    "heartbeat not answered before a lease's fence",
+                ))
+            });
+            let ok = match answered {
                 Ok(r) => {
                     for l in r.leases {
                         match pb::LeaseState::try_from(l.state).unwrap_or_default() {
