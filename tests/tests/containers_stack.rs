@@ -487,4 +487,144 @@ export async function process(inputs, ctx) {
     assert_eq!(lines.len(), 6, "{out}");
     // compose scaled the workers to two
     workers_become(&mut c, 2).await;
+
+    // What TLS must refuse on the deployed stack. A client that does not trust the CA:
+    let other = tempfile::tempdir().unwrap();
+    babysitter_common::tls::generate::generate(
+        other.path(),
+        &[babysitter_common::tls::generate::Leaf::for_host(
+            "client",
+            &[],
+        )],
+    )
+    .unwrap();
+    let read_as = |tls: babysitter_common::tls::ClientTlsConfig| {
+        let mut c: RunServiceClient<AuthedChannel> = babysitter_common::client::client_tls(
+            &format!("https://127.0.0.1:{port}"),
+            Some(&babysitter_common::auth::Secret::new(token.trim())),
+            &babysitter_common::client::ClientOptions::default(),
+            &tls,
+        )
+        .unwrap();
+        let run_id = run_id.clone();
+        async move {
+            c.get_run(pb::GetRunRequest {
+                run_id,
+                ..Default::default()
+            })
+            .await
+        }
+    };
+    let untrusted = read_as(babysitter_common::tls::ClientTlsConfig {
+        ca_file: Some(other.path().join("ca.crt")),
+        ..tls.clone()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(untrusted.code(), tonic::Code::Unavailable, "{untrusted:?}");
+    // A client with the CA and the token but no certificate, under mTLS:
+    let uncertified = read_as(babysitter_common::tls::ClientTlsConfig {
+        cert_file: None,
+        key_file: None,
+        ..tls.clone()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(
+        uncertified.code(),
+        tonic::Code::Unauthenticated,
+        "{uncertified:?}"
+    );
+    assert!(
+        uncertified.message().contains("client certificate"),
+        "{uncertified:?}"
+    );
+    // A worker container with the worker token and the CA but no client certificate, on the
+    // stack's network: refused, told why.
+    let project = &env[0].1;
+    let name = format!("{project}-uncertified-worker");
+    let _rm = RemoveContainer(name.clone());
+    let svc = secrets.path().join("svc");
+    let version = std::env::var("BABYSITTER_VERSION").unwrap_or_else(|_| "0.1.0".into());
+    let args: Vec<String> = [
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        &format!("{project}_babysitter"),
+        "--read-only",
+        "--tmpfs",
+        "/tmp:exec",
+        "--tmpfs",
+        "/data:uid=65532,gid=65532,mode=0700",
+        "--tmpfs",
+        "/home/nonroot:uid=65532,gid=65532,mode=0700",
+        "-v",
+        &format!(
+            "{}:/run/secrets/worker.token:ro",
+            svc.join("worker.token").display()
+        ),
+        "-v",
+        &format!(
+            "{}:/run/secrets/ca.crt:ro",
+            svc.join("tls/ca.crt").display()
+        ),
+        "-e",
+        "BABYSITTER_LAUNCHER__ORCHESTRATOR__URL=https://orchestrator:50052",
+        "-e",
+        "BABYSITTER_LAUNCHER__ORCHESTRATOR__TOKEN_FILE=/run/secrets/worker.token",
+        "-e",
+        "BABYSITTER_LAUNCHER__ORCHESTRATOR__TLS__CA_FILE=/run/secrets/ca.crt",
+        "-e",
+        "BABYSITTER_LAUNCHER__WORKER__WORK_DIR=/data/work",
+        &format!("babysitter/harness-launcher:{version}"),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let started = tokio::process::Command::new("docker")
+        .args(&args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "docker run: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let logs = tokio::process::Command::new("docker")
+            .args(["logs", &name])
+            .output()
+            .await
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&logs.stdout),
+            String::from_utf8_lossy(&logs.stderr)
+        );
+        if text.contains("client certificate is required") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the uncertified worker was not refused for its certificate:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Still two workers: the refused one never registered.
+    workers_become(&mut c, 2).await;
+}
+
+/// Removes a container started with `docker run` when dropped (also when the test fails).
+struct RemoveContainer(String);
+
+impl Drop for RemoveContainer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
 }
