@@ -58,8 +58,12 @@ export async function process(inputs, ctx) {
 
 const PROMPT: &str = "Run the ledger command with the shell, then wait for instructions";
 const FOLLOW_UP_PROMPT: &str = "FOLLOW-UP: now say what the command printed";
-/// What the shell call prints (the model sees it as the call's result).
+/// What the shell call prints (the model sees it as the call's result). The command spells it
+/// in two halves, so the marker is found only where the call's *result* is: a session saved
+/// between the call and its result holds the command, which a resumed harness drops (Claude
+/// Code resumes without a tool call that has no result).
 const MARKER: &str = "TOOL-MARKER-7d41";
+const MARKER_HALVES: (&str, &str) = ("TOOL-MARKER", "7d41");
 /// Part of the launcher's resume prompt (`agent::CONTINUE_PROMPT`).
 const RESUME_NEEDLE: &str = "was interrupted before it finished";
 
@@ -73,6 +77,7 @@ fn turn(when: When, reply: Reply) -> Turn {
 
 /// The shell call: appends to `ledger` and prints the marker.
 fn shell_turn(ledger: &std::path::Path) -> Turn {
+    assert_eq!(format!("{}-{}", MARKER_HALVES.0, MARKER_HALVES.1), MARKER);
     turn(
         When {
             has_tool_result: Some(false),
@@ -80,7 +85,12 @@ fn shell_turn(ledger: &std::path::Path) -> Turn {
             ..When::default()
         },
         Reply {
-            shell: Some(format!("echo ran >> {} && echo {MARKER}", ledger.display())),
+            shell: Some(format!(
+                "echo ran >> {} && printf '%s-%s\\n' {} {}",
+                ledger.display(),
+                MARKER_HALVES.0,
+                MARKER_HALVES.1
+            )),
             ..Reply::default()
         },
     )
