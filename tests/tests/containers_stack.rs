@@ -52,9 +52,12 @@ async fn journal_events(stack: &ContainerStack, run_id: &str) -> Vec<jpb::Event>
     cluster::journal_events(&stack.journal.addr(), Some(token("journal")), run_id).await
 }
 
-/// Creates a run, retrying while the orchestrator is (re)starting.
+/// Creates a run, retrying while the orchestrator is (re)starting. Every try carries one
+/// idempotency key: a call the orchestrator took before it stepped down (or whose answer was
+/// lost) must not make a second run when it is retried.
 async fn create(stack: &ContainerStack, src: &str, inputs: Value) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let key = ulid::Ulid::new().to_string();
     loop {
         let r = client(stack)
             .create_run(pb::CreateRunRequest {
@@ -63,6 +66,7 @@ async fn create(stack: &ContainerStack, src: &str, inputs: Value) -> String {
                     src.as_bytes().to_vec(),
                 )),
                 inputs_json: Some(serde_json::to_vec(&inputs).unwrap().into()),
+                idempotency_key: key.clone(),
                 ..Default::default()
             })
             .await;
@@ -98,6 +102,12 @@ async fn all_completed(stack: &ContainerStack, ids: &[String], secs: u64) -> Vec
                 }
                 Ok(Some(run)) => {
                     last = format!("{id}: status {} {}", run.status, run.status_reason);
+                    // A run that ended otherwise never completes: say so now, with the logs.
+                    assert!(
+                        run.status < pb::RunStatus::Completed as i32,
+                        "{last}\n{}",
+                        stack.logs().await
+                    );
                     break;
                 }
                 Ok(None) => last = format!("{id}: no run"),
@@ -451,6 +461,7 @@ export async function process(inputs, ctx) {
 }
 "#;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let key = ulid::Ulid::new().to_string();
     let run_id = loop {
         let r = c
             .create_run(pb::CreateRunRequest {
@@ -458,6 +469,7 @@ export async function process(inputs, ctx) {
                     "main.mjs",
                     FAN.as_bytes().to_vec(),
                 )),
+                idempotency_key: key.clone(),
                 ..Default::default()
             })
             .await;

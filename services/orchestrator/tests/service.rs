@@ -682,3 +682,43 @@ async fn both_services_enforce_the_configured_message_size() {
     over_limit(&w.complete_task(with_stdout(2 * MIB)).await.unwrap_err());
     w.complete_task(with_stdout(MIB / 2)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workers_result_names_the_worker_and_its_attempt() {
+    let s = start(fast_queue(), AuthConfig::default()).await;
+    let mut c = client(&s, None);
+    let run = create(&mut c, "", FANOUT, json!({"items": []})).await;
+    let mut w = raw_worker(&s, "w-7").await;
+    let task = poll_one(&mut w, "w-7").await;
+    w.complete_task(pb::CompleteTaskRequest {
+        worker_id: "w-7".into(),
+        lease_id: task.lease_id.clone(),
+        effect_id: task.effect_id.clone(),
+        result: Some(cpb::TaskResult {
+            outcome: Some(cpb::task_result::Outcome::ValueJson(
+                br#"{"ok":true}"#.to_vec().into(),
+            )),
+            // What the worker says of itself is kept, except who it is: the orchestrator
+            // knows that from the lease.
+            metadata_json: br#"{"harness":"claude-code","workerId":"someone-else"}"#
+                .to_vec()
+                .into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let path = s
+        .dir
+        .path()
+        .join("runs")
+        .join(&run.run_id)
+        .join("tasks")
+        .join(&task.effect_id)
+        .join("result.json");
+    let result: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(result["metadata"]["workerId"], "w-7", "{result}");
+    assert_eq!(result["metadata"]["attempt"], 1, "{result}");
+    assert_eq!(result["metadata"]["harness"], "claude-code", "{result}");
+}

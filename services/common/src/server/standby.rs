@@ -219,7 +219,9 @@ where
                         answer = local.oneshot(req) => answer,
                         _ = ended.cancelled() => Ok(status(
                             ErrorKind::Unavailable,
-                            "this instance stepped down while handling the call; retry",
+                            "this instance stepped down while handling the call, which may have taken \
+                             effect; retry (a CreateRun with the same idempotency key or run id \
+                             makes no second run)",
                             true,
                             &[],
                         )

@@ -36,6 +36,19 @@ pub struct TaskOutcome {
     pub attempt: Option<u32>,
 }
 
+impl TaskOutcome {
+    /// Sets `key` in the result's metadata (an object; anything else sent as metadata is
+    /// replaced): what the orchestrator itself vouches for, over what the sender said.
+    fn note(&mut self, key: &str, value: Value) {
+        let mut metadata = match self.metadata.take() {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        metadata.insert(key.into(), value);
+        self.metadata = Some(Value::Object(metadata));
+    }
+}
+
 /// A breakpoint decision.
 #[derive(Debug, Clone, Default)]
 pub struct Decision {
@@ -246,6 +259,12 @@ impl RunManager {
         iterate_inline: bool,
     ) -> Result<bool> {
         outcome.attempt = crate::service::queue::lease_attempt(lease_id);
+        // Which worker produced the result, in `result.json` (the dashboard and `task:show`
+        // name it); the attempt numbers it among the lease's retries.
+        outcome.note("workerId", json!(worker_id));
+        if let Some(attempt) = outcome.attempt {
+            outcome.note("attempt", json!(attempt));
+        }
         let spec = match self
             .inner
             .queue
@@ -290,12 +309,7 @@ impl RunManager {
         // answered it: the authenticated caller, in the result's metadata. The value stays what
         // was posted (the process sees it, and must see what babysitter's CLI would record).
         if record.kind.as_deref() == Some("breakpoint") {
-            let mut metadata = match outcome.metadata.take() {
-                Some(Value::Object(m)) => m,
-                _ => Map::new(),
-            };
-            metadata.insert("principal".into(), json!(principal));
-            outcome.metadata = Some(Value::Object(metadata));
+            outcome.note("principal", json!(principal));
         }
         let settled = self.settle(run_id, effect_id, outcome).await?;
         self.inner.queue.remove(run_id, effect_id);
