@@ -57,7 +57,7 @@ async fn journal_events(stack: &ContainerStack, run_id: &str) -> Vec<jpb::Event>
 /// lost) must not make a second run when it is retried.
 async fn create(stack: &ContainerStack, src: &str, inputs: Value) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let key = ulid::Ulid::new().to_string();
+    let key = ulid::Ulid::generate().to_string();
     loop {
         let r = client(stack)
             .create_run(pb::CreateRunRequest {
@@ -461,7 +461,7 @@ export async function process(inputs, ctx) {
 }
 "#;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let key = ulid::Ulid::new().to_string();
+    let key = ulid::Ulid::generate().to_string();
     let run_id = loop {
         let r = c
             .create_run(pb::CreateRunRequest {
