@@ -15,7 +15,7 @@ cfg = json.loads(sys.argv[1])
 URL = cfg["url"]
 OBSERVE = cfg["observe_url"]
 SHOTS = cfg["screenshots"]
-T = 30_000  # ms, every wait
+T = 60_000  # ms, every wait (a guard: a loaded CI machine is slow)
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]

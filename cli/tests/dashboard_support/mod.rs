@@ -48,6 +48,46 @@ pub fn start(args: &[String], wanted: &[&str]) -> (Server, Vec<String>) {
     (server, found.into_iter().map(Option::unwrap).collect())
 }
 
+/// `babysitter up` on loopback ports with the client token `token` (principal "alice") and a
+/// worker token, its data in `dir/data`, the dashboard on; `extra` is more of its TOML config.
+/// The server, the dashboard's address and the orchestrator's.
+pub fn start_up(dir: &Path, token: &str, extra: &str) -> (Server, String, String) {
+    let config = dir.join("up.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[orchestrator.server.auth]
+tokens = [{{ token = "{token}", role = "client", name = "alice" }}, {{ token = "worker-token", role = "worker" }}]
+[orchestrator.dashboard]
+listen-addr = "127.0.0.1:0"
+{extra}"#
+        ),
+    )
+    .unwrap();
+    let s = |v: &str| v.to_owned();
+    let (up, mut addrs) = start(
+        &[
+            s("up"),
+            s("--config"),
+            config.display().to_string(),
+            s("--data-dir"),
+            dir.join("data").display().to_string(),
+            s("--set"),
+            s("journal.server.listen-addr=127.0.0.1:0"),
+            s("--set"),
+            s("orchestrator.server.listen-addr=127.0.0.1:0"),
+        ],
+        &[
+            "dashboard listening on ",
+            "babysitter up: orchestrator listening on ",
+        ],
+    );
+    let orchestrator = addrs.pop().unwrap_or_default();
+    let dashboard = addrs.pop().unwrap_or_default();
+    (up, dashboard, orchestrator)
+}
+
 /// The repository root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

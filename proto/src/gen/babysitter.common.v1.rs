@@ -76,6 +76,12 @@ pub struct TaskResult {
     /// source "proxy") and `usage` is not, so nothing is counted twice.
     #[prost(message, repeated, tag = "9")]
     pub requests: ::prost::alloc::vec::Vec<RequestUsage>,
+    /// The agent's universal events of this attempt, for the record (the same ones ReportEvents
+    /// streams live), `item.delta` left out: each completed item carries its whole text. At most
+    /// 2,000; the orchestrator stores them as one JSON-lines blob named by result.json metadata
+    /// `agentEventsBlob` (`agentEvents`: how many), secrets redacted.
+    #[prost(message, repeated, tag = "10")]
+    pub agent_events: ::prost::alloc::vec::Vec<AgentEvent>,
     /// Exactly one must be set.
     #[prost(oneof = "task_result::Outcome", tags = "1, 2")]
     pub outcome: ::core::option::Option<task_result::Outcome>,

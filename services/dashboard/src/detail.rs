@@ -103,6 +103,8 @@ pub struct TaskView {
     pub question: Option<String>,
     pub stdout_bytes: Option<u64>,
     pub stderr_bytes: Option<u64>,
+    /// Agent events stored for the record (read as the `agentEvents` log).
+    pub agent_events: Option<u64>,
 }
 
 fn state_of(r: &EffectRecord, live: Option<&LiveTask>) -> String {
@@ -235,6 +237,9 @@ pub async fn detail(source: &dyn Source, run: &Digest) -> Result<Value> {
                     .and_then(Value::as_u64),
                 stderr_bytes: result
                     .pointer("/metadata/stderrBytes")
+                    .and_then(Value::as_u64),
+                agent_events: result
+                    .pointer("/metadata/agentEvents")
                     .and_then(Value::as_u64),
                 kind,
             }
@@ -379,7 +384,8 @@ pub async fn raw_journal(source: &dyn Source, run_id: &str, from: u64) -> Result
 }
 
 /// `len` bytes of a task's `stdout` / `stderr` from `offset`: the log file, or the whole log
-/// from its blob when the file keeps only the head.
+/// from its blob when the file keeps only the head. `agentEvents` is an agent task's event
+/// record (JSON lines), which lives only in its blob.
 pub async fn log(
     source: &dyn Source,
     run_id: &str,
@@ -388,7 +394,7 @@ pub async fn log(
     offset: usize,
     len: usize,
 ) -> Result<Value> {
-    if !matches!(stream, "stdout" | "stderr") {
+    if !matches!(stream, "stdout" | "stderr" | "agentEvents") {
         return Err(SourceError::Invalid(format!("log stream `{stream}`")));
     }
     let journal = source.journal(run_id).await?;
@@ -405,6 +411,7 @@ pub async fn log(
         .and_then(|b| babysitter_journal::store::BlobRef::parse(b).ok());
     let bytes = match blob {
         Some(b) => journal.get_blob(run_id, &b).await?,
+        None if stream == "agentEvents" => bytes::Bytes::new(),
         None => match journal
             .get_run_file(run_id, &file(&format!("{stream}.log"))?)
             .await

@@ -84,6 +84,8 @@ pub struct AgentDone {
     /// Set when the harness was stopped by a rate limit or quota: `done` is its error, for
     /// when the task cannot be given back.
     pub release: Option<Release>,
+    /// The attempt's events for the record (see [`KEPT_EVENTS`]).
+    pub events: Vec<cpb::AgentEvent>,
 }
 
 fn fail(name: &str, message: String, data: Value) -> Done {
@@ -102,18 +104,29 @@ fn tail(s: &str) -> &str {
     &s[start..]
 }
 
-/// Sends events with envelopes; a closed channel (no reporter) only drops them.
+/// Events of one attempt kept for its completion (the record the orchestrator stores); the
+/// live stream has them all.
+pub const KEPT_EVENTS: usize = 2000;
+
+/// Sends events with envelopes; a closed channel (no reporter) only drops them. Keeps the first
+/// [`KEPT_EVENTS`] that are not `item.delta` for the record: a completed item carries the text
+/// its deltas streamed, so the record loses nothing but the pace.
 struct Events<'a> {
     env: Envelope,
     tx: &'a mpsc::Sender<cpb::AgentEvent>,
     count: u64,
+    kept: Vec<cpb::AgentEvent>,
 }
 
 impl Events<'_> {
     async fn send(&mut self, evs: Vec<Ev>, native: Option<&str>) {
         for ev in evs {
             self.count += 1;
-            let _ = self.tx.send(self.env.wrap(ev, native)).await;
+            let e = self.env.wrap(ev, native);
+            if e.r#type != "item.delta" && self.kept.len() < KEPT_EVENTS {
+                self.kept.push(e.clone());
+            }
+            let _ = self.tx.send(e).await;
         }
     }
 }
@@ -163,6 +176,7 @@ pub async fn run(
         requests: Vec::new(),
         metadata: Value::Null,
         release: None,
+        events: Vec::new(),
     };
     let spec = match AgentSpec::from_task(kind, def, settings.default_workspace.as_ref()) {
         Ok(s) => s,
@@ -286,6 +300,7 @@ pub async fn run(
         env: Envelope::new(session_id),
         tx: events,
         count: 0,
+        kept: Vec::new(),
     };
     evs.send(
         vec![Ev {
@@ -487,6 +502,7 @@ pub async fn run(
                                      "resumed": resume.map(|r| json!({"effectId": r.effect_id, "attempt": r.attempt,
                                                                       "nativeSessionId": r.native_session_id}))}}),
         release,
+        events: evs.kept,
     }
 }
 

@@ -148,6 +148,8 @@ struct Executed {
     metadata: Value,
     /// Give the task back instead of completing it (see [`agent::Release`]).
     release: Option<agent::Release>,
+    /// An agent's events for the record ([`agent::KEPT_EVENTS`]).
+    events: Vec<cpb::AgentEvent>,
 }
 
 impl From<Done> for Executed {
@@ -158,6 +160,7 @@ impl From<Done> for Executed {
             requests: Vec::new(),
             metadata: Value::Null,
             release: None,
+            events: Vec::new(),
         }
     }
 }
@@ -688,6 +691,7 @@ impl Worker {
             requests: r.requests,
             metadata: r.metadata,
             release: r.release,
+            events: r.events,
         }
     }
 }

@@ -83,6 +83,63 @@ async fn agent_events_stream_from_the_worker_to_watchers_redacted() {
         }
     }
     assert_eq!(seen, ["thinking", "using [REDACTED:KEY]"]);
+
+    // The completion carries the attempt's events for the record: stored as one JSON-lines
+    // blob that result.json names, redacted too.
+    let mut done = completion("agent", &task, br#"{"stdout":"x\n"}"#);
+    let record = |seq: u64, kind: &str, data: Value| cpb::AgentEvent {
+        r#type: kind.into(),
+        ..delta(seq, data)
+    };
+    done.result.as_mut().unwrap().agent_events = vec![
+        record(
+            1,
+            "session.started",
+            json!({"metadata": {"harness": "claude-code"}}),
+        ),
+        record(
+            4,
+            "item.completed",
+            json!({"item": {"kind": "tool_call", "content": [{"type": "tool_call", "name": "Bash", "arguments": format!("echo {value}")}]}}),
+        ),
+    ];
+    w.complete_task(done).await.unwrap();
+    let result = stored_result(&s, &run.run_id, &task.effect_id);
+    assert_eq!(result["metadata"]["agentEvents"], 2, "{result}");
+    let lines = stored_blob(&s, &run.run_id, &result["metadata"]["agentEventsBlob"]);
+    assert!(!lines.contains(value), "{lines}");
+    let events: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{lines}");
+    assert_eq!(events[0]["type"], "session.started");
+    assert_eq!(events[0]["session_id"], "s1");
+    assert_eq!(events[1]["sequence"], 4);
+    assert_eq!(
+        events[1]["data"]["item"]["content"][0]["arguments"],
+        "echo [REDACTED:KEY]"
+    );
+}
+
+/// The task's `result.json`.
+fn stored_result(s: &Service, run_id: &str, effect_id: &str) -> Value {
+    let path = s
+        .dir
+        .path()
+        .join(format!("runs/{run_id}/tasks/{effect_id}/result.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The run's blob `sha256:<hex>` as text.
+fn stored_blob(s: &Service, run_id: &str, blob: &Value) -> String {
+    let hex = blob.as_str().unwrap().strip_prefix("sha256:").unwrap();
+    std::fs::read_to_string(
+        s.dir
+            .path()
+            .join(format!("runs/{run_id}/blobs/sha256-{hex}")),
+    )
+    .unwrap()
 }
 
 /// Every agent event reported before a task completed reaches a watcher before its stream ends,
@@ -247,4 +304,32 @@ export async function process(inputs, ctx) { const r = await ctx.task(ag, {}); r
         !agent_types.iter().any(|t| t == "agent.unparsed"),
         "{agent_types:?}"
     );
+    // The record: every event but the deltas, in order, with the worker that ran the task.
+    let effect = journal
+        .iter()
+        .find(|e| e.r#type == "EFFECT_RESOLVED")
+        .map(|e| serde_json::from_slice::<Value>(&e.data_json).unwrap())
+        .expect("the agent task resolved");
+    let result = stored_result(&s, &run.run_id, effect["effectId"].as_str().unwrap());
+    assert_eq!(result["metadata"]["workerId"], "agents", "{result}");
+    let lines = stored_blob(&s, &run.run_id, &result["metadata"]["agentEventsBlob"]);
+    let stored: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let live: Vec<&String> = agent_types.iter().filter(|t| *t != "item.delta").collect();
+    let kinds: Vec<&str> = stored.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, live, "{lines}");
+    assert_eq!(result["metadata"]["agentEvents"], stored.len(), "{result}");
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["data"]["item"]["content"][0]["name"] == "Bash"),
+        "the tool call is on record: {lines}"
+    );
+    let sequences: Vec<u64> = stored
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(sequences.is_sorted(), "{sequences:?}");
 }

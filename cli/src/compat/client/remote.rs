@@ -413,6 +413,7 @@ impl RunClient for Remote {
                 .unwrap_or_default(),
             usage: None,
             requests: Vec::new(),
+            agent_events: Vec::new(),
         };
         self.client()
             .post_task_result(pb::PostTaskResultRequest {

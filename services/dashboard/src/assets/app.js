@@ -142,7 +142,55 @@ function taskBox(t, d) {
       box.append(el("button", { type: "button", class: "log-btn", onclick: () => showLog(d.run.runId, t.effectId, s, 0) }, s));
     }
   }
+  if (t.agentEvents) {
+    box.append(el("button", { type: "button", class: "log-btn agent-btn", onclick: () => showAgentEvents(d.run.runId, t.effectId) }, `agent events (${t.agentEvents})`));
+  }
   return box;
+}
+
+// One universal agent event as a line: its type and what it says (text, tool call, result).
+function agentText(type, data) {
+  const cut = (s) => (s.length > 300 ? s.slice(0, 300) + "…" : s);
+  const item = data && data.item;
+  if (item) {
+    const parts = (item.content || []).map((p) =>
+      p.type === "tool_call" ? `${p.name}(${p.arguments || ""})`
+        : p.type === "tool_result" ? `→ ${p.output || ""}`
+        : p.type === "status" ? `${p.label}${p.detail ? " " + p.detail : ""}`
+        : p.text || "");
+    return cut(`${item.kind}${item.role ? " " + item.role : ""}${item.status === "failed" ? " (failed)" : ""}: ${parts.join(" ")}`);
+  }
+  if (data && data.message) return cut(data.message);
+  if (data && data.delta) return cut(data.delta);
+  if (data && data.turn_id) return data.turn_id;
+  if (data && data.metadata) return cut(Object.entries(data.metadata).filter(([, v]) => v !== null).map(([k, v]) => `${k} ${v}`).join(", "));
+  return "";
+}
+
+// The live agent events of the run on screen.
+const liveAgent = [];
+
+function agentItem(time, type, data, effectId) {
+  return el("li", { class: "agent-event", "data-type": type },
+    el("span", { class: "muted" }, `${time ? time.slice(11, 23) : ""} ${effectId || ""} `),
+    el("b", {}, type), " ", agentText(type, data));
+}
+
+// An agent task's stored events (its JSON lines, read whole) as a timeline.
+async function showAgentEvents(runId, effectId) {
+  let text = "", offset = 0, total = 0;
+  for (;;) {
+    const r = await api(`/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(effectId)}/log/agentEvents?offset=${offset}`);
+    text += r.text || "";
+    total = r.total;
+    if (r.next === null || r.next === undefined) break;
+    offset = r.next;
+  }
+  const events = text.split("\n").filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return null; } }).filter(Boolean);
+  $("#log-view").replaceChildren(
+    el("h3", {}, `${effectId} agent events (${events.length}, ${total} bytes)`),
+    el("ol", { id: "agent-timeline", class: "timeline" },
+      events.filter((e) => e.type !== "item.started").map((e) => agentItem(e.time, e.type, e.data))));
 }
 
 async function showLog(runId, effectId, stream, offset) {
@@ -239,7 +287,8 @@ async function loadRun(runId) {
     costSection(d.cost || {}),
     el("section", {}, el("h2", {}, "Timeline"),
       el("ol", { id: "timeline" }, d.timeline.slice(-200).map((e) => el("li", {}, `${e.at} ${e.type} ${e.text || ""}`))),
-      el("ol", { id: "agent-events" })),
+      el("h3", {}, "Live agent events"),
+      el("ol", { id: "agent-events", class: "timeline" }, liveAgent.map((e) => agentItem(e.time, e.kind, e.data, e.effectId)))),
     el("section", { id: "journal" }, el("h2", {}, "Raw journal"),
       el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "seq"), el("th", {}, "type"), el("th", {}, "recorded"), el("th", {}, "verification"), el("th", {}, "data"))),
         el("tbody", { id: "journal-rows" }))),
@@ -259,7 +308,15 @@ function route() {
     loadRun(runId).catch((e) => $("#main").replaceChildren(el("p", { class: "error" }, e.message)));
     follow(`/api/runs/${encodeURIComponent(runId)}/stream`, {
       run: () => refreshSoon(() => loadRun(runId)),
-      agent: (ev) => { const d = JSON.parse(ev.data); $("#agent-events")?.append(el("li", {}, `${d.effectId || ""} ${d.kind || ""}`)); },
+      agent: (ev) => {
+        const d = JSON.parse(ev.data);
+        if (d.kind === "item.delta" || d.kind === "item.started") return;
+        // Kept across re-renders of the page (each run change renders it anew); the last 500.
+        const e = { time: new Date().toISOString(), kind: d.kind, data: d.data, effectId: d.effectId };
+        liveAgent.push(e);
+        if (liveAgent.length > 500) liveAgent.shift();
+        $("#agent-events")?.append(agentItem(e.time, e.kind, e.data, e.effectId));
+      },
     });
   } else {
     follow("/api/stream", { board: () => refreshSoon(loadBoard) });

@@ -174,6 +174,7 @@ fn completion(
         requests,
         metadata,
         release: _,
+        events,
     } = executed;
     let outcome = match done.outcome {
         Ok(v) => cpb::task_result::Outcome::ValueJson(Bytes::from(
@@ -206,6 +207,7 @@ fn completion(
             },
             usage,
             requests,
+            agent_events: events,
         }),
         next_max_tasks: u32::from(take_next),
         next_wait: prost_types::Duration::try_from(EAGER_WAIT).ok(),

@@ -286,6 +286,7 @@ fn outcome_of(r: Option<cpb::TaskResult>) -> Result<TaskOutcome, Status> {
         metadata,
         usage: task_usage_of(r.usage, r.requests)?,
         attempt: None,
+        agent_events: r.agent_events.into_iter().map(agent_event_of).collect(),
     })
 }
 

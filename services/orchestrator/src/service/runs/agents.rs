@@ -1,15 +1,23 @@
-//! Live agent events: the universal events a worker reports for the task it holds a lease on,
-//! redacted and fanned out to the run's watchers. They are relayed, never stored, and only while
-//! someone watches: each live run entry has a broadcast channel created by its first watcher and
-//! dropped with the entry when the run ends (watchers still receive what was buffered). A watcher
-//! that falls more than the buffer behind loses the oldest batches; a worker never waits for one.
+//! Agent events: the universal events a worker reports for the task it holds a lease on.
+//!
+//! Live, they are redacted and fanned out to the run's watchers, only while someone watches:
+//! each live run entry has a broadcast channel created by its first watcher and dropped with the
+//! entry when the run ends (watchers still receive what was buffered). A watcher that falls more
+//! than the buffer behind loses the oldest batches; a worker never waits for one.
+//!
+//! For the record, the completion carries the attempt's events again without the deltas
+//! ([`record`]): stored once, with the result, as a JSON-lines blob that `result.json` names —
+//! not as journal events, which would put thousands of entries per agent task on the replay
+//! path for something only people read.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use serde_json::{Value, json};
 
 use super::{RunManager, lock};
+use babysitter_journal::redact::Redactor;
 
 /// Who produced an agent event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,4 +81,52 @@ impl RunManager {
         let _ = tx.send(Arc::new(AgentBatch { effect_id, events }));
         accepted
     }
+}
+
+/// Most events of one completion stored for the record (the worker keeps as many).
+pub const RECORD_MAX: usize = 2000;
+
+impl AgentEvent {
+    /// The event as one JSON line of the record (the universal envelope, snake_case keys).
+    fn record_line(&self) -> Value {
+        let json = |b: &Bytes| {
+            (!b.is_empty()).then(|| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null))
+        };
+        let mut line = json!({
+            "event_id": self.event_id,
+            "sequence": self.sequence,
+            "time": self
+                .time
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| crate::engine::iso(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))),
+            "session_id": self.session_id,
+            "synthetic": self.synthetic,
+            "type": self.kind,
+            "data": json(&self.data_json).unwrap_or(Value::Null),
+        });
+        if let Some(native) = &self.native_session_id {
+            line["native_session_id"] = json!(native);
+        }
+        if let Some(raw) = json(&self.raw_json) {
+            line["raw"] = raw;
+        }
+        line
+    }
+}
+
+/// The record of a completion's events: JSON lines, secrets redacted, at most [`RECORD_MAX`];
+/// `None` when there are none. Returns the lines and how many events were left out.
+pub fn record(secrets: &Redactor, events: Vec<AgentEvent>) -> Option<(Bytes, usize)> {
+    if events.is_empty() {
+        return None;
+    }
+    let dropped = events.len().saturating_sub(RECORD_MAX);
+    let mut out = Vec::new();
+    for mut e in events.into_iter().take(RECORD_MAX) {
+        e.data_json = secrets.bytes(std::mem::take(&mut e.data_json));
+        e.raw_json = secrets.bytes(std::mem::take(&mut e.raw_json));
+        out.extend_from_slice(e.record_line().to_string().as_bytes());
+        out.push(b'\n');
+    }
+    Some((Bytes::from(out), dropped))
 }

@@ -34,6 +34,8 @@ pub struct TaskOutcome {
     pub usage: TaskUsage,
     /// The lease's attempt, for a worker's completion (its per-request usage is keyed by it).
     pub attempt: Option<u32>,
+    /// An agent's events for the record ([`super::agents::record`]).
+    pub agent_events: Vec<super::agents::AgentEvent>,
 }
 
 impl TaskOutcome {
@@ -154,6 +156,20 @@ impl RunManager {
         let stderr = self
             .spill_log(run_id, "stderr", o.stderr, &mut metadata)
             .await?;
+        if let Some((lines, dropped)) =
+            super::agents::record(&self.inner.config.secrets, o.agent_events)
+        {
+            let count = lines.iter().filter(|b| **b == b'\n').count();
+            let blob = self.journal().put_blob(run_id, lines).await?;
+            let meta = metadata.get_or_insert_with(|| json!({}));
+            if let Some(m) = meta.as_object_mut() {
+                m.insert("agentEventsBlob".into(), json!(blob.to_string()));
+                m.insert("agentEvents".into(), json!(count));
+                if dropped > 0 {
+                    m.insert("agentEventsDropped".into(), json!(dropped));
+                }
+            }
+        }
         // The usage is journaled in the same append as the resolution: a repeated completion
         // finds the effect resolved and journals nothing.
         let usage: Vec<NewEvent> = o.usage.events(effect_id, record.kind.as_deref(), o.attempt);
