@@ -40,7 +40,10 @@ use babysitter_journal::{EventType, Journal, NewEvent};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use babysitter_journal::redact::Redactor;
 use babysitter_orchestrator::service::budget::{BUDGET_KEY, Budget};
+use babysitter_orchestrator::service::grpc;
+use babysitter_orchestrator::service::runs::agents as agent_record;
 
 use self::ui::Ui;
 use crate::flags::{Arg, Flags};
@@ -564,7 +567,7 @@ impl Driver<'_> {
                 stdout: None,
                 stderr: None,
             };
-            commit(&self.engine, &self.run_id, id, done, None).await?;
+            commit(&self.engine, &self.run_id, id, done, None, None).await?;
             self.ui.effect_done(a, true, None);
         }
         Ok(None)
@@ -625,7 +628,20 @@ impl Driver<'_> {
                 let kind = a["kind"].as_str().unwrap_or_default().to_owned();
                 if let Some(settings) = agent_settings.filter(|_| kinds::runs_on_a_harness(&kind)) {
                     let out = agents::execute(&settings, &journal, &run_id, &a, &stop).await;
-                    return (a, out.map(|d| (d.done, Some((d.usage, d.requests)))));
+                    return (
+                        a,
+                        out.map(|d| {
+                            (
+                                d.done,
+                                Some(AgentExtras {
+                                    usage: d.usage,
+                                    requests: d.requests,
+                                    metadata: d.metadata,
+                                    events: d.events,
+                                }),
+                            )
+                        }),
+                    );
                 }
                 let task = exec::Task {
                     effect_id: &effect_id,
@@ -646,18 +662,32 @@ impl Driver<'_> {
             let id = a["effectId"].as_str().unwrap_or_default();
             let elapsed = self.started.get(id).map(|s| s.elapsed());
             match out {
-                Ok((done, usage)) => {
+                Ok((done, extras)) => {
                     let ok = done.outcome.is_ok();
                     let kind = a["kind"].as_str().unwrap_or_default();
-                    // The orchestrator's rule for a worker's report, checks included.
-                    let usage = match usage {
-                        Some((total, requests)) => Some((
-                            babysitter_orchestrator::service::grpc::task_usage_of(total, requests)?,
-                            kind,
-                        )),
-                        None => None,
+                    // The orchestrator's rules for a worker's report, checks included: its usage,
+                    // its metadata, its agent events on record.
+                    let (usage, metadata) = match extras {
+                        Some(x) => {
+                            let usage = babysitter_orchestrator::service::grpc::task_usage_of(
+                                x.usage, x.requests,
+                            )?;
+                            let mut metadata = Some(x.metadata).filter(Value::is_object);
+                            let events = x.events.into_iter().map(grpc::agent_event_of).collect();
+                            let journal = self.engine.journal();
+                            agent_record::store_record(
+                                journal,
+                                &Redactor::default(),
+                                &self.run_id,
+                                events,
+                                &mut metadata,
+                            )
+                            .await?;
+                            (Some((usage, kind)), metadata)
+                        }
+                        None => (None, None),
                     };
-                    commit(&self.engine, &self.run_id, id, done, usage).await?;
+                    commit(&self.engine, &self.run_id, id, done, usage, metadata).await?;
                     self.ui.effect_done(&a, ok, elapsed);
                 }
                 Err(e) => {
@@ -691,6 +721,7 @@ async fn commit(
     effect_id: &str,
     done: exec::Done,
     usage: Option<(TaskUsage, &str)>,
+    metadata: Option<Value>,
 ) -> Result<()> {
     let now = chrono::Utc::now()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
@@ -708,7 +739,7 @@ async fn commit(
                 stderr: done.stderr,
                 started_at: None,
                 finished_at: Some(now),
-                metadata: None,
+                metadata,
                 stdout_ref: None,
                 stderr_ref: None,
             },
@@ -716,6 +747,14 @@ async fn commit(
         )
         .await?;
     Ok(())
+}
+
+/// What an agent task gives besides its outcome.
+struct AgentExtras {
+    usage: Option<babysitter_proto::common::v1::TaskUsage>,
+    requests: Vec<babysitter_proto::common::v1::RequestUsage>,
+    metadata: Value,
+    events: Vec<babysitter_proto::common::v1::AgentEvent>,
 }
 
 /// Aborts the spinner task when the driver returns, whichever way.

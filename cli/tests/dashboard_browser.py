@@ -98,8 +98,18 @@ with sync_playwright() as p:
     page.keyboard.press("/")
     expect(page.locator("#search")).to_be_focused(timeout=T)
     page.keyboard.press("Escape")
-    page.keyboard.press("j")
-    expect(page.locator(".card:focus")).to_have_count(1, timeout=T)
+    expect(page.locator("#search")).not_to_be_focused(timeout=T)
+    # A live re-render may land between the key and the check (it keeps the focused card, but
+    # on a loaded machine the first key can race the page's own refresh): a few tries.
+    for attempt in range(3):
+        page.keyboard.press("j")
+        try:
+            expect(page.locator(".card:focus")).to_have_count(1, timeout=T // 6)
+            break
+        except AssertionError:
+            if attempt == 2:
+                print(page.evaluate("document.activeElement.outerHTML.slice(0, 300)"))
+                raise
     os.makedirs(SHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SHOTS, "board.png"))
     # Both themes: the toggle switches, every text passes WCAG AA contrast.

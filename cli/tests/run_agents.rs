@@ -173,6 +173,35 @@ model = "scripted-model"
     for kind in ["agent", "skill", "orchestrator_task"] {
         assert_eq!(stats["byKind"][kind]["eventCount"], 1, "{kind}: {stats}");
     }
+    // Each result says which harness ran it, and keeps the agent's events on record (a blob
+    // of JSON lines, as a worker's completion does): from the session's start to its end.
+    for (_, d) in types.iter().filter(|(t, _)| t == "EFFECT_RESOLVED") {
+        let effect = runs
+            .join(run_id)
+            .join("tasks")
+            .join(d["effectId"].as_str().unwrap());
+        let result: Value =
+            serde_json::from_slice(&std::fs::read(effect.join("result.json")).unwrap()).unwrap();
+        assert_eq!(result["metadata"]["harness"], "claude-code", "{result}");
+        let blob = result["metadata"]["agentEventsBlob"].as_str().unwrap();
+        let hex = blob.strip_prefix("sha256:").unwrap();
+        let lines =
+            std::fs::read_to_string(runs.join(run_id).join(format!("blobs/sha256-{hex}"))).unwrap();
+        let stored: Vec<Value> = lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(result["metadata"]["agentEvents"], stored.len(), "{result}");
+        assert_eq!(
+            stored.first().map(|e| &e["type"]),
+            Some(&json!("session.started"))
+        );
+        assert_eq!(
+            stored.last().map(|e| &e["type"]),
+            Some(&json!("session.ended"))
+        );
+        assert!(!lines.contains("\"item.delta\""), "{lines}");
+    }
     server.stop().await;
 }
 

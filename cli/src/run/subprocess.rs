@@ -202,7 +202,7 @@ impl Driver<'_> {
             stdout: None,
             stderr: None,
         };
-        commit(&self.engine, &self.run_id, id, done, None).await?;
+        commit(&self.engine, &self.run_id, id, done, None, None).await?;
         self.ui.effect_done(a, ok, None);
         Ok(())
     }

@@ -78,7 +78,8 @@ fn journal_status(j: babysitter_journal::JournalError) -> Status {
 
 /// An agent event from the wire (a relay: nothing is required, an unknown source is
 /// unspecified, an out-of-range time is dropped).
-fn agent_event_of(e: cpb::AgentEvent) -> AgentEvent {
+/// An agent event off the wire (its payloads stay opaque JSON).
+pub fn agent_event_of(e: cpb::AgentEvent) -> AgentEvent {
     let source = match cpb::AgentEventSource::try_from(e.source) {
         Ok(cpb::AgentEventSource::Agent) => AgentEventSource::Agent,
         Ok(cpb::AgentEventSource::Daemon) => AgentEventSource::Daemon,

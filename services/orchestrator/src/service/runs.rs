@@ -25,7 +25,7 @@
 //! every run and iterates the unfinished ones, which re-queues their requested-but-unresolved
 //! effects (held briefly so their previous workers can adopt them).
 
-mod agents;
+pub mod agents;
 mod client;
 mod driver;
 mod query;

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::{RunManager, lock};
 use babysitter_journal::redact::Redactor;
+use babysitter_journal::{Journal, JournalError};
 
 /// Who produced an agent event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,13 +115,41 @@ impl AgentEvent {
     }
 }
 
+/// Stores the record of a completion's `events` (when there are any) as a blob of `run_id` and
+/// names it in the result's `metadata`: `agentEventsBlob`, `agentEvents` (how many stored) and
+/// `agentEventsDropped` past [`RECORD_MAX`]. One rule for the orchestrator's completions and
+/// `babysitter run`'s own.
+pub async fn store_record(
+    journal: &Journal,
+    secrets: &Redactor,
+    run_id: &str,
+    events: Vec<AgentEvent>,
+    metadata: &mut Option<Value>,
+) -> Result<(), JournalError> {
+    let Some((lines, stored, dropped)) = record(secrets, events) else {
+        return Ok(());
+    };
+    let blob = journal.put_blob(run_id, lines).await?;
+    let meta = metadata.get_or_insert_with(|| json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.insert("agentEventsBlob".into(), json!(blob.to_string()));
+        m.insert("agentEvents".into(), json!(stored));
+        if dropped > 0 {
+            m.insert("agentEventsDropped".into(), json!(dropped));
+        }
+    }
+    Ok(())
+}
+
 /// The record of a completion's events: JSON lines, secrets redacted, at most [`RECORD_MAX`];
-/// `None` when there are none. Returns the lines and how many events were left out.
-pub fn record(secrets: &Redactor, events: Vec<AgentEvent>) -> Option<(Bytes, usize)> {
+/// `None` when there are none. Returns the lines, how many they are and how many events were
+/// left out.
+fn record(secrets: &Redactor, events: Vec<AgentEvent>) -> Option<(Bytes, usize, usize)> {
     if events.is_empty() {
         return None;
     }
-    let dropped = events.len().saturating_sub(RECORD_MAX);
+    let events_len = events.len();
+    let dropped = events_len.saturating_sub(RECORD_MAX);
     let mut out = Vec::new();
     for mut e in events.into_iter().take(RECORD_MAX) {
         e.data_json = secrets.bytes(std::mem::take(&mut e.data_json));
@@ -128,5 +157,5 @@ pub fn record(secrets: &Redactor, events: Vec<AgentEvent>) -> Option<(Bytes, usi
         out.extend_from_slice(e.record_line().to_string().as_bytes());
         out.push(b'\n');
     }
-    Some((Bytes::from(out), dropped))
+    Some((Bytes::from(out), events_len - dropped, dropped))
 }

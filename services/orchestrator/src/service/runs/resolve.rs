@@ -156,20 +156,14 @@ impl RunManager {
         let stderr = self
             .spill_log(run_id, "stderr", o.stderr, &mut metadata)
             .await?;
-        if let Some((lines, dropped)) =
-            super::agents::record(&self.inner.config.secrets, o.agent_events)
-        {
-            let count = lines.iter().filter(|b| **b == b'\n').count();
-            let blob = self.journal().put_blob(run_id, lines).await?;
-            let meta = metadata.get_or_insert_with(|| json!({}));
-            if let Some(m) = meta.as_object_mut() {
-                m.insert("agentEventsBlob".into(), json!(blob.to_string()));
-                m.insert("agentEvents".into(), json!(count));
-                if dropped > 0 {
-                    m.insert("agentEventsDropped".into(), json!(dropped));
-                }
-            }
-        }
+        super::agents::store_record(
+            self.journal(),
+            &self.inner.config.secrets,
+            run_id,
+            o.agent_events,
+            &mut metadata,
+        )
+        .await?;
         // The usage is journaled in the same append as the resolution: a repeated completion
         // finds the effect resolved and journals nothing.
         let usage: Vec<NewEvent> = o.usage.events(effect_id, record.kind.as_deref(), o.attempt);
