@@ -107,15 +107,19 @@ fn tail(s: &str) -> &str {
 /// Events of one attempt kept for its completion (the record the orchestrator stores); the
 /// live stream has them all.
 pub const KEPT_EVENTS: usize = 2000;
+/// Payload bytes of the kept events: the completion carries them beside up to 16 MiB of output,
+/// well inside a gRPC message (64 MiB), however much a verbose agent prints.
+pub const KEPT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Sends events with envelopes; a closed channel (no reporter) only drops them. Keeps the first
-/// [`KEPT_EVENTS`] that are not `item.delta` for the record: a completed item carries the text
-/// its deltas streamed, so the record loses nothing but the pace.
+/// [`KEPT_EVENTS`] (and [`KEPT_BYTES`]) that are not `item.delta` for the record: a completed
+/// item carries the text its deltas streamed, so the record loses nothing but the pace.
 struct Events<'a> {
     env: Envelope,
     tx: &'a mpsc::Sender<cpb::AgentEvent>,
     count: u64,
     kept: Vec<cpb::AgentEvent>,
+    kept_bytes: usize,
 }
 
 impl Events<'_> {
@@ -123,7 +127,12 @@ impl Events<'_> {
         for ev in evs {
             self.count += 1;
             let e = self.env.wrap(ev, native);
-            if e.r#type != "item.delta" && self.kept.len() < KEPT_EVENTS {
+            let size = e.data_json.len() + e.raw_json.len();
+            if e.r#type != "item.delta"
+                && self.kept.len() < KEPT_EVENTS
+                && self.kept_bytes + size <= KEPT_BYTES
+            {
+                self.kept_bytes += size;
                 self.kept.push(e.clone());
             }
             let _ = self.tx.send(e).await;
@@ -301,6 +310,7 @@ pub async fn run(
         tx: events,
         count: 0,
         kept: Vec::new(),
+        kept_bytes: 0,
     };
     evs.send(
         vec![Ev {

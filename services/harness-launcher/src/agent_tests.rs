@@ -364,3 +364,73 @@ async fn an_endless_line_is_cut_into_bounded_pieces_not_buffered_whole() {
     let unparsed = evs.iter().filter(|e| e.r#type == "agent.unparsed").count();
     assert_eq!(unparsed, 3, "one per MiB piece");
 }
+
+/// The record keeps every event but the deltas, up to [`KEPT_EVENTS`] and [`KEPT_BYTES`] of
+/// payload, while the live stream gets them all.
+#[tokio::test]
+async fn the_record_leaves_out_deltas_and_stays_within_its_bounds() {
+    let (tx, mut rx) = mpsc::channel(8192);
+    let drain = tokio::spawn(async move {
+        let mut n = 0u64;
+        while rx.recv().await.is_some() {
+            n += 1;
+        }
+        n
+    });
+    let mut evs = Events {
+        env: Envelope::new("s1"),
+        tx: &tx,
+        count: 0,
+        kept: Vec::new(),
+        kept_bytes: 0,
+    };
+    let ev = |kind: &'static str, data: Value| Ev {
+        kind,
+        data,
+        synthetic: false,
+    };
+    // Deltas and items alternating, past the count bound.
+    let many: Vec<Ev> = (0..KEPT_EVENTS + 500)
+        .flat_map(|i| {
+            [
+                ev("item.delta", json!({"delta": i})),
+                ev("item.completed", json!({"item": {"n": i}})),
+            ]
+        })
+        .collect();
+    evs.send(many, None).await;
+    assert_eq!(evs.kept.len(), KEPT_EVENTS);
+    assert!(evs.kept.iter().all(|e| e.r#type == "item.completed"));
+    let sequences: Vec<u64> = evs.kept.iter().map(|e| e.sequence).collect();
+    assert!(sequences.is_sorted());
+
+    // Large payloads: kept only while they fit in the byte bound.
+    let mut big = Events {
+        env: Envelope::new("s2"),
+        tx: &tx,
+        count: 0,
+        kept: Vec::new(),
+        kept_bytes: 0,
+    };
+    let mib = "x".repeat(1024 * 1024);
+    let large: Vec<Ev> = (0..20)
+        .map(|_| ev("item.completed", json!({"output": mib})))
+        .collect();
+    big.send(large, None).await;
+    let bytes: usize = big.kept.iter().map(|e| e.data_json.len()).sum();
+    assert!(bytes <= KEPT_BYTES, "{bytes}");
+    assert!(
+        !big.kept.is_empty() && big.kept.len() < 20,
+        "{}",
+        big.kept.len()
+    );
+    drop(evs);
+    drop(big);
+    drop(tx);
+    let live = drain.await.unwrap();
+    assert_eq!(
+        live,
+        2 * (KEPT_EVENTS as u64 + 500) + 20,
+        "the live stream has them all"
+    );
+}
