@@ -16,21 +16,13 @@ mod dashboard_support;
 mod skip;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use babysitter_proto::orchestrator::v1 as pb;
 use serde_json::json;
 
-use dashboard_support::{Client, browser, connect, create, repo, start, wait_status};
+use dashboard_support::{GATED, breakpoint_of, browser, connect, create, repo, start, wait_status};
 
 const TOKEN: &str = "alice-token";
-
-const GATED: &str = r#"
-export async function process(inputs, ctx) {
-  const ok = await ctx.breakpoint({ question: 'ship it?' }, { label: 'gate' });
-  return { approved: ok.approved };
-}
-"#;
 
 fn fanout(release: &Path) -> String {
     format!(
@@ -54,25 +46,6 @@ import { defineTask } from '@a5c-ai/babysitter-sdk';
 const sh = defineTask('sh', () => ({ kind: 'shell', title: 'hello', shell: { command: 'echo hello' } }));
 export async function process(inputs, ctx) { return await ctx.task(sh, {}); }
 "#;
-
-async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
-    for _ in 0..600 {
-        let found = c
-            .list_breakpoints(pb::ListBreakpointsRequest {
-                run_id: run_id.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .breakpoints;
-        if let Some(b) = found.first() {
-            return b.effect_id.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {run_id} never waited on a breakpoint");
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

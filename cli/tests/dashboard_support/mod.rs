@@ -185,3 +185,31 @@ pub async fn wait_status(
     }
     panic!("run {run_id} did not reach {status:?} within 120 s");
 }
+
+/// A process that waits on one breakpoint, then returns whether it was approved.
+pub const GATED: &str = r#"
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'ship it?' }, { label: 'gate' });
+  return { approved: ok.approved };
+}
+"#;
+
+/// The effect id of the breakpoint `run_id` waits on (up to 60 s).
+pub async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
+    for _ in 0..600 {
+        let found = c
+            .list_breakpoints(babysitter_proto::orchestrator::v1::ListBreakpointsRequest {
+                run_id: run_id.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .breakpoints;
+        if let Some(b) = found.first() {
+            return b.effect_id.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} never waited on a breakpoint");
+}
