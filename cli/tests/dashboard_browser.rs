@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use babysitter_proto::orchestrator::v1 as pb;
 use serde_json::json;
 
-use dashboard_support::{GATED, breakpoint_of, browser, connect, create, repo, start, wait_status};
+use dashboard_support::{
+    GATED, breakpoint_of, browser, connect, create, repo, start, start_up, wait_status,
+};
 
 const TOKEN: &str = "alice-token";
 
@@ -70,38 +72,9 @@ async fn the_dashboard_in_a_real_browser() {
     let repo = repo();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let config = dir.path().join("up.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[orchestrator.server.auth]
-tokens = [{{ token = "{TOKEN}", role = "client", name = "alice" }}, {{ token = "worker-token", role = "worker" }}]
-[orchestrator.dashboard]
-listen-addr = "127.0.0.1:0"
-"#
-        ),
-    )
-    .unwrap();
+    let (_up, dashboard, grpc) = start_up(dir.path(), &data, TOKEN, "alice");
     let s = |v: &str| v.to_owned();
-    let (_up, addrs) = start(
-        &[
-            s("up"),
-            s("--config"),
-            config.display().to_string(),
-            s("--data-dir"),
-            data.display().to_string(),
-            s("--set"),
-            s("journal.server.listen-addr=127.0.0.1:0"),
-            s("--set"),
-            s("orchestrator.server.listen-addr=127.0.0.1:0"),
-        ],
-        &[
-            "dashboard listening on ",
-            "babysitter up: orchestrator listening on ",
-        ],
-    );
-    let mut c = connect(&addrs[1], Some(TOKEN)).await;
+    let mut c = connect(&grpc, Some(TOKEN)).await;
 
     let release = dir.path().join("release");
     let gated = create(&mut c, GATED, None).await;
@@ -142,7 +115,7 @@ listen-addr = "127.0.0.1:0"
 
     let shots = repo.join("docs/screenshots");
     let args = json!({
-        "url": format!("http://{}", addrs[0]),
+        "url": format!("http://{dashboard}"),
         "observe_url": format!("http://{}", obs_addr[0]),
         "token": TOKEN,
         "gated": gated,

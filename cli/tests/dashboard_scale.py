@@ -3,7 +3,8 @@ for the orchestrator): loads the board, waits until every bucket counts what the
 prints the page load time and the page's JS heap, checks the banner and search.
 
 Arguments: one JSON object on argv[1] — url, profile, runs, counts (bucket → runs), needs_you,
-searches (run ids each found alone), and for a server with tokens `token` (logged in through the
+searches (run ids each found alone), detail ([run id, status]: its page shows that status, read
+from the journal), and for a server with tokens `token` (logged in through the
 page). With `approve` (a run id waiting on a breakpoint) it then shows that card, prints `ready`,
 waits for a line on stdin (the test approved the breakpoint over gRPC meanwhile) and checks the
 card moves to completed and the counts follow, without a reload."""
@@ -68,6 +69,14 @@ with sync_playwright() as p:
     searched = ", ".join(f"{ms:.0f}" for ms in search_ms)
     print(f"MEASURE board of {cfg['runs']} runs: page load median {loads[2]:.0f} ms (min {loads[0]:.0f}, max {loads[-1]:.0f}), "
           f"search to one card {searched} ms (incl. 150 ms debounce), page JS heap {heap / 1e6:.1f} MB", flush=True)
+
+    run_id, status = cfg["detail"]
+    t0 = time.monotonic()
+    page.goto(URL + "/runs/" + run_id)
+    expect(page.locator(f'#run-status[data-status="{status}"]')).to_be_visible(timeout=60_000)
+    expect(page.locator("#journal-ok")).to_be_visible(timeout=60_000)
+    print(f"MEASURE detail of {run_id} ({status}): {(time.monotonic() - t0) * 1000:.0f} ms", flush=True)
+    page.goto(URL + "/")
 
     if cfg.get("approve"):
         run_id = cfg["approve"]

@@ -33,7 +33,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
 use dashboard_support::{
-    Client, GATED, Server, breakpoint_of, browser, connect, create, http, repo, start,
+    Client, GATED, breakpoint_of, browser, connect, create, http, repo, start, start_up,
 };
 
 const TOKEN: &str = "scale-token";
@@ -211,6 +211,7 @@ async fn a_board_of_ten_thousand_runs() {
         "counts": {"completed": runs - needs_you, "needs-you": needs_you},
         "needs_you": needs_you,
         "searches": [last],
+        "detail": [last, "completed"],
     });
     browse(&python, &args, None).await;
     let indexed = started.elapsed().unwrap_or_default();
@@ -219,44 +220,6 @@ async fn a_board_of_ten_thousand_runs() {
         indexed.as_secs_f64(),
         rss_kib(server.0.id()) as f64 / 1024.0
     );
-}
-
-/// `babysitter up` on `data` with a client token and its dashboard, all on loopback ports: the
-/// server, the dashboard's and the orchestrator's addresses.
-fn start_up(dir: &Path, data: &Path) -> (Server, String, String) {
-    let config = dir.join("up.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[orchestrator.server.auth]
-tokens = [{{ token = "{TOKEN}", role = "client", name = "scale" }}, {{ token = "worker-token", role = "worker" }}]
-[orchestrator.dashboard]
-listen-addr = "127.0.0.1:0"
-"#
-        ),
-    )
-    .unwrap();
-    let s = |v: &str| v.to_owned();
-    let (server, mut addrs) = start(
-        &[
-            s("up"),
-            s("--config"),
-            config.display().to_string(),
-            s("--data-dir"),
-            data.display().to_string(),
-            s("--set"),
-            s("journal.server.listen-addr=127.0.0.1:0"),
-            s("--set"),
-            s("orchestrator.server.listen-addr=127.0.0.1:0"),
-        ],
-        &[
-            "dashboard listening on ",
-            "babysitter up: orchestrator listening on ",
-        ],
-    );
-    let grpc = addrs.pop().unwrap();
-    (server, addrs.pop().unwrap(), grpc)
 }
 
 /// The board's counts per bucket as the dashboard's API answers them (with the token).
@@ -305,6 +268,7 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
     let root: PathBuf = data.join("runs");
     let mut oldest = String::new();
     let mut failed = 0;
+    let t0 = Instant::now();
     for i in 0..written {
         let outcome = if i % 50 == 1 {
             failed += 1;
@@ -318,9 +282,13 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
         }
     }
     let completed = written - failed;
+    println!(
+        "MEASURE {written} runs written into the journal in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 
     let started = Instant::now();
-    let (server, addr, grpc) = start_up(dir.path(), &data);
+    let (server, addr, grpc) = start_up(dir.path(), &data, TOKEN, "scale");
     let listening = started.elapsed();
     until_counted(&addr, "completed", completed).await;
     let indexed = started.elapsed();
@@ -364,6 +332,7 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
         "counts": {"completed": completed, "failed": failed, "needs-you": live, "working": 0, "stale": 0, "orphaned": 0},
         "needs_you": live,
         "searches": [oldest, newest.clone()],
+        "detail": [oldest, "completed"],
         "approve": newest,
     });
     let approval = Approval {

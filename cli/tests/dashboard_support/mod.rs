@@ -48,6 +48,45 @@ pub fn start(args: &[String], wanted: &[&str]) -> (Server, Vec<String>) {
     (server, found.into_iter().map(Option::unwrap).collect())
 }
 
+/// `babysitter up` on `data` with a client `token` (principal `name`), a worker token and its
+/// dashboard, all on loopback ports: the
+/// server, the dashboard's and the orchestrator's addresses.
+pub fn start_up(dir: &Path, data: &Path, token: &str, name: &str) -> (Server, String, String) {
+    let config = dir.join("up.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[orchestrator.server.auth]
+tokens = [{{ token = "{token}", role = "client", name = "{name}" }}, {{ token = "worker-token", role = "worker" }}]
+[orchestrator.dashboard]
+listen-addr = "127.0.0.1:0"
+"#
+        ),
+    )
+    .unwrap();
+    let s = |v: &str| v.to_owned();
+    let (server, mut addrs) = start(
+        &[
+            s("up"),
+            s("--config"),
+            config.display().to_string(),
+            s("--data-dir"),
+            data.display().to_string(),
+            s("--set"),
+            s("journal.server.listen-addr=127.0.0.1:0"),
+            s("--set"),
+            s("orchestrator.server.listen-addr=127.0.0.1:0"),
+        ],
+        &[
+            "dashboard listening on ",
+            "babysitter up: orchestrator listening on ",
+        ],
+    );
+    let grpc = addrs.pop().unwrap();
+    (server, addrs.pop().unwrap(), grpc)
+}
+
 /// The repository root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
