@@ -13,8 +13,10 @@
 //!   rate of the live ones is printed, with what all of them would have taken.
 //!
 //! Asserts the counts per bucket the page shows equal what was put in, the banner, search (the
-//! oldest run, the newest); through the orchestrator, a breakpoint approved over gRPC moves its
-//! card out of "needs you" live. Prints (`--nocapture`) the time to index the runs, the page load
+//! oldest run, the newest), a run's detail; through the orchestrator, the newest written run's
+//! idempotency key still known once the board read every run (its listing leaves the
+//! finished-run cache alone), and a breakpoint approved over gRPC moves its card out of "needs
+//! you" live. Prints (`--nocapture`) the time to index the runs, the page load
 //! median, the page's JS heap and the server's resident memory; asserts no timing. Skipped
 //! without Chromium and Playwright (scripts/ensure-playwright.sh).
 
@@ -61,7 +63,7 @@ fn write_run(root: &Path, i: u64, outcome: Outcome) -> String {
         .unwrap()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string();
-    let run_json = json!({"runId": run_id, "processId": format!("scale/process-{i}"), "createdAt": at, "labels": {"batch": "scale"}});
+    let run_json = json!({"runId": run_id, "processId": format!("scale/process-{i}"), "createdAt": at, "labels": {"batch": "scale"}, "idempotencyKey": format!("scale-{i}")});
     std::fs::write(dir.join("run.json"), run_json.to_string()).unwrap();
     let second = match outcome {
         Outcome::Waiting => (
@@ -266,7 +268,7 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let root: PathBuf = data.join("runs");
-    let mut oldest = String::new();
+    let (mut oldest, mut newest_written) = (String::new(), String::new());
     let mut failed = 0;
     let t0 = Instant::now();
     for i in 0..written {
@@ -278,8 +280,9 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
         };
         let id = write_run(&root, i, outcome);
         if i == 0 {
-            oldest = id;
+            oldest.clone_from(&id);
         }
+        newest_written = id;
     }
     let completed = written - failed;
     println!(
@@ -299,8 +302,25 @@ async fn a_board_of_ten_thousand_runs_through_the_orchestrator() {
         rss_kib(server.0.id()) as f64 / 1024.0
     );
 
+    // The board read every run, most of them beyond the run table's finished-run cache; the
+    // newest written run is still cached, its idempotency key known: a CreateRun under it is
+    // that run (refused, as the request differs), not a second one.
+    let mut c = connect(&grpc, Some(TOKEN)).await;
+    let again = c
+        .create_run(pb::CreateRunRequest {
+            process: Some(pb::ProcessBundle::single_file(
+                "main.mjs",
+                GATED.as_bytes().to_vec(),
+            )),
+            idempotency_key: format!("scale-{}", written - 1),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+    assert!(again.message().contains(&newest_written), "{again:?}");
+
     // The live runs: created through CreateRun, each waiting on its breakpoint (four in flight).
-    let c = connect(&grpc, Some(TOKEN)).await;
     let t0 = Instant::now();
     let mut waiting: Vec<(String, String)> = futures::stream::iter(0..live)
         .map(|_| {
