@@ -110,7 +110,7 @@ model = "scripted-model"
         claude = claude.display(),
         url = scripted.url()
     );
-    let (_up, dash, orch) = start_up(dir.path(), TOKEN, &agent);
+    let (_up, dash, orch) = start_up(dir.path(), &dir.path().join("data"), TOKEN, "alice", &agent);
     let data = dir.path().join("data");
     let mut c = connect(&orch, Some(TOKEN)).await;
     let run = create(&mut c, &process(&release), None).await;

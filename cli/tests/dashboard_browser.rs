@@ -16,21 +16,15 @@ mod dashboard_support;
 mod skip;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use babysitter_proto::orchestrator::v1 as pb;
 use serde_json::json;
 
-use dashboard_support::{Client, browser, connect, create, repo, start, start_up, wait_status};
+use dashboard_support::{
+    GATED, breakpoint_of, browser, connect, create, repo, start, start_up, wait_status,
+};
 
 const TOKEN: &str = "alice-token";
-
-const GATED: &str = r#"
-export async function process(inputs, ctx) {
-  const ok = await ctx.breakpoint({ question: 'ship it?' }, { label: 'gate' });
-  return { approved: ok.approved };
-}
-"#;
 
 fn fanout(release: &Path) -> String {
     format!(
@@ -55,25 +49,6 @@ const sh = defineTask('sh', () => ({ kind: 'shell', title: 'hello', shell: { com
 export async function process(inputs, ctx) { return await ctx.task(sh, {}); }
 "#;
 
-async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
-    for _ in 0..600 {
-        let found = c
-            .list_breakpoints(pb::ListBreakpointsRequest {
-                run_id: run_id.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .breakpoints;
-        if let Some(b) = found.first() {
-            return b.effect_id.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {run_id} never waited on a breakpoint");
-}
-
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
@@ -97,9 +72,9 @@ async fn the_dashboard_in_a_real_browser() {
     let repo = repo();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (_up, dash, orch) = start_up(dir.path(), TOKEN, "");
+    let (_up, dashboard, grpc) = start_up(dir.path(), &data, TOKEN, "alice", "");
     let s = |v: &str| v.to_owned();
-    let mut c = connect(&orch, Some(TOKEN)).await;
+    let mut c = connect(&grpc, Some(TOKEN)).await;
 
     let release = dir.path().join("release");
     let gated = create(&mut c, GATED, None).await;
@@ -140,7 +115,7 @@ async fn the_dashboard_in_a_real_browser() {
 
     let shots = repo.join("docs/screenshots");
     let args = json!({
-        "url": format!("http://{dash}"),
+        "url": format!("http://{dashboard}"),
         "observe_url": format!("http://{}", obs_addr[0]),
         "token": TOKEN,
         "gated": gated,

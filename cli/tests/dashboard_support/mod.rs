@@ -48,17 +48,23 @@ pub fn start(args: &[String], wanted: &[&str]) -> (Server, Vec<String>) {
     (server, found.into_iter().map(Option::unwrap).collect())
 }
 
-/// `babysitter up` on loopback ports with the client token `token` (principal "alice") and a
-/// worker token, its data in `dir/data`, the dashboard on; `extra` is more of its TOML config.
-/// The server, the dashboard's address and the orchestrator's.
-pub fn start_up(dir: &Path, token: &str, extra: &str) -> (Server, String, String) {
+/// `babysitter up` on `data` with a client `token` (principal `name`), a worker token and its
+/// dashboard, all on loopback ports, `extra` appended to its TOML config: the server, the
+/// dashboard's and the orchestrator's addresses.
+pub fn start_up(
+    dir: &Path,
+    data: &Path,
+    token: &str,
+    name: &str,
+    extra: &str,
+) -> (Server, String, String) {
     let config = dir.join("up.toml");
     std::fs::write(
         &config,
         format!(
             r#"
 [orchestrator.server.auth]
-tokens = [{{ token = "{token}", role = "client", name = "alice" }}, {{ token = "worker-token", role = "worker" }}]
+tokens = [{{ token = "{token}", role = "client", name = "{name}" }}, {{ token = "worker-token", role = "worker" }}]
 [orchestrator.dashboard]
 listen-addr = "127.0.0.1:0"
 {extra}"#
@@ -66,13 +72,13 @@ listen-addr = "127.0.0.1:0"
     )
     .unwrap();
     let s = |v: &str| v.to_owned();
-    let (up, mut addrs) = start(
+    let (server, mut addrs) = start(
         &[
             s("up"),
             s("--config"),
             config.display().to_string(),
             s("--data-dir"),
-            dir.join("data").display().to_string(),
+            data.display().to_string(),
             s("--set"),
             s("journal.server.listen-addr=127.0.0.1:0"),
             s("--set"),
@@ -83,9 +89,8 @@ listen-addr = "127.0.0.1:0"
             "babysitter up: orchestrator listening on ",
         ],
     );
-    let orchestrator = addrs.pop().unwrap_or_default();
-    let dashboard = addrs.pop().unwrap_or_default();
-    (up, dashboard, orchestrator)
+    let grpc = addrs.pop().unwrap();
+    (server, addrs.pop().unwrap(), grpc)
 }
 
 /// The repository root.
@@ -224,4 +229,32 @@ pub async fn wait_status(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("run {run_id} did not reach {status:?} within 120 s");
+}
+
+/// A process that waits on one breakpoint, then returns whether it was approved.
+pub const GATED: &str = r#"
+export async function process(inputs, ctx) {
+  const ok = await ctx.breakpoint({ question: 'ship it?' }, { label: 'gate' });
+  return { approved: ok.approved };
+}
+"#;
+
+/// The effect id of the breakpoint `run_id` waits on (up to 60 s).
+pub async fn breakpoint_of(c: &mut Client, run_id: &str) -> String {
+    for _ in 0..600 {
+        let found = c
+            .list_breakpoints(babysitter_proto::orchestrator::v1::ListBreakpointsRequest {
+                run_id: run_id.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .breakpoints;
+        if let Some(b) = found.first() {
+            return b.effect_id.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("run {run_id} never waited on a breakpoint");
 }

@@ -2,7 +2,8 @@
 //! orchestrator's own tokens (namespaces hidden as `RunService` hides them, a worker token
 //! refused), the board following the run table's change feed, and the page's actions going
 //! through the same core as `ResolveBreakpoint` / `CancelRun` (the approver's principal
-//! journaled).
+//! journaled); the board's listing of every run leaves the bounded finished-run cache (and the
+//! idempotency keys it holds) to the most recently finished runs.
 
 #[path = "support/service.rs"]
 mod service_support;
@@ -13,10 +14,20 @@ use std::time::Duration;
 use axum::body::Body;
 use babysitter_common::auth::{AuthConfig, Authenticator, Role};
 use babysitter_dashboard::Board;
+use babysitter_dashboard::Source as _;
 use babysitter_dashboard::auth::Gate;
 use babysitter_dashboard::http::{AppState, router};
+use babysitter_journal::fs::FsStore;
 use babysitter_journal::store::RunFile;
+use babysitter_journal::{Journal, JournalOptions};
+use babysitter_orchestrator::engine::Engine;
+use babysitter_orchestrator::service::bundle::Bundle;
+use babysitter_orchestrator::service::config::OrchestratorConfig;
 use babysitter_orchestrator::service::dashboard::RunsSource;
+use babysitter_orchestrator::service::queue::{QueueConfig, TaskQueue};
+use babysitter_orchestrator::service::runs::{
+    ManagerConfig, NewRun, RunManager, RunStatus, RunSummary,
+};
 use http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -179,4 +190,66 @@ async fn the_dashboard_serves_the_run_manager_behind_the_orchestrators_tokens() 
         })
     })
     .await;
+}
+
+/// A run of a process that returns at once, under idempotency key `key`.
+fn instant(key: &str) -> NewRun {
+    NewRun {
+        namespace: "default".into(),
+        bundle: Bundle::single_file("main.mjs", b"export async function process() { return 1; }"),
+        idempotency_key: Some(key.into()),
+        ..NewRun::default()
+    }
+}
+
+async fn until_completed(m: &RunManager, run: &RunSummary) {
+    for _ in 0..500 {
+        if m.get("default", &run.run_id).await.unwrap().status == RunStatus::Completed {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("run {} never completed", run.run_id);
+}
+
+/// The board lists every run of the journal (at start, after a lag). Those that fell out of the
+/// run table's finished-run cache are read back for it without being cached again: otherwise
+/// the listing would refill the cache with what it reads and evict the runs it found there (the
+/// most recently finished) — and their idempotency keys, so a client's `CreateRun` retry of a
+/// run that had just finished would make a second run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_every_run_for_the_board_keeps_the_most_recently_finished_runs_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let journal = Journal::new(Arc::new(FsStore::new(&runs)), JournalOptions::default());
+    let engine = Engine::new(journal, OrchestratorConfig::default().engine_options(runs)).unwrap();
+    let m = RunManager::new(
+        engine,
+        TaskQueue::new(QueueConfig::default(), ulid::Ulid::generate().to_string()),
+        ManagerConfig {
+            finished_runs_cached: 2,
+            ..ManagerConfig::default()
+        },
+    );
+    m.recover().await.unwrap();
+    let mut created = Vec::new();
+    for n in 0..5 {
+        let run = m.create(instant(&format!("key-{n}"))).await.unwrap();
+        until_completed(&m, &run).await;
+        created.push(run.run_id);
+    }
+    assert_eq!(m.cached_finished_runs(), 2);
+
+    let listed = RunsSource::new(m.clone()).runs().await.unwrap();
+    assert_eq!(listed.len(), 5, "the board has every run");
+    assert!(listed.iter().all(|d| d.status == "completed"), "{listed:?}");
+    assert_eq!(m.cached_finished_runs(), 2, "the cache stays bounded");
+    // The newest run's retry still finds it (its key is still cached) ...
+    let retry = m.create(instant("key-4")).await.unwrap();
+    assert_eq!(
+        retry.run_id, created[4],
+        "a retry after the board's listing made a new run"
+    );
+    // ... and no second run was made.
+    assert_eq!(m.journal_run_ids().await.unwrap().len(), 5);
 }

@@ -163,16 +163,10 @@ async fn a_creation_cut_before_its_bundle_was_stored_is_failed_and_its_key_freed
     let retry = manager
         .create(babysitter_orchestrator::service::runs::NewRun {
             namespace: "default".into(),
-            bundle: babysitter_orchestrator::service::bundle::Bundle {
-                entry_path: "main.mjs".into(),
-                export_name: None,
-                files: vec![(
-                    "main.mjs".into(),
-                    b"export async function process() { return 1; }"
-                        .to_vec()
-                        .into(),
-                )],
-            },
+            bundle: babysitter_orchestrator::service::bundle::Bundle::single_file(
+                "main.mjs",
+                b"export async function process() { return 1; }",
+            ),
             inputs: None,
             labels: Default::default(),
             run_id: None,

@@ -66,6 +66,15 @@ fn check_path(path: &str) -> Result<()> {
 }
 
 impl Bundle {
+    /// A bundle of one file, its entry (exporting `process`).
+    pub fn single_file(path: &str, code: &[u8]) -> Self {
+        Self {
+            entry_path: path.to_owned(),
+            export_name: None,
+            files: vec![(path.to_owned(), Bytes::copy_from_slice(code))],
+        }
+    }
+
     /// Checks paths, duplicates, the entry and the limits.
     pub fn validate(&self, limits: BundleLimits) -> Result<()> {
         if self.files.is_empty() {

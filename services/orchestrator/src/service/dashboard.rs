@@ -75,9 +75,10 @@ pub fn digest_of(s: &RunSummary) -> Digest {
 #[async_trait]
 impl Source for RunsSource {
     async fn runs(&self) -> Result<Vec<Digest>> {
+        // Every run, so none is cached by this listing (see `RunManager::summary_uncached`).
         let ids = self.manager.journal_run_ids().await.map_err(source_error)?;
         let reads = futures::stream::iter(ids)
-            .map(|id| async move { (self.manager.summary_of(&id).await, id) })
+            .map(|id| async move { (self.manager.summary_uncached(&id).await, id) })
             .buffer_unordered(16);
         Ok(reads
             .filter_map(|(read, run_id)| async move {

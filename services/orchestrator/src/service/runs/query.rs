@@ -130,6 +130,19 @@ impl RunManager {
         }
     }
 
+    /// [`Self::summary_of`] for a listing of every run (the dashboard's board, at start and
+    /// after a lag): a run that is not in the table is read from the journal but not cached.
+    /// Caching what such a listing reads refills the bounded table with whatever it reads last
+    /// and pushes out the runs it found cached (those are not refreshed) — the most recently
+    /// finished ones, with their idempotency keys, so a `CreateRun` retry of a run that had
+    /// just finished made a second run.
+    pub async fn summary_uncached(&self, run_id: &str) -> Result<Option<RunSummary>> {
+        if let Some(s) = self.cached(run_id) {
+            return Ok(Some(s));
+        }
+        Ok(self.read_named(run_id).await?.map(|stored| stored.summary))
+    }
+
     /// Ids of runs whose summary changes from now on (created, status, reason, pending
     /// counts, ended), without watching each run.
     pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
@@ -154,14 +167,19 @@ impl RunManager {
     /// A run that is not in the table, read from the journal (and cached when finished);
     /// `None` when the journal does not have it.
     async fn read_through(&self, run_id: &str) -> Result<Option<RunSummary>> {
-        if babysitter_common::ids::validate_path_segment("run id", run_id).is_err() {
-            return Ok(None);
-        }
-        let Some(stored) = self.read_run(run_id).await? else {
+        let Some(stored) = self.read_named(run_id).await? else {
             return Ok(None);
         };
         lock(&self.inner.runs).remember_finished(stored.summary.clone(), stored.idempotency_key);
         Ok(Some(stored.summary))
+    }
+
+    /// [`Self::read_run`] of an id a caller gave (`None` when it cannot name a run).
+    async fn read_named(&self, run_id: &str) -> Result<Option<StoredRun>> {
+        if babysitter_common::ids::validate_path_segment("run id", run_id).is_err() {
+            return Ok(None);
+        }
+        self.read_run(run_id).await
     }
 
     /// Every run id the journal has (all namespaces).
