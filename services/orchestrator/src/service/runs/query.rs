@@ -170,7 +170,9 @@ impl RunManager {
         let Some(stored) = self.read_named(run_id).await? else {
             return Ok(None);
         };
-        lock(&self.inner.runs).remember_finished(stored.summary.clone(), stored.idempotency_key);
+        // Read on demand: cached, but its key (if any) is not put back in the index: that would
+        // evict a recently finished run's key for one that retries no longer use.
+        lock(&self.inner.runs).remember_finished(stored.summary.clone(), None);
         Ok(Some(stored.summary))
     }
 

@@ -9,9 +9,12 @@
 //! it on demand (see `query.rs`); the memory this table holds is bounded by the live runs plus
 //! that cap, not by how many runs the journal has ever seen.
 //!
-//! The idempotency index ((namespace, key) → run id) is the one structure not keyed by run id; a
-//! key lives exactly as long as its run's entry (inserted with it, removed when it is evicted), so
-//! a `CreateRun` retry is deduplicated while the run is live or among the cached finished runs.
+//! The idempotency index ((namespace, key) → run id) is the one structure not keyed by run id. A
+//! key lives while its run is live and then among the keys of the last `finished_runs_cached`
+//! runs that finished (here, or found finished at start), in a FIFO of its own: reading old runs
+//! back (`ListRuns`, the dashboard's listing) caches their summaries but never evicts a key, so
+//! a `CreateRun` retry is deduplicated however many runs were read meanwhile. (Keys used to leave
+//! with their run's cached summary, which a listing of thousands of old runs pushed out.)
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -109,7 +112,6 @@ impl LiveRun {
 #[derive(Debug)]
 pub(super) struct FinishedRun {
     pub summary: RunSummary,
-    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug)]
@@ -135,6 +137,8 @@ pub(super) struct RunTable {
     finished: VecDeque<String>,
     finished_cap: usize,
     idempotency: HashMap<(String, String), String>,
+    /// Keys of finished runs (namespace, key, run id), oldest first; at most `finished_cap`.
+    finished_keys: VecDeque<(String, String, String)>,
     /// Parent of every live run's `stop` token.
     stop: CancellationToken,
     /// Ids of runs whose summary changed (created, status / reason / pending counts, ended):
@@ -149,6 +153,7 @@ impl RunTable {
             finished: VecDeque::new(),
             finished_cap,
             idempotency: HashMap::new(),
+            finished_keys: VecDeque::new(),
             stop,
             changes: broadcast::channel(CHANGE_BUFFER).0,
         }
@@ -201,11 +206,15 @@ impl RunTable {
         run.stop.cancel();
         let summary = run.current();
         crate::service::metrics::run_finished(summary.status.as_str());
-        let finished = FinishedRun {
-            summary: summary.clone(),
-            idempotency_key: run.idempotency_key,
-        };
-        self.keep_finished(run_id.to_owned(), finished);
+        if let Some(k) = run.idempotency_key {
+            self.keep_key(&summary.namespace, k, run_id);
+        }
+        self.keep_finished(
+            run_id.to_owned(),
+            FinishedRun {
+                summary: summary.clone(),
+            },
+        );
         self.changed(run_id);
         Some((summary, run.children))
     }
@@ -220,24 +229,22 @@ impl RunTable {
         }
     }
 
-    /// Caches a finished run read back from the journal (unless the id is known already).
+    /// Caches a finished run read back from the journal (unless the id is known already). Its
+    /// `idempotency_key` is given only for a run found at start (its key is then remembered as
+    /// if it had finished here); a run read on demand passes `None` and evicts no key.
     pub fn remember_finished(&mut self, summary: RunSummary, idempotency_key: Option<String>) {
         if !summary.status.is_terminal() || self.runs.contains_key(&summary.run_id) {
             return;
         }
-        if let Some(k) = &idempotency_key {
-            self.idempotency
-                .entry((summary.namespace.clone(), k.clone()))
-                .or_insert_with(|| summary.run_id.clone());
+        if let Some(k) = idempotency_key {
+            let slot = (summary.namespace.clone(), k.clone());
+            if let std::collections::hash_map::Entry::Vacant(free) = self.idempotency.entry(slot) {
+                free.insert(summary.run_id.clone());
+                self.keep_key(&summary.namespace, k, &summary.run_id);
+            }
         }
         let run_id = summary.run_id.clone();
-        self.keep_finished(
-            run_id,
-            FinishedRun {
-                summary,
-                idempotency_key,
-            },
-        );
+        self.keep_finished(run_id, FinishedRun { summary });
     }
 
     fn keep_finished(&mut self, run_id: String, run: FinishedRun) {
@@ -248,11 +255,19 @@ impl RunTable {
             let Some(old) = self.finished.pop_front() else {
                 break;
             };
-            if let Some(Entry::Finished(gone)) = self.runs.remove(&old)
-                && let Some(k) = gone.idempotency_key
-            {
-                self.forget_key(&gone.summary.namespace, &k, &old);
-            }
+            self.runs.remove(&old);
+        }
+    }
+
+    /// Keeps a finished run's key among the last `finished_cap`, forgetting the oldest.
+    fn keep_key(&mut self, namespace: &str, key: String, run_id: &str) {
+        self.finished_keys
+            .push_back((namespace.to_owned(), key, run_id.to_owned()));
+        while self.finished_keys.len() > self.finished_cap {
+            let Some((ns, k, id)) = self.finished_keys.pop_front() else {
+                break;
+            };
+            self.forget_key(&ns, &k, &id);
         }
     }
 
@@ -378,12 +393,41 @@ mod tests {
         t.remember_finished(summary("c", RunStatus::Failed), Some("k".into()));
         t.remember_finished(summary("d", RunStatus::Failed), None);
         assert!(t.get("c").is_none() && t.get("d").is_some());
-        assert_eq!(t.idempotency_keys(), 0);
+        // A key outlives its run's cached summary: runs read since evict no key.
+        assert_eq!(t.idempotent("ns", "k").as_deref(), Some("c"));
+        t.remember_finished(summary("f", RunStatus::Failed), Some("k2".into()));
+        assert_eq!(t.idempotent("ns", "k"), None, "one key kept: the newest");
+        assert_eq!(t.idempotent("ns", "k2").as_deref(), Some("f"));
         let mut none = RunTable::new(0, CancellationToken::new());
         none.insert_live(summary("e", RunStatus::Running), Some("k".into()));
         finish(&mut none, "e");
         assert!(none.get("e").is_none());
         assert_eq!((none.idempotency_keys(), none.finished_count()), (0, 0));
+    }
+
+    /// Reading thousands of old runs back (a listing) caches their summaries, evicting the
+    /// recently finished ones, but keeps every recently finished run's key.
+    #[test]
+    fn reading_old_runs_back_evicts_no_idempotency_key() {
+        let mut t = RunTable::new(3, CancellationToken::new());
+        for n in 0..3 {
+            let id = format!("new{n}");
+            t.insert_live(summary(&id, RunStatus::Running), Some(format!("k{n}")));
+            finish(&mut t, &id);
+        }
+        for n in 0..1000 {
+            t.remember_finished(summary(&format!("old{n}"), RunStatus::Completed), None);
+        }
+        assert!(t.get("new0").is_none(), "the summaries made room");
+        for n in 0..3 {
+            assert_eq!(
+                t.idempotent("ns", &format!("k{n}")).as_deref(),
+                Some(format!("new{n}").as_str())
+            );
+        }
+        // Live runs' keys are not counted against the finished ones.
+        t.insert_live(summary("live", RunStatus::Running), Some("kl".into()));
+        assert_eq!(t.idempotency_keys(), 4);
     }
 
     #[test]
