@@ -16,6 +16,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use super::resolve::set_metadata;
 use super::{RunManager, lock};
 use babysitter_journal::redact::Redactor;
 use babysitter_journal::{Journal, JournalError};
@@ -73,10 +74,8 @@ impl RunManager {
         let Some(tx) = tx else {
             return accepted; // nobody watches
         };
-        let secrets = &self.inner.config.secrets;
         for e in &mut events {
-            e.data_json = secrets.bytes(std::mem::take(&mut e.data_json));
-            e.raw_json = secrets.bytes(std::mem::take(&mut e.raw_json));
+            e.redact(&self.inner.config.secrets);
         }
         // An error only means the last watcher just left.
         let _ = tx.send(Arc::new(AgentBatch { effect_id, events }));
@@ -88,6 +87,12 @@ impl RunManager {
 pub const RECORD_MAX: usize = 2000;
 
 impl AgentEvent {
+    /// Redacts the payloads: one rule for the live relay and the record.
+    fn redact(&mut self, secrets: &Redactor) {
+        self.data_json = secrets.bytes(std::mem::take(&mut self.data_json));
+        self.raw_json = secrets.bytes(std::mem::take(&mut self.raw_json));
+    }
+
     /// The event as one JSON line of the record (the universal envelope, snake_case keys).
     fn record_line(&self) -> Value {
         let json = |b: &Bytes| {
@@ -130,13 +135,10 @@ pub async fn store_record(
         return Ok(());
     };
     let blob = journal.put_blob(run_id, lines).await?;
-    let meta = metadata.get_or_insert_with(|| json!({}));
-    if let Some(m) = meta.as_object_mut() {
-        m.insert("agentEventsBlob".into(), json!(blob.to_string()));
-        m.insert("agentEvents".into(), json!(stored));
-        if dropped > 0 {
-            m.insert("agentEventsDropped".into(), json!(dropped));
-        }
+    set_metadata(metadata, "agentEventsBlob", json!(blob.to_string()));
+    set_metadata(metadata, "agentEvents", json!(stored));
+    if dropped > 0 {
+        set_metadata(metadata, "agentEventsDropped", json!(dropped));
     }
     Ok(())
 }
@@ -152,8 +154,7 @@ fn record(secrets: &Redactor, events: Vec<AgentEvent>) -> Option<(Bytes, usize, 
     let dropped = events_len.saturating_sub(RECORD_MAX);
     let mut out = Vec::new();
     for mut e in events.into_iter().take(RECORD_MAX) {
-        e.data_json = secrets.bytes(std::mem::take(&mut e.data_json));
-        e.raw_json = secrets.bytes(std::mem::take(&mut e.raw_json));
+        e.redact(secrets);
         out.extend_from_slice(e.record_line().to_string().as_bytes());
         out.push(b'\n');
     }

@@ -39,16 +39,23 @@ pub struct TaskOutcome {
 }
 
 impl TaskOutcome {
-    /// Sets `key` in the result's metadata (an object; anything else sent as metadata is
-    /// replaced): what the orchestrator itself vouches for, over what the sender said.
+    /// Sets `key` in the result's metadata: what the orchestrator itself vouches for, over
+    /// what the sender said.
     fn note(&mut self, key: &str, value: Value) {
-        let mut metadata = match self.metadata.take() {
-            Some(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
-        metadata.insert(key.into(), value);
-        self.metadata = Some(Value::Object(metadata));
+        set_metadata(&mut self.metadata, key, value);
     }
+}
+
+/// Sets `key` in a result's `metadata` (an object; anything else there is replaced by one).
+/// The one way the orchestrator adds to a result's metadata (principal, worker, logs' blobs,
+/// the agent-event record).
+pub(super) fn set_metadata(metadata: &mut Option<Value>, key: &str, value: Value) {
+    let mut m = match metadata.take() {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    m.insert(key.into(), value);
+    *metadata = Some(Value::Object(m));
 }
 
 /// A breakpoint decision.
@@ -211,11 +218,8 @@ impl RunManager {
             "{}\n[{name} continues: {total} bytes in all, stored as blob {blob}]\n",
             super::tasks::head_of(&text, LOG_HEAD_BYTES)
         );
-        let meta = metadata.get_or_insert_with(|| json!({}));
-        if let Some(m) = meta.as_object_mut() {
-            m.insert(format!("{name}Blob"), json!(blob.to_string()));
-            m.insert(format!("{name}Bytes"), json!(total));
-        }
+        set_metadata(metadata, &format!("{name}Blob"), json!(blob.to_string()));
+        set_metadata(metadata, &format!("{name}Bytes"), json!(total));
         Ok(Some(head))
     }
 
