@@ -38,7 +38,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 
-pub use client::{ClientTls, TlsConnector};
+pub use client::{BoxError, ClientTls, TlsConnector};
 pub use server::{
     ClientCertificateLayer, PeerInfo, Protocol, ServerTls, TlsConn, TlsIncoming, TlsListener,
     serve_http,

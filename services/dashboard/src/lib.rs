@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod board;
 pub mod detail;
+pub mod forward;
 pub mod http;
 pub mod local;
 pub mod model;
@@ -46,6 +47,11 @@ pub struct DashboardConfig {
     /// something) or orphaned (waiting on nothing). Since v0.1.
     #[serde(with = "babysitter_common::config::duration")]
     pub stale_after: Duration,
+    /// A standby orchestrator's dashboard port forwards every request to the active
+    /// orchestrator's dashboard: on the host the active one advertises (`leadership`), at this
+    /// port. Unset: this port's own (replicas share one). Since v0.6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_port: Option<u16>,
 }
 
 impl Default for DashboardConfig {
@@ -54,6 +60,7 @@ impl Default for DashboardConfig {
             listen_addr: None,
             tls: ServerTlsConfig::default(),
             stale_after: Duration::from_secs(30 * 60),
+            active_port: None,
         }
     }
 }

@@ -82,3 +82,125 @@ async fn the_dashboard_serves_over_tls() {
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
     running.stop().await;
 }
+
+/// A standby's forwarding port over TLS in front of the active dashboard over TLS: the
+/// forwarder dials with the CA (`ClientTls`, HTTP/1.1), a client trusting the CA gets the
+/// active dashboard's answers through it (401 without a token, data and a `Secure` login cookie
+/// with one); with no active dashboard known it answers 503 saying so; stopping it frees the
+/// port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_port_over_tls_reaches_the_active_dashboard_over_tls() {
+    use babysitter_common::tls::{ClientTls, ClientTlsConfig};
+    use babysitter_dashboard::forward::{Target, serve_forwarding};
+
+    let dir = tempfile::tempdir().unwrap();
+    generate(dir.path(), &[Leaf::for_host("dashboard", &[])]).unwrap();
+    let tls = ServerTlsConfig::with_files(
+        dir.path().join("dashboard.crt"),
+        dir.path().join("dashboard.key"),
+    );
+    let config = DashboardConfig {
+        tls: tls.clone(),
+        ..DashboardConfig::default()
+    };
+    let auth = Authenticator::from_config(&AuthConfig {
+        tokens: vec![TokenEntry {
+            token: Some(Secret::new("alice-token")),
+            token_file: None,
+            role: Role::Client,
+            name: Some("alice".into()),
+            namespaces: Vec::new(),
+        }],
+        public_services: Vec::new(),
+    })
+    .unwrap();
+    let source: Arc<dyn Source> = Arc::new(LocalSource::new(Vec::new(), None).unwrap());
+    let active = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        &config,
+        source,
+        auth,
+        "orchestrator",
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let known = Arc::new(std::sync::Mutex::new(Some(format!(
+        "https://localhost:{}",
+        active.addr.port()
+    ))));
+    let target: Target = {
+        let known = known.clone();
+        Arc::new(move || known.lock().unwrap().clone())
+    };
+    let client_tls = ClientTls::load(&ClientTlsConfig {
+        ca_file: Some(dir.path().join("ca.crt")),
+        ..ClientTlsConfig::default()
+    })
+    .unwrap();
+    let forwarding = serve_forwarding(
+        "127.0.0.1:0".parse().unwrap(),
+        &tls,
+        target,
+        Some(client_tls),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let ca =
+        reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("ca.crt")).unwrap()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{}", forwarding.addr.port());
+    let page = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(page.status(), 401);
+    let session = client
+        .get(format!("{base}/api/session"))
+        .bearer_auth("alice-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status(), 200);
+    let session: serde_json::Value = session.json().await.unwrap();
+    assert_eq!(session["principal"], "alice", "{session}");
+    assert_eq!(session["mode"], "orchestrator", "{session}");
+    let login = client
+        .post(format!("{base}/login"))
+        .form(&[("token", "alice-token")])
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("Secure"), "{cookie}");
+
+    // Nobody active: 503, saying why.
+    *known.lock().unwrap() = None;
+    let none = client.get(format!("{base}/api/runs")).send().await.unwrap();
+    assert_eq!(none.status(), 503);
+    assert!(
+        none.text()
+            .await
+            .unwrap()
+            .contains("no active orchestrator"),
+        "the 503 does not say why"
+    );
+    // An active address that does not answer: 503 naming it.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    *known.lock().unwrap() = Some(format!("https://localhost:{dead}"));
+    let gone = client.get(format!("{base}/api/runs")).send().await.unwrap();
+    assert_eq!(gone.status(), 503);
+    assert!(gone.text().await.unwrap().contains(&dead.to_string()));
+
+    let port = forwarding.addr.port();
+    forwarding.stop().await;
+    tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the stopped forwarder freed its port");
+    active.stop().await;
+}

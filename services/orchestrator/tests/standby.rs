@@ -11,6 +11,13 @@ use babysitter_common::client::{ClientOptions, client};
 use babysitter_proto::orchestrator::v1 as pb;
 use babysitter_proto::orchestrator::v1::run_service_client::RunServiceClient;
 
+const WAITS: &str = r#"
+export async function process(inputs, ctx) {
+  await ctx.breakpoint({ question: "go on?" });
+  return { went: true };
+}
+"#;
+
 const ECHO: &str = r#"
 export async function process(inputs, ctx) {
   return { echoed: inputs.n };
@@ -25,10 +32,16 @@ struct Orchestrator {
 
 impl Orchestrator {
     fn start(store: &str, runs_dir: &std::path::Path) -> Self {
+        Self::start_with(store, runs_dir, &[])
+    }
+
+    /// With `extra` settings (`key=value`, each passed as `--set`).
+    fn start_with(store: &str, runs_dir: &std::path::Path, extra: &[String]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
             .args(["--store", store, "--listen", "127.0.0.1:0"])
             .args(["--set", "leadership.ttl-ms=1000"])
             .args(["--set", &format!("engine.runs-dir={}", runs_dir.display())])
+            .args(extra.iter().flat_map(|kv| ["--set", kv.as_str()]))
             .env_remove("BABYSITTER_ORCHESTRATOR_CONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -82,11 +95,19 @@ async fn echo(
     c: &mut RunServiceClient<babysitter_common::client::AuthedChannel>,
     n: u32,
 ) -> String {
+    create(c, ECHO, n).await
+}
+
+async fn create(
+    c: &mut RunServiceClient<babysitter_common::client::AuthedChannel>,
+    source: &str,
+    n: u32,
+) -> String {
     let run = c
         .create_run(pb::CreateRunRequest {
             process: Some(pb::ProcessBundle::single_file(
                 "main.mjs",
-                ECHO.as_bytes().to_vec(),
+                source.as_bytes().to_vec(),
             )),
             inputs_json: Some(format!("{{\"n\":{n}}}").into_bytes().into()),
             ..Default::default()
@@ -170,4 +191,184 @@ async fn a_second_orchestrator_on_the_same_store_stands_by_forwards_and_takes_ov
     let lease: serde_json::Value = serde_json::from_str(&lease).expect("lease json");
     assert_eq!(lease["holder"], "", "{lease}");
     assert_eq!(lease["epoch"], 2, "{lease}");
+}
+
+/// One HTTP/1.1 request on a fresh connection: status and body (the first `limit` bytes of a
+/// stream that does not end).
+async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    limit: usize,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    tcp.write_all(request.as_bytes()).await.expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while got.len() < limit {
+        let read = tokio::time::timeout(Duration::from_secs(30), tcp.read(&mut buf))
+            .await
+            .expect("an answer within 30 s")
+            .expect("read");
+        if read == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..read]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// The dashboard of a standby is the active orchestrator's, forwarded: the board, a run's
+/// detail, a stream, and an action with its CSRF token, all through the standby's port; once
+/// the standby takes over, the same port serves its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standbys_dashboard_port_forwards_to_the_active_orchestrators() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("file://{}", dir.path().join("runs").display());
+    let (pa, pb) = (free_port(), free_port());
+    let dash = |port: u16| format!("dashboard.listen-addr=127.0.0.1:{port}");
+    let mut a = Orchestrator::start_with(&store, &dir.path().join("a"), &[dash(pa)]);
+    a.wait_for("orchestrator active: epoch ");
+    let a_dash = a.wait_for("dashboard listening on ");
+    assert!(a_dash.starts_with(&format!("127.0.0.1:{pa} ")), "{a_dash}");
+    // Two replicas on one host cannot share the dashboard's port: B is told A's.
+    let mut b = Orchestrator::start_with(
+        &store,
+        &dir.path().join("b"),
+        &[dash(pb), format!("dashboard.active-port={pa}")],
+    );
+    // The port forwards from before the first ask for the lease.
+    let b_dash = b.wait_for("dashboard forwarding to the active orchestrator on ");
+    b.wait_for("orchestrator standing by: ");
+    assert_eq!(b_dash, format!("127.0.0.1:{pb}"));
+    let b_addr = b.wait_for("orchestrator listening on ");
+    let mut via_b = run_client(&b_addr).await;
+    let done = echo(&mut via_b, 7).await;
+    assert_eq!(completed_output(&mut via_b, &done).await["echoed"], 7);
+    let waiting = create(&mut via_b, WAITS, 0).await;
+
+    // The board through B is A's: both runs, the one waiting in "needs you".
+    let mut board = String::new();
+    for _ in 0..200 {
+        let (status, body) = http(&b_dash, "GET", "/api/board", &[], "", usize::MAX).await;
+        assert_eq!(status, 200, "{body}");
+        board = body;
+        if board.contains(&done) && board.contains(&waiting) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(board.contains(&done) && board.contains(&waiting), "{board}");
+    let (status, detail) = http(
+        &b_dash,
+        "GET",
+        &format!("/api/runs/{done}"),
+        &[],
+        "",
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(status, 200, "{detail}");
+    assert!(
+        detail.contains("\"echoed\":7") || detail.contains("completed"),
+        "{detail}"
+    );
+    // A stream: its first event arrives through B.
+    let (status, stream) = http(
+        &b_dash,
+        "GET",
+        "/api/stream",
+        &[("Accept", "text/event-stream")],
+        "",
+        64,
+    )
+    .await;
+    assert_eq!(status, 200, "{stream}");
+
+    // An action: the CSRF token is A's (the session was A's), the POST and its body reach A.
+    let (_, session) = http(&b_dash, "GET", "/api/session", &[], "", usize::MAX).await;
+    let session: serde_json::Value = serde_json::from_str(&session).expect("session json");
+    assert_eq!(session["mode"], "orchestrator", "{session}");
+    let csrf = session["csrf"].as_str().expect("csrf").to_owned();
+    let (status, body) = http(
+        &b_dash,
+        "POST",
+        &format!("/api/runs/{waiting}/cancel"),
+        &[
+            ("Content-Type", "application/json"),
+            ("x-babysitter-csrf", &csrf),
+        ],
+        r#"{"reason":"through the standby"}"#,
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let mut cancelled = false;
+    for _ in 0..200 {
+        let run = via_b
+            .get_run(pb::GetRunRequest {
+                run_id: waiting.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("get run")
+            .into_inner()
+            .run
+            .expect("run");
+        if run.status == pb::RunStatus::Cancelled as i32 {
+            cancelled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        cancelled,
+        "the run cancelled through B's dashboard is not cancelled"
+    );
+
+    // A dies: B takes over and its port serves B's own dashboard, with the runs A wrote.
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    b.wait_for("orchestrator active: epoch ");
+    let own = b.wait_for("dashboard listening on ");
+    assert!(own.starts_with(&format!("127.0.0.1:{pb} ")), "{own}");
+    let mut board = String::new();
+    for _ in 0..200 {
+        let (status, body) = http(&b_dash, "GET", "/api/board", &[], "", usize::MAX).await;
+        board = body;
+        if status == 200 && board.contains(&done) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(board.contains(&done), "{board}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }

@@ -95,6 +95,14 @@ impl Forward {
         }
     }
 
+    /// How `https://` addresses are dialled (`None`: the system's roots).
+    pub fn tls(&self) -> Option<crate::tls::ClientTls> {
+        self.tls
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// The current target's address.
     pub fn address(&self) -> Option<String> {
         self.target

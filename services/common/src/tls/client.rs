@@ -160,7 +160,7 @@ pub struct TlsConnector {
     tls: ClientTls,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower::Service<Uri> for TlsConnector {
     type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
@@ -173,30 +173,48 @@ impl tower::Service<Uri> for TlsConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let tls = self.tls.clone();
-        Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| format!("`{uri}` has no host"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
-            let port = uri.port_u16().unwrap_or(443);
-            let name = tls
-                .config
-                .server_name
-                .clone()
-                .unwrap_or_else(|| host.clone());
-            let name = ServerName::try_from(name.clone())
-                .map_err(|_| format!("`{name}` is not a valid TLS server name"))?;
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            tcp.set_nodelay(true)?;
-            let connector = tokio_rustls::TlsConnector::from(tls.current());
-            let stream = connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("tls handshake with {host}:{port} failed: {e}"))?;
-            Ok(TokioIo::new(stream))
-        })
+        Box::pin(async move { tls.dial(&uri, None).await })
+    }
+}
+
+impl ClientTls {
+    /// Dials `uri`'s host and port (443 when it names none) over TCP and does the handshake,
+    /// offering `alpn` (`None`: the material's own, `h2` for gRPC; `Some(&[b"http/1.1"])` for a
+    /// plain HTTP/1 client). One place for every outgoing TLS connection.
+    pub async fn dial(
+        &self,
+        uri: &Uri,
+        alpn: Option<&[&[u8]]>,
+    ) -> Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, BoxError> {
+        let host = uri
+            .host()
+            .ok_or_else(|| format!("`{uri}` has no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(443);
+        let name = self
+            .config
+            .server_name
+            .clone()
+            .unwrap_or_else(|| host.clone());
+        let name = ServerName::try_from(name.clone())
+            .map_err(|_| format!("`{name}` is not a valid TLS server name"))?;
+        let tcp = TcpStream::connect((host.as_str(), port)).await?;
+        tcp.set_nodelay(true)?;
+        let material = match alpn {
+            None => self.current(),
+            Some(protocols) => {
+                let mut config = (*self.current()).clone();
+                config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+                Arc::new(config)
+            }
+        };
+        let stream = tokio_rustls::TlsConnector::from(material)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("tls handshake with {host}:{port} failed: {e}"))?;
+        Ok(TokioIo::new(stream))
     }
 }
 

@@ -7,7 +7,9 @@
 //!
 //! 1. **Standing by**, it asks for the lease every poll interval and forwards every `RunService`
 //!    and `WorkerService` call to the holder's advertised address ([`Switched`] services), so
-//!    clients and workers may talk to any replica.
+//!    clients and workers may talk to any replica; its dashboard port (when configured) forwards
+//!    every request to the holder's dashboard (`babysitter_dashboard::forward`) for the same
+//!    reason: a load balancer may send a browser to any replica.
 //! 2. **Granted** a term (a new epoch), it builds a fresh journal view and run manager from the
 //!    store — recovery re-queues every pending effect before the first local call is served —
 //!    then serves locally, writing under its epoch.
@@ -131,10 +133,15 @@ impl Leadership {
         let keeper = self.journal.keeper.clone();
         let mut last_holder = None::<(String, u64)>;
         loop {
-            let Some((term, asked)) = self
+            let forwarding = self.forward_dashboard(&stop).await;
+            let granted = self
                 .stand_by(keeper.as_ref(), &stop, &mut last_holder)
-                .await
-            else {
+                .await;
+            // The port is freed before a term binds the real dashboard on it.
+            if let Some(f) = forwarding {
+                f.stop().await;
+            }
+            let Some((term, asked)) = granted else {
                 return Ok(());
             };
             last_holder = None;
@@ -158,6 +165,37 @@ impl Leadership {
                         _ = tokio::time::sleep(self.config.leadership.ttl()) => {}
                     }
                 }
+            }
+        }
+    }
+
+    /// While standing by, the dashboard's port (when configured) forwards to the active
+    /// orchestrator's (`babysitter_dashboard::forward`), as the gRPC port does.
+    async fn forward_dashboard(
+        &self,
+        stop: &CancellationToken,
+    ) -> Option<babysitter_dashboard::forward::Forwarding> {
+        let dashboard = &self.config.dashboard;
+        let addr = dashboard.listen_addr?;
+        let https = dashboard.tls.enabled();
+        let port = dashboard.active_port.unwrap_or(addr.port());
+        let forward = self.seat.forward.clone();
+        let target: babysitter_dashboard::forward::Target = Arc::new(move || {
+            babysitter_dashboard::forward::on_host_of(&forward.address()?, https, port)
+        });
+        let served = babysitter_dashboard::forward::serve_forwarding(
+            addr,
+            &dashboard.tls,
+            target,
+            self.seat.forward.tls(),
+            stop.child_token(),
+        )
+        .await;
+        match served {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::error!(error = %e, "the dashboard's port cannot forward while standing by");
+                None
             }
         }
     }
@@ -281,7 +319,7 @@ impl Leadership {
             term.epoch
         );
         self.settle();
-        // The dashboard is the active orchestrator's: a standby's port stays closed.
+        // The dashboard is the active orchestrator's: a standby's port forwards here.
         let dashboard = match super::dashboard::start(
             &self.config,
             &manager,
