@@ -84,10 +84,14 @@ fn every_deployment_setting_is_in_dump_config() {
                 "leadership.tls.cert-file",
                 "queue.lease-duration-ms",
                 "telemetry.metrics-listen-addr",
+                "dashboard.listen-addr",
+                "dashboard.stale-after",
+                "dashboard.active-port",
             ]
             .iter()
             .map(|s| (*s).to_owned())
             .chain(tls.iter().map(|t| format!("server.{t}")))
+            .chain(tls.iter().map(|t| format!("dashboard.{t}")))
             .collect(),
         ),
         (

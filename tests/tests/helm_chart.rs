@@ -526,6 +526,101 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
     );
 }
 
+/// `orchestrator.dashboard` (in `ci/mtls-values.yaml`): every replica's config has the
+/// dashboard's port with the orchestrator's certificate and no client CA (browsers have no
+/// client certificates), a Service selects all replicas (standbys forward to the active one),
+/// the NetworkPolicy lets the orchestrators reach each other's dashboard port and the configured
+/// dashboard clients in, and cert-manager's certificate names the dashboard Service; off by
+/// default, nothing of it renders.
+#[test]
+fn the_dashboard_is_served_by_every_replica_over_https_without_client_certificates() {
+    let Some(t) = tools_or_skip() else { return };
+    let docs = render(&t, "mtls-values.yaml", &[]);
+    let orch = config(&docs, &format!("{PREFIX}-orchestrator"));
+    assert_eq!(str_at(&orch, "dashboard.listen-addr"), "0.0.0.0:8443");
+    assert_eq!(
+        str_at(&orch, "dashboard.tls.cert-file"),
+        "/run/secrets/babysitter/tls/tls.crt"
+    );
+    assert!(
+        at(&orch, "dashboard.tls.client-ca-file").is_none(),
+        "the dashboard asks browsers for client certificates"
+    );
+    assert!(
+        at(&orch, "server.tls.client-ca-file").is_some(),
+        "mTLS lost on gRPC"
+    );
+
+    let svc = get(
+        &docs,
+        "Service",
+        &format!("{PREFIX}-orchestrator-dashboard"),
+    );
+    assert_eq!(svc["spec"]["ports"][0]["port"], 8443, "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "dashboard", "{svc}");
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"], "orchestrator",
+        "{svc}"
+    );
+    let deploy = get(&docs, "Deployment", &format!("{PREFIX}-orchestrator"));
+    assert!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .is_some_and(|ps| ps
+                .iter()
+                .any(|p| p["name"] == "dashboard" && p["containerPort"] == 8443)),
+        "no dashboard container port: {deploy}"
+    );
+
+    let np = get(&docs, "NetworkPolicy", &format!("{PREFIX}-orchestrator"));
+    assert!(allows_component(
+        ingress(np),
+        "from",
+        "orchestrator",
+        "dashboard"
+    ));
+    assert!(
+        ingress(np)
+            .iter()
+            .any(|r| r["ports"][0]["port"] == "dashboard"
+                && r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                    == "ingress-nginx"),
+        "networkPolicy.dashboardClients not let in: {np}"
+    );
+    assert!(allows_component(egress(np), "to", "orchestrator", 8443));
+    let cert = get(&docs, "Certificate", &format!("{PREFIX}-orchestrator"));
+    assert!(
+        cert["spec"]["dnsNames"].as_array().is_some_and(|ns| ns
+            .iter()
+            .any(|n| n == &format!("{PREFIX}-orchestrator-dashboard"))),
+        "{cert}"
+    );
+
+    let plain = render(&t, "defaults-values.yaml", &[]);
+    assert!(
+        find(
+            &plain,
+            "Service",
+            &format!("{PREFIX}-orchestrator-dashboard")
+        )
+        .is_none()
+    );
+    assert!(
+        at(
+            &config(&plain, &format!("{PREFIX}-orchestrator")),
+            "dashboard"
+        )
+        .is_none()
+    );
+    let np = get(&plain, "NetworkPolicy", &format!("{PREFIX}-orchestrator"));
+    assert!(
+        !ingress(np)
+            .iter()
+            .any(|r| r["ports"][0]["port"] == "dashboard"),
+        "a dashboard port is open with the dashboard off"
+    );
+}
+
 #[test]
 fn mtls_values_configure_tls_on_every_link() {
     let Some(t) = tools_or_skip() else { return };

@@ -39,7 +39,7 @@ pub use source::Source;
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct DashboardConfig {
     /// Where the dashboard listens (HTTP); unset = no dashboard. Since v0.1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub listen_addr: Option<SocketAddr>,
     /// TLS for the dashboard's port (the same keys as `[server.tls]`). Since v0.1.
     pub tls: ServerTlsConfig,
@@ -50,7 +50,7 @@ pub struct DashboardConfig {
     /// A standby orchestrator's dashboard port forwards every request to the active
     /// orchestrator's dashboard: on the host the active one advertises (`leadership`), at this
     /// port. Unset: this port's own (replicas share one). Since v0.6.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub active_port: Option<u16>,
 }
 
