@@ -8,7 +8,7 @@
 #   deploy/compose/up.sh down -v    # ... and SeaweedFS's data volume
 #
 # Env: BABYSITTER_WORKERS (2), BABYSITTER_PORT (50052, the orchestrator's on 127.0.0.1),
-# BABYSITTER_PROXY_PORT (8787), BABYSITTER_PROJECT (compose project, `babysitter`),
+# BABYSITTER_PROXY_PORT (8787), BABYSITTER_DASHBOARD_PORT (7420), BABYSITTER_PROJECT (compose project, `babysitter`),
 # BABYSITTER_SECRETS (an absolute path instead of deploy/compose/.secrets).
 #
 # Secrets go to deploy/compose/.secrets/ (gitignored, mode 700), each file mode 600:
@@ -104,6 +104,7 @@ port="${BABYSITTER_PORT:-50052}"
 for _ in $(seq 1 300); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     say "the orchestrator answers on 127.0.0.1:$port"
+    say "the dashboard: https://127.0.0.1:${BABYSITTER_DASHBOARD_PORT:-7420} (CA $secrets/tls/ca.crt; sign in with the token in $secrets/client.token)"
     "${compose[@]}" ps >&2
     echo "export BABYSITTER_SERVER=https://127.0.0.1:$port BABYSITTER_TOKEN_FILE=$secrets/client.token" \
       "BABYSITTER_TLS_CA_FILE=$secrets/tls/ca.crt BABYSITTER_TLS_CERT_FILE=$secrets/tls/client.crt" \

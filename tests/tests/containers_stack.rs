@@ -410,6 +410,7 @@ async fn compose_up_runs_a_process_on_its_two_workers() {
     }
     let secrets = tempfile::tempdir().unwrap();
     let port = babysitter_tests::free_port().unwrap();
+    let dashboard_port = babysitter_tests::free_port().unwrap();
     let env = vec![
         (
             "BABYSITTER_PROJECT",
@@ -424,6 +425,7 @@ async fn compose_up_runs_a_process_on_its_two_workers() {
             babysitter_tests::free_port().unwrap().to_string(),
         ),
         ("BABYSITTER_WORKERS", "2".to_owned()),
+        ("BABYSITTER_DASHBOARD_PORT", dashboard_port.to_string()),
     ];
     let _down = ComposeDown(env.clone());
     let out = tokio::process::Command::new(babysitter_tests::stack::compose_dir().join("up.sh"))
@@ -499,6 +501,38 @@ export async function process(inputs, ctx) {
     assert_eq!(lines.len(), 6, "{out}");
     // compose scaled the workers to two
     workers_become(&mut c, 2).await;
+
+    // The dashboard up.sh announces: HTTPS signed by the stack's CA, no client certificate
+    // asked; without a token the login answer, with the client token the run.
+    let ca =
+        reqwest::Certificate::from_pem(&std::fs::read(secrets.path().join("tls/ca.crt")).unwrap())
+            .unwrap();
+    let http = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .build()
+        .unwrap();
+    let dash = format!("https://127.0.0.1:{dashboard_port}");
+    let anonymous = http.get(format!("{dash}/api/runs")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let mut listed = String::new();
+    for _ in 0..100 {
+        let r = http
+            .get(format!("{dash}/api/runs/{run_id}"))
+            .bearer_auth(token.trim())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        listed = r.text().await.unwrap();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        listed.contains(&run_id) && listed.contains("completed"),
+        "the dashboard does not show the run: {listed}"
+    );
 
     // What TLS must refuse on the deployed stack. A client that does not trust the CA:
     let other = tempfile::tempdir().unwrap();
