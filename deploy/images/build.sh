@@ -7,7 +7,7 @@
 # first. Needs a running dockerd; pulls nothing (nothing can be pulled here).
 #
 #   deploy/images/build.sh [--target-dir DIR] [--profile NAME] [--tag TAG]... [--only NAME,...]
-#                          [--harness-dir DIR] [--no-harnesses] [--rebuild-base]
+#                          [--harness-dir DIR] [--harnesses LIST] [--no-harnesses] [--rebuild-base]
 #
 #   --target-dir   cargo's target dir (default $CARGO_TARGET_DIR, else <repo>/target)
 #   --profile      the cargo profile whose binaries to use (default release)
@@ -15,6 +15,10 @@
 #   --only         build only these images (journal, orchestrator, transport-proxy, harness-launcher)
 #   --harness-dir  where scripts/ensure-*.sh installed the pinned harness CLIs
 #                  (default <repo>/.ci-work; the worker image copies harness-<name>/ from there)
+#   --harnesses    the harness CLIs the worker image carries, comma-separated (default all:
+#                  claude-code,codex,gemini-cli,pi,opencode); a pool that runs one harness gets a
+#                  much smaller image, tagged <version>-<harnesses joined by -> (`--no-harnesses`:
+#                  <version>-noharness) so the full image keeps its tag
 #   --no-harnesses a worker base without the harness CLIs (shell and node tasks only)
 #   --rebuild-base rebuild the worker's base image even when it exists
 #
@@ -42,7 +46,8 @@ profile=release
 tags=()
 only="journal,orchestrator,transport-proxy,harness-launcher"
 harness_dir="$repo/.ci-work"
-harnesses=1
+all_harnesses="claude-code,codex,gemini-cli,pi,opencode"
+harnesses="$all_harnesses"
 rebuild_base=0
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 cache="${BABYSITTER_IMAGE_CACHE:-$repo/.ci-work/images}"
@@ -54,9 +59,10 @@ while [ "$#" -gt 0 ]; do
   --tag) tags+=("$2"); shift 2 ;;
   --only) only="$2"; shift 2 ;;
   --harness-dir) harness_dir="$2"; shift 2 ;;
-  --no-harnesses) harnesses=0; shift ;;
+  --harnesses) harnesses="$2"; shift 2 ;;
+  --no-harnesses) harnesses=""; shift ;;
   --rebuild-base) rebuild_base=1; shift ;;
-  -h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  -h | --help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,6 +73,31 @@ die() { say "FAILED: $*"; exit 1; }
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")"
 [ -n "$version" ] || die "no [workspace.package] version in $repo/Cargo.toml"
 bindir="$target/$profile"
+# The harness ids (the launcher's) and where scripts/ensure-<id>.sh installed each: <dir>:<bin>.
+harness_home() {
+  case "$1" in
+  claude-code) echo claude:claude ;;
+  codex) echo codex:codex ;;
+  gemini-cli) echo gemini:gemini ;;
+  pi) echo pi:pi ;;
+  opencode) echo opencode:opencode ;;
+  *) return 1 ;;
+  esac
+}
+IFS=, read -r -a harness_list <<<"$harnesses"
+for h in "${harness_list[@]+"${harness_list[@]}"}"; do
+  harness_home "$h" >/dev/null || die "--harnesses: unknown harness \`$h\` (one of $all_harnesses)"
+done
+# Each service image's tag: the version; a worker with other harnesses than all says which.
+tag_of() {
+  if [ "$1" != harness-launcher ] || [ "$harnesses" = "$all_harnesses" ]; then
+    echo "$version"
+  elif [ -z "$harnesses" ]; then
+    echo "$version-noharness"
+  else
+    echo "$version-${harnesses//,/-}"
+  fi
+}
 docker version >/dev/null 2>&1 || die "no dockerd answers (start one: see .ci/run)"
 
 work="$(mktemp -d)"
@@ -110,7 +141,7 @@ legacy_build() {
 tag_extra() {
   local image="$1" t
   for t in "${tags[@]+"${tags[@]}"}"; do
-    docker tag "$image:$version" "$image:$t"
+    docker tag "$image:$(tag_of "${image#babysitter/}")" "$image:$t"
   done
 }
 
@@ -131,16 +162,16 @@ build_scratch() {
 # --------------------------------------------------------------- the worker's base image
 node_bin="$(readlink -f "$(command -v node || true)" || true)"
 pins() {
-  # The harness pins, from the scripts that install them: part of the base image's key.
+  # The chosen harnesses' pins, from the scripts that install them: part of the base's key.
   local s
-  for s in claude-code codex gemini-cli pi opencode; do
+  for s in "${harness_list[@]+"${harness_list[@]}"}"; do
     grep -oE 'ensure-npm-cli.sh" [^ ]+ [^ ]+ [^ ]+' "$repo/scripts/ensure-$s.sh" | cut -d' ' -f2-4
   done
 }
 base_key() {
   local node_v h
   node_v="$("$node_bin" --version)"
-  if [ "$harnesses" = 1 ]; then
+  if [ "${#harness_list[@]}" -gt 0 ]; then
     h="$(pins | sha256sum | cut -c1-12)"
   else
     h=noharness
@@ -171,10 +202,11 @@ build_worker_base() {
   # (libstdc++, libgcc_s, libc) are Debian 12's, the same as the base's.
   cp "$node_bin" "$r/usr/local/bin/node"
   strip --strip-unneeded "$r/usr/local/bin/node" 2>/dev/null || true
-  if [ "$harnesses" = 1 ]; then
-    local d b
+  if [ "${#harness_list[@]}" -gt 0 ]; then
+    local d b h pair
     mkdir -p "$r/opt/harness"
-    for pair in claude:claude codex:codex gemini:gemini pi:pi opencode:opencode; do
+    for h in "${harness_list[@]}"; do
+      pair="$(harness_home "$h")"
       d="${pair%%:*}" b="${pair##*:}"
       [ -e "$harness_dir/harness-$d/node_modules/.bin/$b" ] ||
         die "no $b in $harness_dir/harness-$d: run scripts/ensure-*.sh (or --no-harnesses)"
@@ -208,7 +240,7 @@ build_worker() {
   cp "$bindir/$bin" "$ctx/$bin"
   strip --strip-unneeded "$ctx/$bin"
   sed "s|^FROM .*|FROM $base|" "$here/harness-launcher.Dockerfile" >"$ctx/Dockerfile"
-  legacy_build "babysitter/harness-launcher:$version" "$ctx"
+  legacy_build "babysitter/harness-launcher:$(tag_of harness-launcher)" "$ctx"
   tag_extra babysitter/harness-launcher
 }
 
@@ -223,10 +255,21 @@ for svc in "${wanted[@]}"; do
   *) die "unknown image $svc" ;;
   esac
   # A smoke test: the binary starts inside its image (loader, libraries, user).
-  entry="$(docker image inspect -f '{{index .Config.Entrypoint 0}}' "babysitter/$svc:$version")"
-  docker run --rm --read-only --network none --entrypoint "$entry" "babysitter/$svc:$version" --version >/dev/null ||
-    die "babysitter/$svc:$version does not start ($entry --version)"
-  say "babysitter/$svc:$version built in $(($(date +%s) - started)) s"
+  image="babysitter/$svc:$(tag_of "$svc")"
+  entry="$(docker image inspect -f '{{index .Config.Entrypoint 0}}' "$image")"
+  docker run --rm --read-only --network none --entrypoint "$entry" "$image" --version >/dev/null ||
+    die "$image does not start ($entry --version)"
+  if [ "$svc" = harness-launcher ]; then
+    # Each harness CLI the image carries starts in it, as the worker runs it (read-only root,
+    # no network, a writable HOME).
+    for h in "${harness_list[@]+"${harness_list[@]}"}"; do
+      b="$(harness_home "$h")" && b="${b##*:}"
+      docker run --rm --read-only --network none --tmpfs /tmp \
+        --tmpfs /home/nonroot:uid=65532,gid=65532 --entrypoint "$b" "$image" --version >/dev/null 2>&1 ||
+        die "$image: the $h CLI ($b --version) does not start"
+    done
+  fi
+  say "$image built in $(($(date +%s) - started)) s"
 done
 
 # Dangling layers of earlier builds of these tags.

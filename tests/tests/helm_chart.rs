@@ -765,6 +765,27 @@ fn autoscaling_values_render_the_hooks() {
     );
     assert_eq!(m["target"]["averageValue"], "2");
 
+    // A pool's own image tag (the worker image without harness CLIs); the others the default.
+    let image_of = |pool: &str| {
+        get(&docs, "Deployment", &format!("{PREFIX}-worker-{pool}"))["spec"]["template"]["spec"]
+            ["containers"][0]["image"]
+            .clone()
+    };
+    assert_eq!(
+        image_of("shell"),
+        "babysitter/harness-launcher:0.1.0-noharness"
+    );
+    let chart_version = std::fs::read_to_string(chart().join("Chart.yaml"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .unwrap_or_default();
+    assert_eq!(
+        image_of("agents"),
+        format!("babysitter/harness-launcher:{chart_version}")
+    );
+
     let so = get(&docs, "ScaledObject", &format!("{PREFIX}-worker-shell"));
     assert_eq!(so["spec"]["minReplicaCount"], 0);
     assert_eq!(so["spec"]["maxReplicaCount"], 5);
