@@ -59,6 +59,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
   say "building images: ${missing[*]}"
   "$repo/deploy/images/build.sh" --target-dir "$target" --only "$(IFS=,; echo "${missing[*]}")" >&2
 fi
+# Images built from other sources than these (build.sh labels each with its commit) still run:
+# say so, with how to rebuild.
+head="$(git -C "$repo" rev-parse HEAD 2>/dev/null || true)"
+if [ -n "$head" ]; then
+  for svc in journal orchestrator transport-proxy harness-launcher; do
+    built="$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' \
+      "babysitter/$svc:$version" 2>/dev/null || true)"
+    if [ "$built" != "$head" ]; then
+      say "note: babysitter/$svc:$version was built from ${built:-an unknown commit}, not $head:" \
+        "cargo build --release --bins && deploy/images/build.sh to rebuild"
+    fi
+  done
+fi
 babysitter="$target/release/babysitter"
 [ -x "$babysitter" ] || babysitter="$(command -v babysitter || true)"
 [ -x "$babysitter" ] || die "no babysitter CLI on PATH or in $target/release (cargo build --release --bins)"

@@ -73,6 +73,11 @@ die() { say "FAILED: $*"; exit 1; }
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")"
 [ -n "$version" ] || die "no [workspace.package] version in $repo/Cargo.toml"
 bindir="$target/$profile"
+# The sources' commit (`+dirty` with uncommitted changes): up.sh tells when images are older.
+revision="$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
+if [ "$revision" != unknown ] && ! git -C "$repo" diff --quiet HEAD -- 2>/dev/null; then
+  revision="$revision+dirty"
+fi
 # The harness ids (the launcher's) and where scripts/ensure-<id>.sh installed each: <dir>:<bin>.
 harness_home() {
   case "$1" in
@@ -132,6 +137,7 @@ stage_binary() {
 legacy_build() {
   local image="$1" ctx="$2"
   if ! DOCKER_BUILDKIT=0 docker build -q --label "org.opencontainers.image.version=$version" \
+    --label "org.opencontainers.image.revision=$revision" \
     -t "$image" "$ctx" >/dev/null 2>"$ctx.err"; then
     cat "$ctx.err" >&2
     die "docker build of $image failed"

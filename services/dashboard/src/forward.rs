@@ -150,11 +150,17 @@ async fn forward(State(f): State<Forwarder>, request: Request) -> Response {
     let Some(base) = (f.target)() else {
         return unavailable("no active orchestrator is known yet".into());
     };
-    match f.send(&base, request).await {
-        Ok(response) => response,
-        Err(e) => unavailable(format!(
-            "the active orchestrator's dashboard at {base} did not answer: {e}"
-        )),
+    // A stopping port (this process is taking over) answers at once: a takeover never waits
+    // for a slow upstream.
+    let stop = f.stop.clone();
+    tokio::select! {
+        sent = f.send(&base, request) => match sent {
+            Ok(response) => response,
+            Err(e) => unavailable(format!(
+                "the active orchestrator's dashboard at {base} did not answer: {e}"
+            )),
+        },
+        _ = stop.cancelled() => unavailable("this orchestrator is taking over".into()),
     }
 }
 
@@ -166,6 +172,14 @@ impl Forwarder {
             .parse()
             .map_err(|e| format!("`{base}` is not a URL: {e}"))?;
         let (mut parts, body) = request.into_parts();
+        // An HTTP/2 caller names the host in the URI, not in a `Host` header; the active
+        // dashboard's same-origin check needs it.
+        if !parts.headers.contains_key(header::HOST)
+            && let Some(authority) = parts.uri.authority()
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
         let path = parts
             .uri
             .path_and_query()

@@ -31,8 +31,17 @@ async function api(path, opts = {}) {
   return body;
 }
 
-function post(path, body) {
-  return api(path, { method: "POST", headers: { "content-type": "application/json", "x-babysitter-csrf": session.csrf }, body: JSON.stringify(body) });
+async function post(path, body) {
+  const send = () => api(path, { method: "POST", headers: { "content-type": "application/json", "x-babysitter-csrf": session.csrf }, body: JSON.stringify(body) });
+  try {
+    return await send();
+  } catch (e) {
+    // Another orchestrator took over since the session was read (its CSRF secret is its own):
+    // read the session again and try once more.
+    if (!String(e.message).includes("csrf")) throw e;
+    session = await api("/api/session");
+    return send();
+  }
 }
 
 // ---------------------------------------------------------------- theme
