@@ -530,8 +530,8 @@ fn network_policies_allow_the_architecture_flows_and_nothing_open() {
 /// dashboard's port with the orchestrator's certificate and no client CA (browsers have no
 /// client certificates), a Service selects all replicas (standbys forward to the active one),
 /// the NetworkPolicy lets the orchestrators reach each other's dashboard port and the configured
-/// dashboard clients in, and cert-manager's certificate names the dashboard Service; off by
-/// default, nothing of it renders.
+/// dashboard clients in, cert-manager's certificate names the dashboard Service, and an Ingress
+/// fronts it; off by default, nothing of it renders.
 #[test]
 fn the_dashboard_is_served_by_every_replica_over_https_without_client_certificates() {
     let Some(t) = tools_or_skip() else { return };
@@ -596,6 +596,28 @@ fn the_dashboard_is_served_by_every_replica_over_https_without_client_certificat
         "{cert}"
     );
 
+    // The Ingress in front of the dashboard's Service, TLS at the controller, the backend
+    // spoken to over HTTPS as the annotation says.
+    let ing = get(
+        &docs,
+        "Ingress",
+        &format!("{PREFIX}-orchestrator-dashboard"),
+    );
+    let rule = &ing["spec"]["rules"][0];
+    assert_eq!(rule["host"], "babysitter.example.com", "{ing}");
+    let backend = &rule["http"]["paths"][0]["backend"]["service"];
+    assert_eq!(
+        backend["name"],
+        format!("{PREFIX}-orchestrator-dashboard"),
+        "{ing}"
+    );
+    assert_eq!(backend["port"]["name"], "dashboard", "{ing}");
+    assert_eq!(
+        ing["spec"]["tls"][0]["secretName"],
+        "babysitter-dashboard-cert"
+    );
+    assert_eq!(ing["spec"]["ingressClassName"], "nginx");
+
     let plain = render(&t, "defaults-values.yaml", &[]);
     assert!(
         find(
@@ -611,6 +633,10 @@ fn the_dashboard_is_served_by_every_replica_over_https_without_client_certificat
             "dashboard"
         )
         .is_none()
+    );
+    assert!(
+        all(&plain, "Ingress").is_empty(),
+        "an Ingress with the dashboard off"
     );
     let np = get(&plain, "NetworkPolicy", &format!("{PREFIX}-orchestrator"));
     assert!(
