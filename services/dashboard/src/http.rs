@@ -36,6 +36,9 @@ pub struct AppState {
     pub gate: Arc<Gate>,
     /// `orchestrator`, `up` or `observe` (shown in the header).
     pub mode: &'static str,
+    /// The server's stop: open streams end with it, so stopping never waits on a page that
+    /// keeps a stream open (a step-down, a SIGTERM drain).
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 pub fn router(state: AppState) -> axum::Router {
@@ -326,7 +329,8 @@ async fn log(
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>>;
 
-fn sse(stream: EventStream) -> Response {
+fn sse(s: &AppState, stream: EventStream) -> Response {
+    let stream = stream.take_until(s.stop.clone().cancelled_owned());
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
@@ -339,7 +343,7 @@ async fn board_stream(State(s): State<AppState>, headers: HeaderMap) -> Response
     }
     let versions = WatchStream::new(s.board.subscribe())
         .map(|v| Ok(Event::default().event("board").data(v.to_string())));
-    sse(Box::pin(versions))
+    sse(&s, Box::pin(versions))
 }
 
 /// The run's digest whenever it changes, and its live agent events where the source relays them.
@@ -372,7 +376,7 @@ async fn run_stream(
             .boxed(),
         None => futures::stream::empty().boxed(),
     };
-    sse(Box::pin(futures::stream::select(changes, agents)))
+    sse(&s, Box::pin(futures::stream::select(changes, agents)))
 }
 
 #[derive(Deserialize)]

@@ -120,6 +120,7 @@ pub async fn serve(
         board: board.clone(),
         gate: Arc::new(auth::Gate::new(auth, tls.is_some())),
         mode,
+        stop: stop.clone(),
     };
     let app = http::router(state);
     let until = stop.clone();

@@ -112,6 +112,7 @@ async fn app() -> App {
         board: board.clone(),
         gate: Arc::new(Gate::new(auth(), false)),
         mode: "observe",
+        stop: tokio_util::sync::CancellationToken::new(),
     });
     App {
         router,

@@ -204,3 +204,47 @@ async fn a_forwarding_port_over_tls_reaches_the_active_dashboard_over_tls() {
         .expect("the stopped forwarder freed its port");
     active.stop().await;
 }
+
+/// Stopping the dashboard while a page holds its board stream open ends the stream and the
+/// server: an orchestrator stepping down (or draining on SIGTERM) must not wait on a browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_dashboard_ends_its_open_streams() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let source: Arc<dyn Source> = Arc::new(LocalSource::new(Vec::new(), None).unwrap());
+    let auth = Authenticator::from_config(&AuthConfig::default()).unwrap();
+    let running = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        &DashboardConfig::default(),
+        source,
+        auth,
+        "up",
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(running.addr).await.unwrap();
+    tcp.write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 256];
+    let n = tcp.read(&mut head).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&head[..n]).contains("text/event-stream"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    // Paused time is not used here: the server runs on real sockets. 30 s is far beyond a
+    // clean stop (milliseconds) and short of hanging CI.
+    tokio::time::timeout(std::time::Duration::from_secs(30), running.stop())
+        .await
+        .expect("the dashboard did not stop while a stream was open");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tcp.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the open stream was not ended");
+    assert!(read.is_ok());
+}

@@ -97,6 +97,7 @@ async fn the_dashboard_serves_the_run_manager_behind_the_orchestrators_tokens() 
         board: board.clone(),
         gate: Arc::new(Gate::new(Authenticator::from_config(&auth).unwrap(), false)),
         mode: "orchestrator",
+        stop: CancellationToken::new(),
     });
     let mut c = client(&s, Some("alice"));
     let gated = create(&mut c, "team-a", GATED, json!({})).await.run_id;
