@@ -372,3 +372,62 @@ fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// An active orchestrator deposed while a page holds its dashboard's board stream open steps
+/// down all the way: it stops its dashboard (the stream ends), stands by, and its port forwards
+/// to the new active one. Frozen past its lease (SIGSTOP) so the other takes over; thawed, its
+/// next renewal is fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_orchestrator_with_a_page_open_steps_down_and_forwards() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("file://{}", dir.path().join("runs").display());
+    let (pa, pb) = (free_port(), free_port());
+    let dash = |port: u16, other: u16| {
+        [
+            format!("dashboard.listen-addr=127.0.0.1:{port}"),
+            format!("dashboard.active-port={other}"),
+        ]
+    };
+    let mut a = Orchestrator::start_with(&store, &dir.path().join("a"), &dash(pa, pb));
+    a.wait_for("orchestrator active: epoch ");
+    let a_dash = a.wait_for("dashboard listening on ");
+    let a_dash = a_dash.split(' ').next().expect("address").to_owned();
+    let mut b = Orchestrator::start_with(&store, &dir.path().join("b"), &dash(pb, pa));
+    b.wait_for("orchestrator standing by: ");
+
+    // A page's board stream on the active one.
+    let mut page = tokio::net::TcpStream::connect(&a_dash)
+        .await
+        .expect("connect");
+    page.write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        .await
+        .expect("write");
+    let mut head = [0u8; 512];
+    let n = page.read(&mut head).await.expect("read");
+    assert!(
+        String::from_utf8_lossy(&head[..n]).contains("text/event-stream"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+
+    // Freeze A past its lease: B takes over.
+    let pid = rustix::process::Pid::from_raw(a.child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
+    b.wait_for("orchestrator active: epoch ");
+    b.wait_for("dashboard listening on ");
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT");
+
+    // A steps down: its dashboard stops (the page's stream ends), its port forwards to B's.
+    a.wait_for("orchestrator stepped down from epoch ");
+    let forwarding = a.wait_for("dashboard forwarding to the active orchestrator on ");
+    assert_eq!(forwarding, format!("127.0.0.1:{pa}"));
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), page.read_to_end(&mut rest))
+        .await
+        .expect("the page's stream was not ended")
+        .expect("read");
+    let (status, session) = http(&forwarding, "GET", "/api/session", &[], "", usize::MAX).await;
+    assert_eq!(status, 200, "{session}");
+}
