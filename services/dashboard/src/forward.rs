@@ -23,12 +23,12 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use babysitter_common::tls::{ClientTls, Protocol, ServerTls, ServerTlsConfig};
+use babysitter_common::tls::{ClientTls, ServerTlsConfig};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 
-use crate::DashboardError;
+use crate::{DashboardError, Port};
 
 /// Where the active orchestrator's dashboard is now: `http://host:port` or `https://…`, or
 /// `None` while no active orchestrator is known. Asked on every request.
@@ -51,63 +51,39 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 struct Forwarder {
     target: Target,
-    /// For `https://` targets (the CA the active orchestrator's certificate chains to, and this
-    /// process's client certificate when that port asks for one).
-    tls: Option<ClientTls>,
+    /// For `https://` targets: the CA the active orchestrator's certificate chains to (and this
+    /// process's client certificate when that port asks for one), or else the system's roots,
+    /// loaded once, at the first `https://` request.
+    tls: Arc<std::sync::OnceLock<Result<ClientTls, String>>>,
     /// Ends forwarded streams when this port stops (a takeover binds the real dashboard here).
     stop: CancellationToken,
 }
 
-/// A forwarding dashboard port; [`Forwarding::stop`] frees the port.
-#[derive(Debug)]
-pub struct Forwarding {
-    pub addr: SocketAddr,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Forwarding {
-    /// Stops accepting, ends the forwarded streams, and waits until the port is closed.
-    pub async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
-}
-
 /// Binds `addr` (TLS as `tls` says, the same settings as the real dashboard's port) and
-/// forwards every request to `target()` until `stop`.
+/// forwards every request to `target()` until `stop`; [`Port::stop`] frees the port.
 pub async fn serve_forwarding(
     addr: SocketAddr,
     tls: &ServerTlsConfig,
     target: Target,
     client_tls: Option<ClientTls>,
     stop: CancellationToken,
-) -> Result<Forwarding, DashboardError> {
-    let server_tls =
-        ServerTls::load(tls, Protocol::Http).map_err(|e| DashboardError::Tls(e.to_string()))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| DashboardError::Listen { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| DashboardError::Listen { addr, source })?;
-    let app = axum::Router::new().fallback(forward).with_state(Forwarder {
+) -> Result<Port, DashboardError> {
+    let material = Arc::new(std::sync::OnceLock::new());
+    if let Some(t) = client_tls {
+        let _ = material.set(Ok(t));
+    }
+    let forwarder = Forwarder {
         target,
-        tls: client_tls,
+        tls: material,
         stop: stop.clone(),
-    });
-    let until = stop.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = babysitter_common::tls::serve_http(listener, app, server_tls, until).await {
-            tracing::warn!(error = %e, "the forwarding dashboard port stopped");
-        }
-    });
-    eprintln!("dashboard forwarding to the active orchestrator on {bound}");
-    Ok(Forwarding {
-        addr: bound,
-        stop,
-        task,
-    })
+    };
+    let app = |_| axum::Router::new().fallback(forward).with_state(forwarder);
+    let port = Port::open(addr, tls, stop, app).await?;
+    eprintln!(
+        "dashboard forwarding to the active orchestrator on {}",
+        port.addr
+    );
+    Ok(port)
 }
 
 /// Headers that describe one connection, not the request: never forwarded either way.
@@ -195,10 +171,11 @@ impl Forwarder {
         let port = base.port_u16().unwrap_or(if https { 443 } else { 80 });
         let connect = async {
             if https {
-                let tls = match &self.tls {
-                    Some(t) => t.clone(),
-                    None => ClientTls::load(&Default::default())?,
-                };
+                let tls = self
+                    .tls
+                    .get_or_init(|| ClientTls::load(&Default::default()).map_err(|e| e.to_string()))
+                    .as_ref()
+                    .map_err(|e| format!("no TLS material to dial it: {e}"))?;
                 let io = tls.dial(&base, Some(&[b"http/1.1"])).await?;
                 self.exchange(io, request).await
             } else {

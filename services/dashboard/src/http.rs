@@ -398,10 +398,12 @@ async fn act(s: &AppState, headers: &HeaderMap, id: &str, action: Action) -> Res
         Err(r) => return r.into_response(),
     };
     if !s.gate.same_origin(headers) {
-        return fail(
-            StatusCode::FORBIDDEN,
-            "cross-site request refused (missing or wrong csrf token)",
-        );
+        // `code` is what the page matches (`post` in app.js), not the message.
+        let refused = json!({
+            "error": "cross-site request refused (missing or wrong csrf token)",
+            "code": "csrf",
+        });
+        return (StatusCode::FORBIDDEN, Json(refused)).into_response();
     }
     reply(s.source.act(&who, &d, action).await)
 }

@@ -78,19 +78,64 @@ pub enum DashboardError {
     Tls(String),
 }
 
+/// An HTTP port serving until its token is cancelled: the dashboard's, or a standby
+/// orchestrator's forwarding one ([`forward`]). [`Port::stop`] returns once the port is closed.
+#[derive(Debug)]
+pub struct Port {
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Port {
+    /// Binds `addr` (TLS as `tls` says) and serves `app(tls_on)` until `stop`.
+    async fn open(
+        addr: SocketAddr,
+        tls: &ServerTlsConfig,
+        stop: CancellationToken,
+        app: impl FnOnce(bool) -> axum::Router,
+    ) -> Result<Self, DashboardError> {
+        let tls =
+            ServerTls::load(tls, Protocol::Http).map_err(|e| DashboardError::Tls(e.to_string()))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| DashboardError::Listen { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| DashboardError::Listen { addr, source })?;
+        let app = app(tls.is_some());
+        let until = stop.clone();
+        let task = tokio::spawn(async move {
+            let served = babysitter_common::tls::serve_http(listener, app, tls, until).await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, %bound, "a dashboard port stopped");
+            }
+        });
+        Ok(Self {
+            addr: bound,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops accepting, ends the open streams, and waits until the port is closed.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
 /// A running dashboard: stops when [`Running::stop`] is called or its token is cancelled.
 #[derive(Debug)]
 pub struct Running {
     pub addr: SocketAddr,
     pub board: Arc<Board>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    port: Port,
 }
 
 impl Running {
     pub async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
+        self.port.stop().await;
     }
 }
 
@@ -105,37 +150,27 @@ pub async fn serve(
     mode: &'static str,
     stop: CancellationToken,
 ) -> Result<Running, DashboardError> {
-    let tls = ServerTls::load(&config.tls, Protocol::Http)
-        .map_err(|e| DashboardError::Tls(e.to_string()))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| DashboardError::Listen { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| DashboardError::Listen { addr, source })?;
     let board = Board::new(i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX));
-    board.follow(source.clone(), stop.clone());
-    let state = http::AppState {
-        source,
-        board: board.clone(),
-        gate: Arc::new(auth::Gate::new(auth, tls.is_some())),
-        mode,
-        stop: stop.clone(),
+    let app = |tls_on: bool| {
+        http::router(http::AppState {
+            source: source.clone(),
+            board: board.clone(),
+            gate: Arc::new(auth::Gate::new(auth, tls_on)),
+            mode,
+            stop: stop.clone(),
+        })
     };
-    let app = http::router(state);
-    let until = stop.clone();
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let task = tokio::spawn(async move {
-        let served = babysitter_common::tls::serve_http(listener, app, tls, until).await;
-        if let Err(e) = served {
-            tracing::warn!(error = %e, "the dashboard stopped");
-        }
-    });
-    eprintln!("dashboard listening on {bound} ({scheme})");
+    let port = Port::open(addr, &config.tls, stop.clone(), app).await?;
+    board.follow(source, stop);
+    let scheme = if config.tls.enabled() {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("dashboard listening on {} ({scheme})", port.addr);
     Ok(Running {
-        addr: bound,
+        addr: port.addr,
         board,
-        stop,
-        task,
+        port,
     })
 }

@@ -299,7 +299,7 @@ async fn a_run_shows_its_fan_out_and_a_corrupted_journal_shows_as_corrupt() {
 async fn actions_need_the_csrf_token_and_a_same_origin() {
     let app = app().await;
     let body = json!({"approved": true, "comment": "ok"});
-    let (status, _) = call(
+    let (status, refused) = call(
         &app,
         "POST",
         "/api/runs/01GATED/breakpoints/bp1",
@@ -308,6 +308,12 @@ async fn actions_need_the_csrf_token_and_a_same_origin() {
     )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    // The page tells this refusal by its code (it reads the session again and retries once).
+    assert_eq!(
+        serde_json::from_str::<Value>(&refused).unwrap()["code"],
+        "csrf",
+        "{refused}"
+    );
     let (_, session) = call(&app, "GET", "/api/session", &[ALICE], None).await;
     let csrf = serde_json::from_str::<Value>(&session).unwrap()["csrf"]
         .as_str()

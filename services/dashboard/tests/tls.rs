@@ -11,18 +11,21 @@ use babysitter_dashboard::local::LocalSource;
 use babysitter_dashboard::{DashboardConfig, Source, serve};
 use tokio_util::sync::CancellationToken;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_serves_over_tls() {
+/// A private CA and a `dashboard` certificate (valid for localhost) in a temporary directory,
+/// and the port's TLS settings with it.
+fn certificates() -> (tempfile::TempDir, ServerTlsConfig) {
     let dir = tempfile::tempdir().unwrap();
     generate(dir.path(), &[Leaf::for_host("dashboard", &[])]).unwrap();
-    let config = DashboardConfig {
-        tls: ServerTlsConfig::with_files(
-            dir.path().join("dashboard.crt"),
-            dir.path().join("dashboard.key"),
-        ),
-        ..DashboardConfig::default()
-    };
-    let auth = Authenticator::from_config(&AuthConfig {
+    let tls = ServerTlsConfig::with_files(
+        dir.path().join("dashboard.crt"),
+        dir.path().join("dashboard.key"),
+    );
+    (dir, tls)
+}
+
+/// One client token, alice's.
+fn alice() -> Authenticator {
+    Authenticator::from_config(&AuthConfig {
         tokens: vec![TokenEntry {
             token: Some(Secret::new("alice-token")),
             token_file: None,
@@ -32,7 +35,27 @@ async fn the_dashboard_serves_over_tls() {
         }],
         public_services: Vec::new(),
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// A client trusting the CA in `dir`, following no redirects.
+fn trusting(dir: &std::path::Path) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_serves_over_tls() {
+    let (dir, tls) = certificates();
+    let config = DashboardConfig {
+        tls,
+        ..DashboardConfig::default()
+    };
+    let auth = alice();
     let source: Arc<dyn Source> = Arc::new(LocalSource::new(Vec::new(), None).unwrap());
     let running = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -45,13 +68,7 @@ async fn the_dashboard_serves_over_tls() {
     .await
     .unwrap();
     let port = running.addr.port();
-    let ca =
-        reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("ca.crt")).unwrap()).unwrap();
-    let client = reqwest::Client::builder()
-        .add_root_certificate(ca)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = trusting(dir.path());
     let base = format!("https://localhost:{port}");
     let page = client.get(format!("{base}/")).send().await.unwrap();
     assert_eq!(page.status(), 401);
@@ -93,27 +110,12 @@ async fn a_forwarding_port_over_tls_reaches_the_active_dashboard_over_tls() {
     use babysitter_common::tls::{ClientTls, ClientTlsConfig};
     use babysitter_dashboard::forward::{Target, serve_forwarding};
 
-    let dir = tempfile::tempdir().unwrap();
-    generate(dir.path(), &[Leaf::for_host("dashboard", &[])]).unwrap();
-    let tls = ServerTlsConfig::with_files(
-        dir.path().join("dashboard.crt"),
-        dir.path().join("dashboard.key"),
-    );
+    let (dir, tls) = certificates();
     let config = DashboardConfig {
         tls: tls.clone(),
         ..DashboardConfig::default()
     };
-    let auth = Authenticator::from_config(&AuthConfig {
-        tokens: vec![TokenEntry {
-            token: Some(Secret::new("alice-token")),
-            token_file: None,
-            role: Role::Client,
-            name: Some("alice".into()),
-            namespaces: Vec::new(),
-        }],
-        public_services: Vec::new(),
-    })
-    .unwrap();
+    let auth = alice();
     let source: Arc<dyn Source> = Arc::new(LocalSource::new(Vec::new(), None).unwrap());
     let active = serve(
         "127.0.0.1:0".parse().unwrap(),
@@ -147,13 +149,7 @@ async fn a_forwarding_port_over_tls_reaches_the_active_dashboard_over_tls() {
     )
     .await
     .unwrap();
-    let ca =
-        reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("ca.crt")).unwrap()).unwrap();
-    let client = reqwest::Client::builder()
-        .add_root_certificate(ca)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let client = trusting(dir.path());
     let base = format!("https://localhost:{}", forwarding.addr.port());
     let page = client.get(format!("{base}/")).send().await.unwrap();
     assert_eq!(page.status(), 401);

@@ -124,6 +124,16 @@ async fn completed_output(
     c: &mut RunServiceClient<babysitter_common::client::AuthedChannel>,
     run_id: &str,
 ) -> serde_json::Value {
+    let run = wait_status(c, run_id, pb::RunStatus::Completed).await;
+    serde_json::from_slice(&run.output_json).expect("output")
+}
+
+/// The run once it has `status` (30 s at most).
+async fn wait_status(
+    c: &mut RunServiceClient<babysitter_common::client::AuthedChannel>,
+    run_id: &str,
+    status: pb::RunStatus,
+) -> pb::Run {
     for _ in 0..600 {
         let run = c
             .get_run(pb::GetRunRequest {
@@ -135,12 +145,12 @@ async fn completed_output(
             .into_inner()
             .run
             .expect("run");
-        if run.status == pb::RunStatus::Completed as i32 {
-            return serde_json::from_slice(&run.output_json).expect("output");
+        if run.status == status as i32 {
+            return run;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("run {run_id} did not complete");
+    panic!("run {run_id} is not {status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,28 +335,8 @@ async fn a_standbys_dashboard_port_forwards_to_the_active_orchestrators() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let mut cancelled = false;
-    for _ in 0..200 {
-        let run = via_b
-            .get_run(pb::GetRunRequest {
-                run_id: waiting.clone(),
-                ..Default::default()
-            })
-            .await
-            .expect("get run")
-            .into_inner()
-            .run
-            .expect("run");
-        if run.status == pb::RunStatus::Cancelled as i32 {
-            cancelled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        cancelled,
-        "the run cancelled through B's dashboard is not cancelled"
-    );
+    // The run cancelled through B's dashboard is cancelled.
+    wait_status(&mut via_b, &waiting, pb::RunStatus::Cancelled).await;
 
     // A dies: B takes over and its port serves B's own dashboard, with the runs A wrote.
     let _ = a.child.kill();

@@ -27,7 +27,7 @@ async function api(path, opts = {}) {
   const res = await fetch(path, { credentials: "same-origin", ...opts });
   if (res.status === 401) { location.reload(); throw new Error("logged out"); }
   const body = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(body.error || res.statusText);
+  if (!res.ok) throw Object.assign(new Error(body.error || res.statusText), { code: body.code });
   return body;
 }
 
@@ -38,7 +38,7 @@ async function post(path, body) {
   } catch (e) {
     // Another orchestrator took over since the session was read (its CSRF secret is its own):
     // read the session again and try once more.
-    if (!String(e.message).includes("csrf")) throw e;
+    if (e.code !== "csrf") throw e;
     session = await api("/api/session");
     return send();
   }

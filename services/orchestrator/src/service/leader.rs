@@ -174,7 +174,7 @@ impl Leadership {
     async fn forward_dashboard(
         &self,
         stop: &CancellationToken,
-    ) -> Option<babysitter_dashboard::forward::Forwarding> {
+    ) -> Option<babysitter_dashboard::Port> {
         let dashboard = &self.config.dashboard;
         let addr = dashboard.listen_addr?;
         let https = dashboard.tls.enabled();
